@@ -1,0 +1,44 @@
+# thermite: `make` builds, `sudo make run` serves on the defaults, `sudo make test` is what CI runs.
+GO       ?= go
+BIN      := bin/thermite
+GOFLAGS_BUILD := -trimpath
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
+.PHONY: all build run test vet staticcheck unit bench gpu install clean
+
+all: build
+
+build:
+	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -o $(BIN) ./cmd/thermite
+
+# The main job: the role users, then the broker in the foreground on the
+# embedded defaults (state in /var/lib/thermite, bbolt ledger under it); the
+# broker runs the isolation self-test before it starts the controller.
+run: build
+	./$(BIN) roles ensure
+	./$(BIN) serve
+
+vet:
+	test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { gofmt -l .; exit 1; }
+	$(GO) vet ./...
+
+staticcheck:
+	$(GO) run $(STATICCHECK) ./...
+
+# Every test, as root: isolation tests create throwaway role users and run
+# probes as them; tests that need what this machine lacks skip and say why.
+test: build vet staticcheck
+	$(GO) test -count=1 -timeout 20m ./...
+
+bench: build
+	./scripts/bench.sh
+
+# The GPU build: cgo and go-nvml, linked dynamically against glibc only.
+gpu:
+	CGO_ENABLED=1 $(GO) build $(GOFLAGS_BUILD) -tags nvml,landlocktsync -o bin/thermite-gpu ./cmd/thermite
+
+install: build
+	install -o root -g root -m 0711 $(BIN) /usr/local/bin/thermite
+
+clean:
+	rm -rf bin

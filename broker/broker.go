@@ -1,0 +1,226 @@
+// Package broker is the root side of thermite: it prepares the rig, serves
+// a small closed RPC to the controller, runs commands as role users, stops
+// their processes, and supervises the controller. It never runs anything
+// as root.
+package broker
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"thermite/internal/caps"
+	"thermite/internal/config"
+	"thermite/internal/cpuset"
+	"thermite/internal/procs"
+	"thermite/internal/rpc"
+	"thermite/roles"
+)
+
+// Arg is the hidden subcommand the broker re-execs itself as, once its
+// capabilities are reduced.
+const Arg = "__broker"
+
+// Broker is the running broker.
+type Broker struct {
+	cfg     config.Config
+	table   *roles.Table
+	log     *slog.Logger
+	exe     string
+	reaper  *reaper
+	devnull *os.File
+	secrets map[string]string
+
+	online    cpuset.Set
+	judgeCPUs cpuset.Set
+
+	stopping atomic.Bool
+	stopCh   chan struct{}
+	started  time.Time
+	closed   []closedTmp
+
+	mu          sync.Mutex
+	userLocks   map[int]*sync.Mutex
+	laneFolders map[int]map[string]bool // folders handed to each lane's uid
+	cpuHolds    map[string]cpuset.Set   // judge CPUs held by timed runs
+	ctlPID      int
+	ctlStarts   int
+	selftest    *rpc.SelftestResult
+	notes       []string
+}
+
+// New prepares a broker for cfg; Serve runs it.
+func New(cfg config.Config, log *slog.Logger) (*Broker, error) {
+	table, err := roles.FromConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Broker{
+		cfg: cfg, table: table, log: log,
+		exe:         "/proc/self/exe",
+		stopCh:      make(chan struct{}),
+		userLocks:   map[int]*sync.Mutex{},
+		laneFolders: map[int]map[string]bool{},
+		cpuHolds:    map[string]cpuset.Set{},
+	}, nil
+}
+
+func (b *Broker) userLock(uid int) *sync.Mutex {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	lk := b.userLocks[uid]
+	if lk == nil {
+		lk = &sync.Mutex{}
+		b.userLocks[uid] = lk
+	}
+	return lk
+}
+
+// Serve runs the broker's start-up, in order, each step failing closed,
+// then serves until SIGTERM or SIGINT.
+func (b *Broker) Serve() error {
+	b.started = time.Now()
+	unix.Umask(0o077)
+	if err := caps.Verify(caps.Broker); err != nil {
+		return fmt.Errorf("broker: %w", err)
+	}
+	// Orphans of role commands become the broker's children, so the
+	// reaper can reap them and kill(-1) loops see them go.
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("broker: child subreaper: %w", err)
+	}
+	b.reaper = newReaper()
+	var err error
+	if b.devnull, err = os.OpenFile("/dev/null", os.O_RDWR, 0); err != nil {
+		return fmt.Errorf("broker: %w", err)
+	}
+	if b.online, err = cpuset.Online(); err != nil {
+		return fmt.Errorf("broker: cpus: %w", err)
+	}
+	if b.judgeCPUs, err = b.cfg.JudgeCPUSet(); err != nil {
+		return fmt.Errorf("judge_cpus: %w", err)
+	}
+	if !b.online.Contains(b.judgeCPUs) {
+		return fmt.Errorf("judge_cpus: %s is not among the CPUs this broker may use (%s)", b.judgeCPUs, b.online)
+	}
+	if err := b.checkUsers(); err != nil {
+		return err
+	}
+	// Leftovers go first, so nothing of a role writes into scratch while
+	// it is cleared.
+	if err := b.stopAllRoles(); err != nil {
+		return fmt.Errorf("broker: stop leftovers: %w", err)
+	}
+	if err := b.prepareState(); err != nil {
+		return err
+	}
+	if err := b.closeTmp(); err != nil {
+		return err
+	}
+	if b.secrets, err = readSecrets(b.cfg.SecretsDir); err != nil {
+		return err
+	}
+	b.log.Info("secrets read", "folder", b.cfg.SecretsDir, "count", len(b.secrets))
+	if err := b.initFence(); err != nil {
+		return err
+	}
+	l, err := b.listen()
+	if err != nil {
+		return err
+	}
+	defer os.Remove(b.cfg.BrokerSocket())
+	go b.serve(l)
+	b.log.Info("broker serving", "socket", b.cfg.BrokerSocket(), "pid", os.Getpid(), "roles", len(b.table.Roles))
+
+	if err := b.startupSelftest(); err != nil {
+		b.shutdown(l)
+		return err
+	}
+
+	ctlDone := make(chan struct{})
+	go func() {
+		b.superviseController()
+		close(ctlDone)
+	}()
+	sig := make(chan os.Signal, 2)
+	signal.Notify(sig, unix.SIGTERM, unix.SIGINT)
+	s := <-sig
+	b.log.Info("stopping", "signal", s.String())
+	b.stopping.Store(true)
+	close(b.stopCh)
+	<-ctlDone
+	b.shutdown(l)
+	b.log.Info("stopped")
+	return nil
+}
+
+func (b *Broker) shutdown(l *net.UnixListener) {
+	b.stopping.Store(true)
+	l.Close()
+	if err := b.stopAllRoles(); err != nil {
+		b.log.Error("stop roles", "err", err)
+	}
+	os.Remove(b.cfg.BrokerSocket())
+	b.reopenTmp()
+}
+
+// checkUsers refuses to start when the role users are not what the table
+// says in /etc/passwd: `thermite roles ensure` makes them.
+func (b *Broker) checkUsers() error {
+	data, err := os.ReadFile("/etc/passwd")
+	if err != nil {
+		return fmt.Errorf("roles: %w", err)
+	}
+	have := map[string]string{}
+	for _, line := range strings.Split(string(data), "\n") {
+		e := strings.Split(line, ":")
+		if len(e) >= 3 {
+			have[e[0]] = e[2]
+		}
+	}
+	for _, r := range b.table.Roles {
+		uid, ok := have[r.User]
+		if !ok {
+			return fmt.Errorf("roles: user %s (uid %d) is not in /etc/passwd: run `thermite roles ensure`", r.User, r.UID)
+		}
+		if uid != strconv.Itoa(r.UID) {
+			return fmt.Errorf("roles: user %s has uid %s in /etc/passwd, but the role table gives it %d", r.User, uid, r.UID)
+		}
+	}
+	return nil
+}
+
+func (b *Broker) status() *rpc.Status {
+	st := &rpc.Status{
+		BrokerPID: os.Getpid(),
+		StartedAt: b.started.UTC().Format(time.RFC3339),
+		StateDir:  b.cfg.StateDir,
+		Socket:    b.cfg.BrokerSocket(),
+	}
+	st.LandlockABI = landlockABI()
+	st.Cgroup = "none: no per-trial cgroups (rlimits only)"
+	counts, _ := procs.CountByUID("/proc", b.uidSet())
+	for _, r := range b.table.Roles {
+		st.Roles = append(st.Roles, rpc.RoleStatus{Name: r.Name, User: r.User, UID: r.UID, Processes: len(counts[r.UID])})
+	}
+	b.mu.Lock()
+	st.ControllerPID = b.ctlPID
+	st.ControllerRuns = b.ctlStarts
+	st.Selftest = b.selftest
+	st.Notes = append([]string(nil), b.notes...)
+	b.mu.Unlock()
+	if st.ControllerPID != 0 {
+		st.ControllerUp = pingController(b.cfg.ControllerSocket()) == nil
+	}
+	st.GPU = b.gpuStatus()
+	return st
+}

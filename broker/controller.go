@@ -1,0 +1,138 @@
+package broker
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"thermite/internal/rpc"
+)
+
+// ControllerArg is the hidden subcommand the controller runs as.
+const ControllerArg = "__controller"
+
+// startController starts `thermite __controller` as the controller's user,
+// with no capability (setuid to a non-root user clears them all) and
+// no_new_privs (inherited from the broker), and hands it the configuration
+// and the secrets on a pipe.
+func (b *Broker) startController() (int, int, <-chan exit, error) {
+	ctl := b.table.Controller()
+	bootR, bootW, err := os.Pipe()
+	if err != nil {
+		return 0, -1, nil, err
+	}
+	defer bootR.Close()
+	defer bootW.Close()
+	env, err := b.EnvFor(ctl, nil)
+	if err != nil {
+		return 0, -1, nil, err
+	}
+	pidfd := -1
+	attr := &syscall.ProcAttr{
+		Dir:   b.homeOf(ctl),
+		Env:   env,
+		Files: []uintptr{b.devnull.Fd(), os.Stderr.Fd(), os.Stderr.Fd(), bootR.Fd()},
+		Sys: &syscall.SysProcAttr{
+			Credential: &syscall.Credential{Uid: uint32(ctl.UID), Gid: uint32(ctl.GID), Groups: []uint32{}},
+			Setsid:     true,
+			PidFD:      &pidfd,
+		},
+	}
+	pid, exited, err := b.reaper.fork(func() (int, error) {
+		return syscall.ForkExec(b.exe, []string{"thermite", ControllerArg}, attr)
+	})
+	if err != nil {
+		return 0, -1, nil, fmt.Errorf("controller: start: %w", err)
+	}
+	cfg, _ := json.Marshal(b.cfg)
+	boot, _ := json.Marshal(rpc.Bootstrap{Config: cfg, Secrets: b.secrets, BrokerPID: os.Getpid()})
+	if _, err := bootW.Write(boot); err != nil {
+		unix.PidfdSendSignal(pidfd, unix.SIGKILL, nil, 0)
+		<-exited
+		unix.Close(pidfd)
+		return 0, -1, nil, fmt.Errorf("controller: bootstrap: %w", err)
+	}
+	return pid, pidfd, exited, nil
+}
+
+// superviseController keeps the controller running. When it exits, every
+// role's processes are stopped before it starts again, with backoff. When
+// the broker stops, it gets SIGTERM, then SIGKILL after 5 s.
+func (b *Broker) superviseController() {
+	backoff := time.Second
+	for {
+		pid, pidfd, exited, err := b.startController()
+		if err != nil {
+			b.log.Error("controller did not start", "err", err)
+		} else {
+			b.mu.Lock()
+			b.ctlPID = pid
+			b.ctlStarts++
+			b.mu.Unlock()
+			b.log.Info("controller started", "pid", pid)
+			began := time.Now()
+			var e exit
+			select {
+			case e = <-exited:
+			case <-b.stopCh:
+				unix.PidfdSendSignal(pidfd, unix.SIGTERM, nil, 0)
+				select {
+				case e = <-exited:
+				case <-time.After(5 * time.Second):
+					unix.PidfdSendSignal(pidfd, unix.SIGKILL, nil, 0)
+					e = <-exited
+				}
+			}
+			unix.Close(pidfd)
+			b.mu.Lock()
+			b.ctlPID = 0
+			b.mu.Unlock()
+			b.log.Info("controller exited", "pid", pid, "status", describe(e.ws))
+			if time.Since(began) > time.Minute {
+				backoff = time.Second
+			}
+		}
+		// Nothing a role runs outlives the controller that asked for it.
+		if err := b.stopAllRoles(); err != nil {
+			b.log.Error("stop roles after controller exit", "err", err)
+		}
+		if b.stopping.Load() {
+			return
+		}
+		select {
+		case <-time.After(backoff):
+		case <-b.stopCh:
+			return
+		}
+		if backoff < 30*time.Second {
+			backoff *= 2
+		}
+	}
+}
+
+// pingController asks the controller's socket whether it answers.
+func pingController(socket string) error {
+	c := &http.Client{
+		Timeout: time.Second,
+		Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", socket)
+		}},
+	}
+	resp, err := c.Get("http://controller" + rpc.ControllerPing)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("controller ping: %s", resp.Status)
+	}
+	return nil
+}

@@ -1,0 +1,400 @@
+package broker
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"thermite/internal/confined"
+	"thermite/internal/procs"
+	"thermite/internal/rpc"
+	"thermite/roles"
+)
+
+// listen serves the RPC socket: root:thermite 0660 in a root:thermite 0710
+// folder, so only root and the controller's group can reach it at all.
+func (b *Broker) listen() (*net.UnixListener, error) {
+	path := b.cfg.BrokerSocket()
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("socket %s: %w", path, err)
+	}
+	l, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})
+	if err != nil {
+		return nil, fmt.Errorf("socket %s: %w", path, err)
+	}
+	l.SetUnlinkOnClose(false)
+	if err := os.Chown(path, 0, b.table.Controller().GID); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("socket %s: %w", path, err)
+	}
+	if err := os.Chmod(path, 0o660); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("socket %s: %w", path, err)
+	}
+	return l, nil
+}
+
+// PeerAllowed decides who may talk to the broker: the controller's user,
+// and root for the operator's commands. Nobody else, whatever the socket's
+// mode says.
+func (b *Broker) PeerAllowed(cred *unix.Ucred) bool {
+	return cred.Uid == 0 || int(cred.Uid) == b.table.Controller().UID
+}
+
+func (b *Broker) serve(l *net.UnixListener) {
+	for {
+		c, err := l.AcceptUnix()
+		if err != nil {
+			if b.stopping.Load() {
+				return
+			}
+			b.log.Error("accept", "err", err)
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		go b.handle(rpc.NewConn(c))
+	}
+}
+
+// handle serves one connection until the peer closes it or a request is
+// refused: any error answers one line and closes the connection.
+func (b *Broker) handle(c *rpc.Conn) {
+	defer c.Close()
+	cred, err := c.PeerCred()
+	if err != nil {
+		return
+	}
+	if !b.PeerAllowed(cred) {
+		b.log.Warn("refused a peer", "uid", cred.Uid, "pid", cred.Pid)
+		c.Send(&rpc.Response{V: rpc.Version, Error: fmt.Sprintf("uid %d may not use the broker", cred.Uid)})
+		return
+	}
+	for {
+		var req rpc.Request
+		files, err := c.Recv(&req)
+		if err != nil {
+			if !rpc.IsClosed(err) && !errors.Is(err, net.ErrClosed) {
+				b.log.Warn("bad request", "uid", cred.Uid, "err", err)
+				c.Send(&rpc.Response{V: rpc.Version, Error: "broker: " + err.Error()})
+			}
+			return
+		}
+		resp, keep := b.dispatch(c, &req, files, cred)
+		for _, f := range files {
+			f.Close()
+		}
+		resp.V = rpc.Version
+		if err := c.Send(resp); err != nil || !keep || resp.Error != "" {
+			return
+		}
+	}
+}
+
+// dispatch answers one request. keep says whether the connection may carry
+// another: a Run takes its connection, whose closing cancels the command.
+func (b *Broker) dispatch(c *rpc.Conn, req *rpc.Request, files []*os.File, cred *unix.Ucred) (resp *rpc.Response, keep bool) {
+	fail := func(err error) (*rpc.Response, bool) {
+		b.log.Info("request refused", "op", req.Op, "uid", cred.Uid, "err", err)
+		return &rpc.Response{Error: err.Error()}, false
+	}
+	if req.V != rpc.Version {
+		return fail(fmt.Errorf("broker: protocol version %d, this broker speaks %d", req.V, rpc.Version))
+	}
+	if req.Op != rpc.OpRun && len(files) > 0 {
+		return fail(fmt.Errorf("broker: %s takes no descriptors", req.Op))
+	}
+	switch req.Op {
+	case rpc.OpPing:
+		return &rpc.Response{}, true
+	case rpc.OpStatus:
+		return &rpc.Response{Status: b.status()}, true
+	case rpc.OpRun:
+		if req.Run == nil {
+			return fail(fmt.Errorf("run: missing run field"))
+		}
+		res, err := b.Run(c, req.Run, files)
+		if err != nil {
+			var ee *execError
+			if errors.As(err, &ee) && res != nil {
+				return &rpc.Response{Run: res, Error: ee.msg}, false
+			}
+			return fail(err)
+		}
+		return &rpc.Response{Run: res}, false
+	case rpc.OpStopUser:
+		if req.StopUser == nil {
+			return fail(fmt.Errorf("stop_user: missing stop_user field"))
+		}
+		r, err := b.role(req.StopUser.Role)
+		if err != nil {
+			return fail(err)
+		}
+		n, err := b.StopUser(r)
+		if err != nil {
+			return fail(err)
+		}
+		return &rpc.Response{StopUser: &rpc.StopUserResult{Stopped: n}}, true
+	case rpc.OpHandFolder:
+		if req.HandFolder == nil {
+			return fail(fmt.Errorf("hand_folder: missing hand_folder field"))
+		}
+		res, err := b.HandFolder(req.HandFolder)
+		if err != nil {
+			return fail(err)
+		}
+		return &rpc.Response{HandFolder: res}, true
+	case rpc.OpClearSetID:
+		if req.ClearSetID == nil {
+			return fail(fmt.Errorf("clear_setid: missing clear_setid field"))
+		}
+		r, err := b.role(req.ClearSetID.Role)
+		if err != nil {
+			return fail(err)
+		}
+		return &rpc.Response{ClearSetID: b.ClearSetID(r)}, true
+	case rpc.OpSelftest:
+		if req.Selftest == nil {
+			return fail(fmt.Errorf("selftest: missing selftest field"))
+		}
+		res, err := b.Selftest(req.Selftest.Force, false)
+		if err != nil {
+			return fail(err)
+		}
+		return &rpc.Response{Selftest: res}, true
+	}
+	return fail(fmt.Errorf("broker: unknown request %q", req.Op))
+}
+
+func (b *Broker) role(name string) (roles.Role, error) {
+	r, ok := b.table.Role(name)
+	if !ok {
+		return roles.Role{}, fmt.Errorf("role %q is not in the role table", name)
+	}
+	return r, nil
+}
+
+// Run runs one command as a role and answers how it ended.
+func (b *Broker) Run(c *rpc.Conn, req *rpc.RunRequest, files []*os.File) (*rpc.RunResult, error) {
+	r, err := b.role(req.Role)
+	if err != nil {
+		return nil, fmt.Errorf("run: %w", err)
+	}
+	if len(req.Argv) == 0 || req.Argv[0] == "" {
+		return nil, fmt.Errorf("run: argv is empty")
+	}
+	for _, a := range req.Argv {
+		if strings.ContainsRune(a, 0) {
+			return nil, fmt.Errorf("run: argv holds a NUL byte")
+		}
+	}
+	if len(files) != 0 && len(files) != 3 {
+		return nil, fmt.Errorf("run: %d descriptors: give stdin, stdout and stderr, or none", len(files))
+	}
+	cmd := &command{role: r, argv: req.Argv, groups: r.Groups}
+	if len(files) == 3 {
+		copy(cmd.stdio[:], files)
+	} else {
+		cmd.stdio = [3]*os.File{b.devnull, b.devnull, b.devnull}
+	}
+	if cmd.env, err = b.EnvFor(r, req.Env); err != nil {
+		return nil, fmt.Errorf("run: %w", err)
+	}
+	rl, timeout, err := b.LimitsFor(req.Limits)
+	if err != nil {
+		return nil, fmt.Errorf("run: %w", err)
+	}
+	cmd.rlimits = rl
+	if cmd.cpus, err = b.CPUsFor(r, req.CPUs); err != nil {
+		return nil, fmt.Errorf("run: %w", err)
+	}
+	if cmd.landlock, cmd.groups, err = b.fenceFor(r, req.GPUs); err != nil {
+		return nil, fmt.Errorf("run: %w", err)
+	}
+	cwd := req.Cwd
+	if cwd == "" {
+		cwd = b.homeOf(r)
+	}
+	if cmd.cwd, err = confined.Open(b.cfg.ScratchDir(), cwd, unix.O_PATH|unix.O_DIRECTORY); err != nil {
+		return nil, fmt.Errorf("run: cwd %w", err)
+	}
+	defer cmd.cwd.Close()
+
+	// A role whose leftovers are stopped after each command runs one
+	// command at a time, so one command's cleanup never kills another's.
+	if r.StopsAfterEachCommand() {
+		lk := b.userLock(r.UID)
+		lk.Lock()
+		defer lk.Unlock()
+	}
+	cancel := make(chan struct{})
+	go func() {
+		// The caller sends nothing more during a Run: a read returns only
+		// when it goes away, and then the command goes too. After the Run
+		// the handler closes the connection, which ends this read.
+		var extra rpc.Request
+		files, _ := c.Recv(&extra)
+		for _, f := range files {
+			f.Close()
+		}
+		close(cancel)
+	}()
+	res, runErr := b.runCommand(cmd, timeout, b.cancelOr(cancel))
+	if res != nil {
+		if r.StopsAfterEachCommand() {
+			n, err := b.StopUser(r)
+			if err != nil {
+				return res, fmt.Errorf("run: cleanup: %w", err)
+			}
+			res.Leftovers = n
+		}
+		if r.Kind == roles.Lane {
+			res.SetID = b.ClearSetID(r)
+		}
+	}
+	return res, runErr
+}
+
+// cancelOr closes when c closes or the broker begins to stop.
+func (b *Broker) cancelOr(c <-chan struct{}) <-chan struct{} {
+	out := make(chan struct{})
+	go func() {
+		select {
+		case <-c:
+		case <-b.stopCh:
+		}
+		close(out)
+	}()
+	return out
+}
+
+// StopUser ends every process of the role's user and says how many there
+// were when it began: the helper's kill(-1) loop, which nothing escapes.
+func (b *Broker) StopUser(r roles.Role) (int, error) {
+	return b.stopHelper(r)
+}
+
+// stopAllRoles stops every role's user, the controller's included. It is
+// used only when no controller runs, so a user with no process now cannot
+// get one (only the broker starts them) and may be skipped.
+func (b *Broker) stopAllRoles() error {
+	var errs []error
+	counts, _ := procs.CountByUID("/proc", b.uidSet())
+	for _, r := range b.table.Roles {
+		if len(counts[r.UID]) == 0 {
+			continue
+		}
+		if _, err := b.stopHelper(r); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (b *Broker) uidSet() map[int]bool {
+	m := map[int]bool{}
+	for _, u := range b.table.UIDs() {
+		m[u] = true
+	}
+	return m
+}
+
+// handableRoots are the folders beneath which HandFolder may give a folder
+// away: never scratch itself, a role's HOME or TMPDIR, or the store.
+func (b *Broker) handableRoots() []string {
+	s := b.cfg.ScratchDir()
+	return []string{
+		filepath.Join(s, "trials"),
+		filepath.Join(s, "runs"),
+		filepath.Join(s, "builds"),
+		b.cfg.ResearchDir(),
+	}
+}
+
+// HandFolder gives a folder beneath one of the handable roots, and
+// everything in it, to a role.
+func (b *Broker) HandFolder(req *rpc.HandFolderRequest) (*rpc.HandFolderResult, error) {
+	r, err := b.role(req.Role)
+	if err != nil {
+		return nil, fmt.Errorf("hand_folder: %w", err)
+	}
+	if req.Mode&^0o777 != 0 {
+		return nil, fmt.Errorf("hand_folder: mode %04o has bits beyond 0777", req.Mode)
+	}
+	var top *os.File
+	for _, root := range b.handableRoots() {
+		if !strings.HasPrefix(req.Path, root+"/") {
+			continue
+		}
+		top, err = confined.Open(root, req.Path, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW)
+		if err != nil {
+			return nil, fmt.Errorf("hand_folder: %w", err)
+		}
+		break
+	}
+	if top == nil {
+		return nil, fmt.Errorf("hand_folder: %s: not inside %s", req.Path, strings.Join(b.handableRoots(), ", "))
+	}
+	defer top.Close()
+	uids := b.uidSet()
+	changed, skipped, err := confined.ChownTree(top, r.UID, r.GID, func(uid int) bool { return uids[uid] }, req.ReadOnly, req.Mode)
+	if err != nil {
+		return nil, fmt.Errorf("hand_folder: %w", err)
+	}
+	b.mu.Lock()
+	for uid, m := range b.laneFolders {
+		if uid != r.UID {
+			delete(m, req.Path)
+		}
+	}
+	if r.Kind == roles.Lane {
+		if b.laneFolders[r.UID] == nil {
+			b.laneFolders[r.UID] = map[string]bool{}
+		}
+		b.laneFolders[r.UID][req.Path] = true
+	}
+	b.mu.Unlock()
+	return &rpc.HandFolderResult{Changed: changed, Skipped: skipped}, nil
+}
+
+// ClearSetID sweeps every folder a lane owns in scratch (its HOME, its
+// TMPDIR and the folders handed to it) for set-user and set-group bits.
+func (b *Broker) ClearSetID(r roles.Role) *rpc.SetIDReport {
+	rep := &rpc.SetIDReport{}
+	b.mu.Lock()
+	dirs := []string{b.homeOf(r), b.tmpOf(r)}
+	for p := range b.laneFolders[r.UID] {
+		dirs = append(dirs, p)
+	}
+	b.mu.Unlock()
+	for _, d := range dirs {
+		root := b.cfg.ScratchDir()
+		if strings.HasPrefix(d, b.cfg.ResearchDir()+"/") {
+			root = b.cfg.ResearchDir()
+		}
+		top, err := confined.Open(root, d, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW)
+		if err != nil {
+			if !errors.Is(err, unix.ENOENT) {
+				rep.Skipped = append(rep.Skipped, err.Error())
+			}
+			continue
+		}
+		cleared, skipped, n, err := confined.ClearSetID(top, r.UID)
+		top.Close()
+		rep.Cleared = append(rep.Cleared, cleared...)
+		rep.Skipped = append(rep.Skipped, skipped...)
+		rep.Scanned += n
+		if err != nil {
+			rep.Skipped = append(rep.Skipped, err.Error())
+		}
+	}
+	if len(rep.Cleared) > 0 || len(rep.Skipped) > 0 {
+		b.log.Warn("set-id sweep", "role", r.Name, "cleared", rep.Cleared, "skipped", rep.Skipped)
+	}
+	return rep
+}

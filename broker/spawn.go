@@ -1,0 +1,358 @@
+package broker
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"thermite/internal/cpuset"
+	"thermite/internal/rpc"
+	"thermite/internal/spawn"
+	"thermite/roles"
+)
+
+// DefaultPath is PATH for a role's command unless its request sets one.
+const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// command is a role command the broker is about to start.
+type command struct {
+	role     roles.Role
+	argv     []string
+	env      []string
+	cwd      *os.File // O_PATH folder, opened beneath scratch
+	stdio    [3]*os.File
+	cpus     cpuset.Set
+	rlimits  []spawn.Rlimit
+	landlock *os.File // the role's rule set, or nil
+	groups   []int
+}
+
+// child is a started command.
+type child struct {
+	pid     int
+	pidfd   int
+	started time.Time
+	exited  <-chan exit
+	execErr string // why the shim could not exec, if it could not
+}
+
+// startShim forks `/proc/self/exe __spawn` as the role's user with its
+// credentials, a new session and a pidfd, hands it the spec on a pipe and
+// waits until it has exec'd the command or said why it could not.
+func (b *Broker) startShim(c *command, spec *spawn.Spec) (*child, error) {
+	specR, specW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	defer specR.Close()
+	defer specW.Close()
+	repR, repW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	defer repR.Close()
+	files := []uintptr{
+		c.stdio[0].Fd(), c.stdio[1].Fd(), c.stdio[2].Fd(),
+		specR.Fd(), repW.Fd(),
+	}
+	if c.cwd != nil {
+		files = append(files, c.cwd.Fd())
+	} else {
+		files = append(files, b.devnull.Fd())
+	}
+	if c.landlock != nil {
+		files = append(files, c.landlock.Fd())
+		spec.Landlock = true
+	}
+	groups := make([]uint32, len(c.groups))
+	for i, g := range c.groups {
+		groups[i] = uint32(g)
+	}
+	pidfd := -1
+	attr := &syscall.ProcAttr{
+		Env:   []string{}, // the shim's own environment is empty: the command's comes in the spec
+		Files: files,
+		Sys: &syscall.SysProcAttr{
+			Credential: &syscall.Credential{Uid: uint32(c.role.UID), Gid: uint32(c.role.GID), Groups: groups},
+			Setsid:     true,
+			PidFD:      &pidfd,
+		},
+	}
+	started := time.Now()
+	pid, exited, err := b.reaper.fork(func() (int, error) {
+		return syscall.ForkExec(b.exe, []string{"thermite", spawn.Arg}, attr)
+	})
+	repW.Close()
+	if err != nil {
+		return nil, fmt.Errorf("start %s: %w", c.role.Name, err)
+	}
+	ch := &child{pid: pid, pidfd: pidfd, started: started, exited: exited}
+	data, _ := json.Marshal(spec)
+	if _, err := specW.Write(data); err != nil {
+		unix.Kill(pid, unix.SIGKILL)
+		<-exited
+		ch.close()
+		return nil, fmt.Errorf("start %s: spec: %w", c.role.Name, err)
+	}
+	specW.Close()
+	// The report pipe closes when the command is exec'd (close-on-exec), or
+	// carries the shim's reason when it could not be.
+	msg, _ := io.ReadAll(io.LimitReader(repR, 4096))
+	ch.execErr = string(msg)
+	return ch, nil
+}
+
+func (c *child) close() {
+	if c.pidfd >= 0 {
+		unix.Close(c.pidfd)
+		c.pidfd = -1
+	}
+}
+
+// kill sends SIGKILL to the command and its process group, through the
+// pidfd so a recycled pid is never hit.
+func (c *child) kill() {
+	if c.pidfd >= 0 {
+		unix.PidfdSendSignal(c.pidfd, unix.SIGKILL, nil, 0)
+	}
+	unix.Kill(-c.pid, unix.SIGKILL)
+}
+
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// EnvFor is the whole environment of a role's command: what the request
+// gives, then HOME, TMPDIR, USER and LOGNAME for the role, which no request
+// can change, and PATH unless the request sets it. Nothing of the broker's
+// own environment is passed on.
+func (b *Broker) EnvFor(r roles.Role, requested []string) ([]string, error) {
+	fixed := map[string]string{
+		"HOME":    b.homeOf(r),
+		"TMPDIR":  b.tmpOf(r),
+		"USER":    r.User,
+		"LOGNAME": r.User,
+	}
+	var env []string
+	hasPath := false
+	seen := map[string]bool{}
+	for _, kv := range requested {
+		k, _, ok := strings.Cut(kv, "=")
+		if !ok || !envName.MatchString(k) {
+			return nil, fmt.Errorf("env: %q is not NAME=value", kv)
+		}
+		if strings.ContainsRune(kv, 0) {
+			return nil, fmt.Errorf("env: %s holds a NUL byte", k)
+		}
+		if _, isFixed := fixed[k]; isFixed || seen[k] {
+			continue
+		}
+		seen[k] = true
+		if k == "PATH" {
+			hasPath = true
+		}
+		env = append(env, kv)
+	}
+	if !hasPath {
+		env = append(env, "PATH="+DefaultPath)
+	}
+	for _, k := range []string{"HOME", "TMPDIR", "USER", "LOGNAME"} {
+		env = append(env, k+"="+fixed[k])
+	}
+	return env, nil
+}
+
+// LimitsFor turns a request's limits into rlimits: the rig's defaults,
+// lowered where the request asks. A request can never raise a default.
+// RLIMIT_CORE is always 0, so no command leaves a core with its memory.
+func (b *Broker) LimitsFor(req rpc.Limits) (rl []spawn.Rlimit, timeout time.Duration, err error) {
+	d := b.cfg.Limits
+	lower := func(name string, req, def int64) (int64, error) {
+		switch {
+		case req < 0:
+			return 0, fmt.Errorf("limits.%s: %d is negative", name, req)
+		case req == 0:
+			return def, nil
+		case def > 0 && req > def:
+			return 0, fmt.Errorf("limits.%s: %d is above the rig's limit of %d", name, req, def)
+		}
+		return req, nil
+	}
+	nproc, err := lower("processes", int64(req.Processes), int64(d.Processes))
+	if err != nil {
+		return nil, 0, err
+	}
+	nofile, err := lower("open_files", int64(req.OpenFiles), int64(d.OpenFiles))
+	if err != nil {
+		return nil, 0, err
+	}
+	as, err := lower("address_space_mb", req.AddressSpaceMB, d.AddressSpaceMB)
+	if err != nil {
+		return nil, 0, err
+	}
+	fsize, err := lower("file_size_mb", req.FileSizeMB, d.FileSizeMB)
+	if err != nil {
+		return nil, 0, err
+	}
+	cpu, err := lower("cpu_seconds", int64(req.CPUSeconds), int64(d.CPUSeconds))
+	if err != nil {
+		return nil, 0, err
+	}
+	to, err := lower("timeout_ms", req.TimeoutMS, d.WallTimeout.Milliseconds())
+	if err != nil {
+		return nil, 0, err
+	}
+	set := func(r int, v uint64) { rl = append(rl, spawn.Rlimit{Resource: r, Cur: v, Max: v}) }
+	set(unix.RLIMIT_CORE, 0)
+	set(unix.RLIMIT_NOFILE, uint64(nofile))
+	if as > 0 {
+		set(unix.RLIMIT_AS, uint64(as)<<20)
+	}
+	if fsize > 0 {
+		set(unix.RLIMIT_FSIZE, uint64(fsize)<<20)
+	}
+	if cpu > 0 {
+		// SIGXCPU at the limit, SIGKILL a second later.
+		rl = append(rl, spawn.Rlimit{Resource: unix.RLIMIT_CPU, Cur: uint64(cpu), Max: uint64(cpu) + 1})
+	}
+	set(unix.RLIMIT_NPROC, uint64(nproc))
+	return rl, time.Duration(to) * time.Millisecond, nil
+}
+
+// CPUsFor decides which CPUs a role's command runs on. A timing user runs
+// only on the judge's CPUs; every other role runs anywhere the broker may,
+// except on judge CPUs a timed run holds at that moment.
+func (b *Broker) CPUsFor(r roles.Role, requested string) (cpuset.Set, error) {
+	var allowed cpuset.Set
+	if r.Kind == roles.Timing {
+		allowed = b.judgeCPUs
+	} else {
+		allowed = b.online.Minus(b.heldCPUs())
+	}
+	if len(allowed) == 0 {
+		return nil, fmt.Errorf("cpus: no CPU is free for %s (judge CPUs %s are held by a timed run)", r.Name, b.judgeCPUs)
+	}
+	if requested == "" {
+		return allowed, nil
+	}
+	want, err := cpuset.Parse(requested)
+	if err != nil {
+		return nil, fmt.Errorf("cpus: %w", err)
+	}
+	if len(want) == 0 {
+		return nil, fmt.Errorf("cpus: %q names no CPU", requested)
+	}
+	if !allowed.Contains(want) {
+		return nil, fmt.Errorf("cpus: %s may not use CPUs %s (it may use %s)", r.Name, want.Minus(allowed), allowed)
+	}
+	return want, nil
+}
+
+// heldCPUs is the judge CPUs a timed run holds now.
+func (b *Broker) heldCPUs() cpuset.Set {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out cpuset.Set
+	for _, s := range b.cpuHolds {
+		out = append(out, s...)
+	}
+	return out
+}
+
+// runCommand starts a command, waits for it under its timeout (or until
+// cancel closes), and fills in how it ended.
+func (b *Broker) runCommand(c *command, timeout time.Duration, cancel <-chan struct{}) (*rpc.RunResult, error) {
+	spec := &spawn.Spec{Mode: spawn.ModeExec, Argv: c.argv, Env: c.env, CPUs: c.cpus, Rlimits: c.rlimits}
+	ch, err := b.startShim(c, spec)
+	if err != nil {
+		return nil, err
+	}
+	defer ch.close()
+	res := &rpc.RunResult{PID: ch.pid, CPUs: c.cpus.String()}
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	var e exit
+	why := ""
+	select {
+	case e = <-ch.exited:
+	case <-timer.C:
+		why = rpc.StoppedTimeout
+	case <-cancel:
+		why = rpc.StoppedCanceled
+	}
+	if why != "" {
+		ch.kill()
+		e = <-ch.exited
+	}
+	res.WallNS = e.at.Sub(ch.started).Nanoseconds()
+	res.UserNS = e.ru.Utime.Nano()
+	res.SysNS = e.ru.Stime.Nano()
+	res.MaxRSSKB = e.ru.Maxrss
+	res.ExitCode = -1
+	switch {
+	case e.ws.Exited():
+		res.ExitCode = e.ws.ExitStatus()
+		res.Stopped = rpc.StoppedExited
+	case e.ws.Signaled():
+		res.Signal = int(e.ws.Signal())
+		res.Stopped = rpc.StoppedSignaled
+		cpuLimit := rlimitOf(c.rlimits, unix.RLIMIT_CPU)
+		switch {
+		case e.ws.Signal() == unix.SIGXCPU,
+			e.ws.Signal() == unix.SIGKILL && cpuLimit > 0 && uint64((res.UserNS+res.SysNS)/1e9) >= cpuLimit:
+			res.Stopped = rpc.StoppedLimitCPU
+		case e.ws.Signal() == unix.SIGXFSZ:
+			res.Stopped = rpc.StoppedLimitFSZ
+		}
+	}
+	if why != "" {
+		res.Stopped = why
+	}
+	if ch.execErr != "" {
+		return res, &execError{msg: ch.execErr}
+	}
+	return res, nil
+}
+
+// execError is a command the shim could not start.
+type execError struct{ msg string }
+
+func (e *execError) Error() string { return e.msg }
+
+func rlimitOf(rl []spawn.Rlimit, r int) uint64 {
+	for _, l := range rl {
+		if l.Resource == r {
+			return l.Cur
+		}
+	}
+	return 0
+}
+
+// stopHelper runs the shim in stop mode as the role's user: kill(-1,
+// SIGKILL) until no process of that user is left. It returns how many
+// processes the helper saw when it began.
+func (b *Broker) stopHelper(r roles.Role) (int, error) {
+	var lastErr error
+	for attempt := 0; attempt < 5; attempt++ {
+		c := &command{role: r, stdio: [3]*os.File{b.devnull, b.devnull, b.devnull}}
+		ch, err := b.startShim(c, &spawn.Spec{Mode: spawn.ModeStop, StopTimeoutMS: 10_000})
+		if err != nil {
+			return 0, err
+		}
+		e := <-ch.exited
+		ch.close()
+		var n int
+		if _, serr := fmt.Sscanf(ch.execErr, "ok %d", &n); serr == nil && e.ws.Exited() && e.ws.ExitStatus() == 0 {
+			return n, nil
+		}
+		// Another process of the user may have killed the helper first;
+		// it is dead by now or dies in the next round.
+		lastErr = fmt.Errorf("stop %s: helper %s: %s", r.Name, describe(e.ws), ch.execErr)
+	}
+	return 0, lastErr
+}

@@ -1,0 +1,284 @@
+package broker
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"thermite/roles"
+)
+
+// folder is one entry of DESIGN.md's table of files.
+type folder struct {
+	path string
+	uid  int
+	gid  int
+	mode os.FileMode
+}
+
+// layout is the state dir's folders with their owners and modes.
+func (b *Broker) layout() []folder {
+	ctl := b.table.Controller()
+	return []folder{
+		{b.cfg.StateDir, 0, 0, 0o755},
+		{b.cfg.BrokerDir(), 0, ctl.GID, 0o710},
+		{b.cfg.ControllerDir(), ctl.UID, ctl.GID, 0o700},
+		{b.cfg.StoreDir(), ctl.UID, ctl.GID, 0o711},
+		{b.cfg.ScratchDir(), 0, 0, 0o755},
+		{b.cfg.ResearchDir(), ctl.UID, ctl.GID, 0o755},
+	}
+}
+
+// scratchLayout is what scratch holds after it is cleared: each role's
+// HOME and TMPDIR, and the controller's folders for trials, runs and builds.
+func (b *Broker) scratchLayout() []folder {
+	ctl := b.table.Controller()
+	s := b.cfg.ScratchDir()
+	out := []folder{
+		{filepath.Join(s, "home"), 0, 0, 0o711},
+		{filepath.Join(s, "tmp"), 0, 0, 0o711},
+		{filepath.Join(s, "trials"), ctl.UID, ctl.GID, 0o711},
+		{filepath.Join(s, "runs"), ctl.UID, ctl.GID, 0o711},
+		{filepath.Join(s, "builds"), ctl.UID, ctl.GID, 0o711},
+	}
+	for _, r := range b.table.Roles {
+		out = append(out,
+			folder{b.homeOf(r), r.UID, r.GID, 0o700},
+			folder{b.tmpOf(r), r.UID, r.GID, 0o700})
+	}
+	return out
+}
+
+func (b *Broker) homeOf(r roles.Role) string {
+	return filepath.Join(b.cfg.ScratchDir(), "home", r.Name)
+}
+
+func (b *Broker) tmpOf(r roles.Role) string {
+	return filepath.Join(b.cfg.ScratchDir(), "tmp", r.Name)
+}
+
+// checkAncestors refuses a state dir below a folder that someone other than
+// root could change: whoever can rename its parents can redirect it. A
+// sticky folder owned by root (/tmp) is fine, as nobody else can rename
+// what root made in it.
+func checkAncestors(p string) error {
+	for dir := filepath.Dir(p); ; dir = filepath.Dir(dir) {
+		var st unix.Stat_t
+		if err := unix.Lstat(dir, &st); err != nil {
+			return fmt.Errorf("state_dir: %s: %w", dir, err)
+		}
+		switch {
+		case st.Mode&unix.S_IFMT == unix.S_IFLNK:
+			// A symlink among the ancestors is resolved once, by root, at start.
+		case st.Uid != 0:
+			return fmt.Errorf("state_dir: %s is owned by uid %d, not root", dir, st.Uid)
+		case st.Mode&0o022 != 0 && st.Mode&unix.S_ISVTX == 0:
+			return fmt.Errorf("state_dir: %s is writable by others (mode %04o)", dir, st.Mode&0o7777)
+		}
+		if dir == "/" {
+			return nil
+		}
+	}
+}
+
+// ensureFolder makes f, or puts its owner and mode back. It refuses a
+// symlink or anything that is not a folder in its place.
+func ensureFolder(f folder) error {
+	var st unix.Stat_t
+	err := unix.Lstat(f.path, &st)
+	if errors.Is(err, unix.ENOENT) {
+		if err := unix.Mkdir(f.path, 0o700); err != nil {
+			return fmt.Errorf("%s: %w", f.path, err)
+		}
+		err = unix.Lstat(f.path, &st)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", f.path, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return fmt.Errorf("%s: is not a folder (mode %o)", f.path, st.Mode)
+	}
+	fd, err := unix.Open(f.path, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("%s: %w", f.path, err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Fchownat(fd, "", f.uid, f.gid, unix.AT_EMPTY_PATH); err != nil {
+		return fmt.Errorf("%s: chown %d:%d: %w", f.path, f.uid, f.gid, err)
+	}
+	if err := unix.Chmod(fmt.Sprintf("/proc/self/fd/%d", fd), uint32(f.mode)); err != nil {
+		return fmt.Errorf("%s: chmod %04o: %w", f.path, f.mode, err)
+	}
+	return nil
+}
+
+// prepareState makes the state dir's folders with their owners and modes,
+// clears scratch of anything an earlier run left, and makes every role's
+// HOME and TMPDIR afresh.
+func (b *Broker) prepareState() error {
+	if err := checkAncestors(b.cfg.StateDir); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(b.cfg.StateDir), 0o755); err != nil {
+		return fmt.Errorf("state_dir: %w", err)
+	}
+	for _, f := range b.layout() {
+		if err := ensureFolder(f); err != nil {
+			return fmt.Errorf("state: %w", err)
+		}
+	}
+	if err := clearFolder(b.cfg.ScratchDir()); err != nil {
+		return fmt.Errorf("scratch: %w", err)
+	}
+	for _, f := range b.scratchLayout() {
+		if err := ensureFolder(f); err != nil {
+			return fmt.Errorf("scratch: %w", err)
+		}
+	}
+	return nil
+}
+
+// clearFolder removes everything inside dir. os.RemoveAll works through
+// descriptors and never follows a symlink out of the tree.
+func clearFolder(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	names, err := d.Readdirnames(-1)
+	d.Close()
+	if err != nil {
+		return err
+	}
+	for _, n := range names {
+		if err := os.RemoveAll(filepath.Join(dir, n)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// closedTmp is a shared temporary folder as it was before the broker
+// closed it, so a clean stop can put it back.
+type closedTmp struct {
+	path     string
+	uid, gid int
+	mode     uint32
+}
+
+// closeTmp makes each shared temporary place root's alone (0700): no role
+// can write it or read what is in it. Each role has its own TMPDIR.
+func (b *Broker) closeTmp() error {
+	for _, p := range b.cfg.ClosedTmp {
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			if errors.Is(err, unix.ENOENT) {
+				b.log.Info("closed_tmp folder does not exist; nothing to close", "path", p)
+				continue
+			}
+			return fmt.Errorf("closed_tmp: %s: %w", p, err)
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+			return fmt.Errorf("closed_tmp: %s is not a folder", p)
+		}
+		b.closed = append(b.closed, closedTmp{p, int(st.Uid), int(st.Gid), st.Mode & 0o7777})
+		if err := ensureFolder(folder{p, 0, 0, 0o700}); err != nil {
+			return fmt.Errorf("closed_tmp: %w", err)
+		}
+	}
+	return nil
+}
+
+// reopenTmp puts the shared temporary places back as they were.
+func (b *Broker) reopenTmp() {
+	for _, c := range b.closed {
+		if err := ensureFolder(folder{c.path, c.uid, c.gid, os.FileMode(c.mode)}); err != nil {
+			b.log.Warn("could not reopen closed_tmp folder", "path", c.path, "err", err)
+		}
+	}
+}
+
+// MaxSecret bounds one secret file.
+const MaxSecret = 1 << 20
+
+// readSecrets reads every secret file. It refuses to go on if the folder or
+// any file in it can be read or written by anyone but root, or is anything
+// but a plain file, and names the file and its mode.
+func readSecrets(dir string) (map[string]string, error) {
+	out := map[string]string{}
+	var st unix.Stat_t
+	if err := unix.Lstat(dir, &st); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return out, nil
+		}
+		return nil, fmt.Errorf("secrets: %s: %w", dir, err)
+	}
+	if err := secretPerm(dir, &st, unix.S_IFDIR); err != nil {
+		return nil, err
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return nil, fmt.Errorf("secrets: %w", err)
+	}
+	defer d.Close()
+	names, err := d.Readdirnames(-1)
+	if err != nil {
+		return nil, fmt.Errorf("secrets: %s: %w", dir, err)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		p := filepath.Join(dir, n)
+		fd, err := unix.Openat(int(d.Fd()), n, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+		if err != nil {
+			if errors.Is(err, unix.ELOOP) {
+				return nil, fmt.Errorf("secrets: %s is a symlink: a secret must be a plain file", p)
+			}
+			return nil, fmt.Errorf("secrets: %s: %w", p, err)
+		}
+		f := os.NewFile(uintptr(fd), p)
+		var fst unix.Stat_t
+		if err := unix.Fstat(fd, &fst); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("secrets: %s: %w", p, err)
+		}
+		if err := secretPerm(p, &fst, unix.S_IFREG); err != nil {
+			f.Close()
+			return nil, err
+		}
+		data, err := io.ReadAll(io.LimitReader(f, MaxSecret+1))
+		f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("secrets: %s: %w", p, err)
+		}
+		if len(data) > MaxSecret {
+			return nil, fmt.Errorf("secrets: %s is over %d bytes", p, MaxSecret)
+		}
+		out[n] = strings.TrimRight(string(data), "\n")
+	}
+	return out, nil
+}
+
+// secretPerm is the rule for the secrets folder and every file in it:
+// root's, of the expected type, and no bit at all for group or others.
+func secretPerm(p string, st *unix.Stat_t, typ uint32) error {
+	if st.Mode&unix.S_IFMT != typ {
+		kind := "plain file"
+		if typ == unix.S_IFDIR {
+			kind = "folder"
+		}
+		return fmt.Errorf("secrets: %s is not a %s", p, kind)
+	}
+	if st.Uid != 0 {
+		return fmt.Errorf("secrets: %s is owned by uid %d: it must be root's", p, st.Uid)
+	}
+	if st.Mode&0o077 != 0 {
+		return fmt.Errorf("secrets: %s is mode %04o: only root may read or write it (0600 or 0400, folder 0700)", p, st.Mode&0o7777)
+	}
+	return nil
+}

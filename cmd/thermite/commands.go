@@ -1,0 +1,378 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"sort"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+
+	"thermite/broker"
+	"thermite/controller"
+	"thermite/internal/caps"
+	"thermite/internal/config"
+	"thermite/internal/rpc"
+	"thermite/roles"
+)
+
+func loadConfig() (config.Config, error) { return config.Load(configPath) }
+
+func loadTable() (config.Config, *roles.Table, error) {
+	cfg, err := loadConfig()
+	if err != nil {
+		return cfg, nil, err
+	}
+	t, err := roles.FromConfig(cfg)
+	return cfg, t, err
+}
+
+func serveCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "serve",
+		Short: "Run the broker (as root): prepare the rig, run the self-test, start and supervise the controller",
+		Args:  cobra.NoArgs,
+		RunE:  func(cmd *cobra.Command, args []string) error { return runServe() },
+	}
+}
+
+// runServe checks the configuration, then re-execs as the broker with the
+// capability bounding set reduced to the broker's and no_new_privs set.
+func runServe() error {
+	if err := requireRoot("serve"); err != nil {
+		return err
+	}
+	cfg, err := loadConfig()
+	if err != nil {
+		return err
+	}
+	argv := []string{"thermite", broker.Arg}
+	if cfg.Source != "" {
+		argv = append(argv, "--config", cfg.Source)
+	}
+	return caps.ReduceAndExec(caps.Broker, argv, os.Environ())
+}
+
+func brokerCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:    broker.Arg,
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := loadConfig()
+			if err != nil {
+				return err
+			}
+			log := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("proc", "broker")
+			b, err := broker.New(cfg, log)
+			if err != nil {
+				return err
+			}
+			if err := b.Serve(); err != nil {
+				log.Error("broker refused to start", "err", err.Error())
+				return err
+			}
+			return nil
+		},
+	}
+}
+
+func controllerCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:    broker.ControllerArg,
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE:   func(cmd *cobra.Command, args []string) error { return controller.Main() },
+	}
+}
+
+func rolesCmd() *cobra.Command {
+	var asJSON bool
+	c := &cobra.Command{
+		Use:   "roles",
+		Short: "Print the role table: every role user, its uid, gid, groups and what runs as it",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			_, t, err := loadTable()
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(t)
+			}
+			w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "ROLE\tUSER\tUID\tGID\tGROUPS\tWHAT RUNS AS IT")
+			for _, r := range t.Roles {
+				fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%s\t%s\n", r.Name, r.User, r.UID, r.GID, groupNames(t, r.Groups), r.Purpose)
+			}
+			return w.Flush()
+		},
+	}
+	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	c.AddCommand(&cobra.Command{
+		Use:   "ensure",
+		Short: "Write the missing role users and groups into /etc/passwd, /etc/group and /etc/shadow (root)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := requireRoot("roles ensure"); err != nil {
+				return err
+			}
+			_, t, err := loadTable()
+			if err != nil {
+				return err
+			}
+			added, err := t.Ensure("/etc")
+			if err != nil {
+				return err
+			}
+			fmt.Printf("roles: %d users and %d groups in place; added %d entries\n", len(t.Roles), len(t.Roles)+len(t.Groups), len(added))
+			return nil
+		},
+	}, &cobra.Command{
+		Use:   "remove",
+		Short: "Remove the table's role users and groups from /etc (root)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := requireRoot("roles remove"); err != nil {
+				return err
+			}
+			_, t, err := loadTable()
+			if err != nil {
+				return err
+			}
+			removed, err := t.Remove("/etc")
+			if err != nil {
+				return err
+			}
+			fmt.Printf("roles: removed %d entries\n", len(removed))
+			return nil
+		},
+	})
+	return c
+}
+
+func groupNames(t *roles.Table, gids []int) string {
+	if len(gids) == 0 {
+		return "-"
+	}
+	var out []string
+	for _, g := range gids {
+		name := fmt.Sprint(g)
+		for _, grp := range t.Groups {
+			if grp.GID == g {
+				name = grp.Unix
+			}
+		}
+		out = append(out, name)
+	}
+	return strings.Join(out, ",")
+}
+
+func configCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "config",
+		Short: "Print the effective configuration",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := loadConfig()
+			if err != nil {
+				return err
+			}
+			s, err := cfg.Encode()
+			if err != nil {
+				return err
+			}
+			fmt.Print(s)
+			return nil
+		},
+	}
+}
+
+func runAsCmd() *cobra.Command {
+	var (
+		cpus, cwd string
+		timeout   time.Duration
+		env       []string
+		gpus      []int
+		lim       rpc.Limits
+		asJSON    bool
+	)
+	c := &cobra.Command{
+		Use:   "run-as ROLE [flags] -- CMD [ARGS...]",
+		Short: "Run one command as a role through the broker, stream its output, and exit with its code (root)",
+		Args:  cobra.MinimumNArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := requireRoot("run-as"); err != nil {
+				return err
+			}
+			if cmd.ArgsLenAtDash() != 1 {
+				return fmt.Errorf("run-as: give the role, then -- and the command")
+			}
+			cfg, err := loadConfig()
+			if err != nil {
+				return err
+			}
+			lim.TimeoutMS = timeout.Milliseconds()
+			req := &rpc.Request{Op: rpc.OpRun, Run: &rpc.RunRequest{
+				Role: args[0], Argv: args[1:], Env: env, Cwd: cwd, CPUs: cpus, GPUs: gpus, Limits: lim,
+			}}
+			resp, err := rpc.Call(cfg.BrokerSocket(), req, 0, 1, 2)
+			if asJSON && resp != nil && resp.Run != nil {
+				json.NewEncoder(os.Stderr).Encode(resp.Run)
+			}
+			if err != nil {
+				code := 1
+				if resp != nil && resp.Run != nil {
+					code = 127
+				}
+				return &exitError{code: code, msg: "run-as: " + err.Error()}
+			}
+			r := resp.Run
+			switch {
+			case r.Stopped == rpc.StoppedTimeout:
+				return &exitError{code: 124, msg: fmt.Sprintf("run-as: %s: timed out after %s", args[1], time.Duration(r.WallNS).Round(time.Millisecond))}
+			case r.ExitCode >= 0:
+				if r.ExitCode != 0 {
+					return &exitError{code: r.ExitCode}
+				}
+				return nil
+			default:
+				return &exitError{code: 128 + r.Signal, msg: fmt.Sprintf("run-as: %s: %s (%s)", args[1], sigName(r.Signal), r.Stopped)}
+			}
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&cpus, "cpus", "", "CPU list the command may run on (default: the role's)")
+	f.DurationVar(&timeout, "timeout", 0, "wall-clock limit (default: the rig's)")
+	f.StringVar(&cwd, "cwd", "", "working folder inside scratch (default: the role's home)")
+	f.StringArrayVar(&env, "env", nil, "NAME=value for the command's environment (repeatable)")
+	f.IntSliceVar(&gpus, "gpus", nil, "card indexes the command may open")
+	f.IntVar(&lim.Processes, "processes", 0, "process limit (RLIMIT_NPROC, counts every task of the user)")
+	f.IntVar(&lim.OpenFiles, "open-files", 0, "open file limit")
+	f.Int64Var(&lim.AddressSpaceMB, "address-space-mb", 0, "address space limit in MiB")
+	f.Int64Var(&lim.FileSizeMB, "file-size-mb", 0, "file size limit in MiB")
+	f.IntVar(&lim.CPUSeconds, "cpu-seconds", 0, "CPU time limit in seconds")
+	f.BoolVar(&asJSON, "json", false, "print the broker's result as JSON on stderr")
+	return c
+}
+
+func sigName(s int) string {
+	if n := unix.SignalName(syscall.Signal(s)); n != "" {
+		return n
+	}
+	return fmt.Sprintf("signal %d", s)
+}
+
+func stopCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "stop ROLE",
+		Short: "Stop every process a role's user runs (root)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := requireRoot("stop"); err != nil {
+				return err
+			}
+			cfg, err := loadConfig()
+			if err != nil {
+				return err
+			}
+			resp, err := rpc.Call(cfg.BrokerSocket(), &rpc.Request{Op: rpc.OpStopUser, StopUser: &rpc.StopUserRequest{Role: args[0]}})
+			if err != nil {
+				return fmt.Errorf("stop: %w", err)
+			}
+			fmt.Printf("stopped %d processes of %s\n", resp.StopUser.Stopped, args[0])
+			return nil
+		},
+	}
+}
+
+func statusCmd() *cobra.Command {
+	var asJSON bool
+	c := &cobra.Command{
+		Use:   "status",
+		Short: "Show the broker, the controller, the role table and the last self-test (root)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := requireRoot("status"); err != nil {
+				return err
+			}
+			cfg, err := loadConfig()
+			if err != nil {
+				return err
+			}
+			resp, err := rpc.Call(cfg.BrokerSocket(), &rpc.Request{Op: rpc.OpStatus})
+			if err != nil {
+				return fmt.Errorf("status: %w", err)
+			}
+			if asJSON {
+				return printJSON(resp.Status)
+			}
+			printStatus(resp.Status)
+			return nil
+		},
+	}
+	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return c
+}
+
+func printStatus(s *rpc.Status) {
+	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(w, "broker\tpid %d, since %s, socket %s\n", s.BrokerPID, s.StartedAt, s.Socket)
+	ctl := "not running"
+	if s.ControllerPID != 0 {
+		ans := "does not answer"
+		if s.ControllerUp {
+			ans = "answers"
+		}
+		ctl = fmt.Sprintf("pid %d, %s (started %d times)", s.ControllerPID, ans, s.ControllerRuns)
+	}
+	fmt.Fprintf(w, "controller\t%s\n", ctl)
+	fmt.Fprintf(w, "landlock\tABI %d\n", s.LandlockABI)
+	fmt.Fprintf(w, "cgroup\t%s\n", s.Cgroup)
+	if s.Selftest != nil {
+		fmt.Fprintf(w, "self-test\t%s (at %s, %d ms, Landlock ABI %d)\n", s.Selftest.Sentence, s.Selftest.At, s.Selftest.WallMS, s.Selftest.LandlockV)
+	} else {
+		fmt.Fprintf(w, "self-test\tnot run\n")
+	}
+	if g := s.GPU; g != nil {
+		state := "usable"
+		if !g.Usable {
+			state = "refused: " + g.Refused
+		}
+		fmt.Fprintf(w, "gpu\tlayout %s, %d cards, %s\n", g.Layout, len(g.Cards), state)
+		if g.PermsNote != "" {
+			fmt.Fprintf(w, "\t%s\n", g.PermsNote)
+		}
+	}
+	for _, n := range s.Notes {
+		fmt.Fprintf(w, "note\t%s\n", n)
+	}
+	busy := 0
+	for _, r := range s.Roles {
+		if r.Processes > 0 {
+			busy++
+		}
+	}
+	fmt.Fprintf(w, "roles\t%d roles, %d with processes\n", len(s.Roles), busy)
+	w.Flush()
+	rs := append([]rpc.RoleStatus(nil), s.Roles...)
+	sort.SliceStable(rs, func(i, j int) bool { return rs[i].UID < rs[j].UID })
+	w = tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "  ROLE\tUSER\tUID\tPROCESSES")
+	for _, r := range rs {
+		fmt.Fprintf(w, "  %s\t%s\t%d\t%d\n", r.Name, r.User, r.UID, r.Processes)
+	}
+	w.Flush()
+}
+
+func printJSON(v any) error {
+	enc := json.NewEncoder(os.Stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}

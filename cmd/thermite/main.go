@@ -1,0 +1,84 @@
+// The runtime's cgroup-aware GOMAXPROCS keeps two cgroup files open for
+// the life of every Go process; the shim and the probe must start with
+// nothing but stdio, so it is off.
+//
+//go:debug containermaxprocs=0
+//go:debug updatemaxprocs=0
+
+// Command thermite is the rig's isolation layer: one binary that is the
+// root broker, the unprivileged controller, the spawn shim and the
+// operator's tools.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"thermite/internal/spawn"
+	"thermite/selftest"
+)
+
+// exitError carries an exit code other than 1 out of a command.
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e *exitError) Error() string { return e.msg }
+
+func main() {
+	// The shim and the probe run before anything else is set up: they are
+	// on every command's start path, and must stay small and quick.
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case spawn.Arg:
+			spawn.Main()
+		case selftest.ProbeArg:
+			os.Exit(selftest.ProbeMain(os.Args[2:]))
+		}
+	}
+	root := newRoot()
+	if err := root.Execute(); err != nil {
+		var ee *exitError
+		if errors.As(err, &ee) {
+			if ee.msg != "" {
+				fmt.Fprintln(os.Stderr, "thermite: "+ee.msg)
+			}
+			os.Exit(ee.code)
+		}
+		fmt.Fprintln(os.Stderr, "thermite: "+err.Error())
+		os.Exit(1)
+	}
+}
+
+var configPath string
+
+func newRoot() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "thermite",
+		Short:         "The rig's isolation layer: a root broker, an unprivileged controller, and role users",
+		Long:          "thermite with no command is `thermite serve`: the broker, as root.",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Args:          cobra.NoArgs,
+		RunE:          func(cmd *cobra.Command, args []string) error { return runServe() },
+	}
+	root.PersistentFlags().StringVar(&configPath, "config", "", "the rig's TOML configuration (default /etc/thermite/rig.toml when present)")
+	root.AddCommand(
+		serveCmd(), brokerCmd(), controllerCmd(),
+		rolesCmd(), configCmd(),
+		runAsCmd(), stopCmd(), statusCmd(),
+		selftestCmd(),
+	)
+	return root
+}
+
+func requireRoot(what string) error {
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("%s: must run as root", what)
+	}
+	return nil
+}

@@ -1,0 +1,51 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"thermite/internal/rpc"
+)
+
+func selftestCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "selftest",
+		Short: "Self-tests of the rig",
+	}
+	var asJSON, force bool
+	iso := &cobra.Command{
+		Use:   "isolation",
+		Short: "Run a probe as every role that tries what the role must not do; one sentence says whether isolation holds (root)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := requireRoot("selftest isolation"); err != nil {
+				return err
+			}
+			cfg, err := loadConfig()
+			if err != nil {
+				return err
+			}
+			resp, err := rpc.Call(cfg.BrokerSocket(), &rpc.Request{Op: rpc.OpSelftest, Selftest: &rpc.SelftestRequest{Force: force}})
+			if err != nil {
+				return fmt.Errorf("selftest isolation: %w", err)
+			}
+			res := resp.Selftest
+			if asJSON {
+				if err := printJSON(res); err != nil {
+					return err
+				}
+			} else {
+				fmt.Println(res.Sentence)
+			}
+			if !res.Holds {
+				return &exitError{code: 1}
+			}
+			return nil
+		},
+	}
+	iso.Flags().BoolVar(&asJSON, "json", false, "print every probe's row as JSON")
+	iso.Flags().BoolVar(&force, "force", false, "run on a busy rig: each probe stops its role's processes")
+	c.AddCommand(iso)
+	return c
+}

@@ -1,0 +1,129 @@
+// Package caps reduces the broker to the capabilities a rig's container
+// gives it, and proves that it has no more.
+package caps
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"thermite/internal/procs"
+)
+
+// Broker is every capability the broker keeps: exactly what the compose
+// file adds back after dropping all.
+var Broker = []int{
+	unix.CAP_CHOWN,
+	unix.CAP_DAC_OVERRIDE,
+	unix.CAP_FOWNER,
+	unix.CAP_SETUID,
+	unix.CAP_SETGID,
+	unix.CAP_KILL,
+}
+
+var names = map[int]string{
+	unix.CAP_CHOWN:        "CAP_CHOWN",
+	unix.CAP_DAC_OVERRIDE: "CAP_DAC_OVERRIDE",
+	unix.CAP_FOWNER:       "CAP_FOWNER",
+	unix.CAP_SETUID:       "CAP_SETUID",
+	unix.CAP_SETGID:       "CAP_SETGID",
+	unix.CAP_KILL:         "CAP_KILL",
+}
+
+// Mask is the bit mask of a set of capabilities.
+func Mask(set []int) uint64 {
+	var m uint64
+	for _, c := range set {
+		m |= 1 << uint(c)
+	}
+	return m
+}
+
+func lastCap() (int, error) {
+	b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap")
+	if err != nil {
+		return 0, fmt.Errorf("caps: %w", err)
+	}
+	return strconv.Atoi(strings.TrimSpace(string(b)))
+}
+
+// ReduceAndExec drops every capability but keep from the bounding set, sets
+// no_new_privs, and execs argv. Both are per-thread, and execve keeps those
+// of the thread that calls it, so the new image starts as root holding
+// exactly keep on every thread: the reduced set is what the rest of the
+// broker runs with, which proves it is enough.
+func ReduceAndExec(keep []int, argv []string, env []string) error {
+	runtime.LockOSThread()
+	last, err := lastCap()
+	if err != nil {
+		return err
+	}
+	k := Mask(keep)
+	for c := 0; c <= last; c++ {
+		if k&(1<<uint(c)) != 0 {
+			continue
+		}
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil {
+			return fmt.Errorf("caps: drop capability %d from the bounding set: %w", c, err)
+		}
+	}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("caps: no_new_privs: %w", err)
+	}
+	if err := unix.Exec("/proc/self/exe", argv, env); err != nil {
+		return fmt.Errorf("caps: re-exec: %w", err)
+	}
+	return nil
+}
+
+// Verify checks that this process holds exactly keep, effective, permitted
+// and in the bounding set, nothing ambient or inheritable, and has
+// no_new_privs. It names what is missing or extra.
+func Verify(keep []int) error {
+	st, err := procs.Status("/proc/self/status")
+	if err != nil {
+		return fmt.Errorf("caps: %w", err)
+	}
+	want := Mask(keep)
+	for _, f := range []string{"CapEff", "CapPrm", "CapBnd"} {
+		v, err := strconv.ParseUint(st[f], 16, 64)
+		if err != nil {
+			return fmt.Errorf("caps: /proc/self/status %s: %q", f, st[f])
+		}
+		if missing := want &^ v; missing != 0 {
+			return fmt.Errorf("caps: the broker needs %s, which this container does not give (%s is %016x)", Names(missing), f, v)
+		}
+		if extra := v &^ want; extra != 0 {
+			return fmt.Errorf("caps: %s still holds %016x beyond the broker's set", f, extra)
+		}
+	}
+	for _, f := range []string{"CapAmb", "CapInh"} {
+		if v, _ := strconv.ParseUint(st[f], 16, 64); v != 0 {
+			return fmt.Errorf("caps: %s is %016x, not 0", f, v)
+		}
+	}
+	if st["NoNewPrivs"] != "1" {
+		return fmt.Errorf("caps: no_new_privs is not set")
+	}
+	return nil
+}
+
+// Names spells a capability mask with the broker's capability names.
+func Names(m uint64) string {
+	var out []string
+	for c := 0; c < 64; c++ {
+		if m&(1<<uint(c)) == 0 {
+			continue
+		}
+		if n, ok := names[c]; ok {
+			out = append(out, n)
+		} else {
+			out = append(out, "cap "+strconv.Itoa(c))
+		}
+	}
+	return strings.Join(out, ", ")
+}

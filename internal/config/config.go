@@ -1,0 +1,266 @@
+// Package config holds the rig's configuration: an optional TOML file whose
+// every key has a default, so a rig runs with no file at all.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+
+	"thermite/internal/cpuset"
+)
+
+// DefaultPath is read when no --config is given and the file exists.
+const DefaultPath = "/etc/thermite/rig.toml"
+
+// Duration is a time.Duration written as "30s" or "10m" in the file.
+type Duration struct{ time.Duration }
+
+// UnmarshalText parses a Go duration string.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return fmt.Errorf("not a duration (like \"30s\"): %q", b)
+	}
+	d.Duration = v
+	return nil
+}
+
+// MarshalText writes the duration the way the file takes it.
+func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
+
+// Limits are the resource limits a role's command gets unless its request
+// asks for lower ones. Zero means unlimited where the key says so.
+type Limits struct {
+	Processes      int      `toml:"processes" json:"processes"`
+	OpenFiles      int      `toml:"open_files" json:"open_files"`
+	AddressSpaceMB int64    `toml:"address_space_mb" json:"address_space_mb"`
+	FileSizeMB     int64    `toml:"file_size_mb" json:"file_size_mb"`
+	CPUSeconds     int      `toml:"cpu_seconds" json:"cpu_seconds"`
+	WallTimeout    Duration `toml:"wall_timeout" json:"wall_timeout"`
+}
+
+// GPU is the GPU layout and its device tree.
+type GPU struct {
+	Layout      string   `toml:"layout" json:"layout"`
+	DevRoot     string   `toml:"dev_root" json:"dev_root"`
+	ProcRoot    string   `toml:"proc_root" json:"proc_root"`
+	FixInterval Duration `toml:"fix_interval" json:"fix_interval"`
+	// FenceMinABI is the Landlock ABI the fence insists on; tests raise it
+	// above the kernel's to prove the rig refuses GPU work then.
+	FenceMinABI int `toml:"fence_min_abi" json:"fence_min_abi"`
+}
+
+// Config is the whole effective configuration.
+type Config struct {
+	StateDir        string   `toml:"state_dir" json:"state_dir"`
+	SecretsDir      string   `toml:"secrets_dir" json:"secrets_dir"`
+	RolePrefix      string   `toml:"role_prefix" json:"role_prefix"`
+	UIDBase         int      `toml:"uid_base" json:"uid_base"`
+	Lanes           int      `toml:"lanes" json:"lanes"`
+	TimingUsers     int      `toml:"timing_users" json:"timing_users"`
+	ClosedTmp       []string `toml:"closed_tmp" json:"closed_tmp"`
+	JudgeCPUs       string   `toml:"judge_cpus" json:"judge_cpus"`
+	StartupSelftest string   `toml:"startup_selftest" json:"startup_selftest"`
+	Limits          Limits   `toml:"limits" json:"limits"`
+	GPU             GPU      `toml:"gpu" json:"gpu"`
+
+	// Source is the file the configuration came from, or "" for defaults.
+	Source string `toml:"-" json:"source"`
+}
+
+// Default returns the configuration a rig gets with no file.
+func Default() Config {
+	return Config{
+		StateDir:        "/var/lib/thermite",
+		SecretsDir:      "/etc/thermite/secrets",
+		RolePrefix:      "",
+		UIDBase:         20000,
+		Lanes:           16,
+		TimingUsers:     1,
+		ClosedTmp:       []string{"/tmp", "/var/tmp", "/dev/shm"},
+		JudgeCPUs:       "auto",
+		StartupSelftest: "refuse",
+		Limits: Limits{
+			Processes:   512,
+			OpenFiles:   1024,
+			WallTimeout: Duration{10 * time.Minute},
+		},
+		GPU: GPU{
+			Layout:      "none",
+			DevRoot:     "/dev",
+			ProcRoot:    "/proc",
+			FixInterval: Duration{30 * time.Second},
+			FenceMinABI: 5,
+		},
+	}
+}
+
+// Load reads the file at path, or DefaultPath when path is "" and that file
+// exists, over the defaults, and checks every value.
+func Load(path string) (Config, error) {
+	c := Default()
+	explicit := path != ""
+	if !explicit {
+		if _, err := os.Stat(DefaultPath); err == nil {
+			path = DefaultPath
+		}
+	}
+	if path != "" {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			if !explicit && errors.Is(err, os.ErrNotExist) {
+				return c, c.Validate()
+			}
+			return c, fmt.Errorf("config: %w", err)
+		}
+		md, err := toml.NewDecoder(bytes.NewReader(data)).Decode(&c)
+		if err != nil {
+			return c, fmt.Errorf("config %s: %w", path, err)
+		}
+		if und := md.Undecoded(); len(und) > 0 {
+			return c, fmt.Errorf("config %s: unknown key %q", path, und[0].String())
+		}
+		c.Source = path
+	}
+	if err := c.Validate(); err != nil {
+		if c.Source != "" {
+			return c, fmt.Errorf("config %s: %w", c.Source, err)
+		}
+		return c, fmt.Errorf("config: %w", err)
+	}
+	return c, nil
+}
+
+var prefixRE = regexp.MustCompile(`^([a-z_][a-z0-9_-]{0,15})?$`)
+
+// MaxLanes bounds lanes and timing users: each kind has 99 uids in the layout.
+const MaxLanes = 99
+
+// Validate checks every value and names the key at fault.
+func (c *Config) Validate() error {
+	for key, p := range map[string]string{"state_dir": c.StateDir, "secrets_dir": c.SecretsDir, "gpu.dev_root": c.GPU.DevRoot, "gpu.proc_root": c.GPU.ProcRoot} {
+		if !filepath.IsAbs(p) || filepath.Clean(p) != p {
+			return fmt.Errorf("%s: %q is not a clean absolute path", key, p)
+		}
+	}
+	if c.StateDir == "/" {
+		return fmt.Errorf("state_dir: must not be /")
+	}
+	if !prefixRE.MatchString(c.RolePrefix) {
+		return fmt.Errorf("role_prefix: %q is not a user-name prefix (lower-case letters, digits, _ and -, at most 16)", c.RolePrefix)
+	}
+	if c.UIDBase < 1000 || c.UIDBase > 4_000_000_000 {
+		return fmt.Errorf("uid_base: %d is out of range 1000..4000000000", c.UIDBase)
+	}
+	if c.Lanes < 1 || c.Lanes > MaxLanes {
+		return fmt.Errorf("lanes: %d is out of range 1..%d", c.Lanes, MaxLanes)
+	}
+	if c.TimingUsers < 1 || c.TimingUsers > 90 {
+		return fmt.Errorf("timing_users: %d is out of range 1..90", c.TimingUsers)
+	}
+	seen := map[string]bool{}
+	for _, p := range c.ClosedTmp {
+		if !filepath.IsAbs(p) || filepath.Clean(p) != p || p == "/" {
+			return fmt.Errorf("closed_tmp: %q is not a clean absolute path other than /", p)
+		}
+		if seen[p] {
+			return fmt.Errorf("closed_tmp: %q is listed twice", p)
+		}
+		seen[p] = true
+		if strings.HasPrefix(c.StateDir+"/", p+"/") {
+			return fmt.Errorf("closed_tmp: %q holds state_dir %q, which roles must reach", p, c.StateDir)
+		}
+	}
+	if _, err := c.JudgeCPUSet(); err != nil {
+		return fmt.Errorf("judge_cpus: %w", err)
+	}
+	switch c.StartupSelftest {
+	case "refuse", "warn":
+	default:
+		return fmt.Errorf("startup_selftest: %q is not one of refuse, warn", c.StartupSelftest)
+	}
+	l := c.Limits
+	switch {
+	case l.Processes < 1:
+		return fmt.Errorf("limits.processes: %d must be at least 1", l.Processes)
+	case l.OpenFiles < 4:
+		return fmt.Errorf("limits.open_files: %d must be at least 4", l.OpenFiles)
+	case l.AddressSpaceMB < 0:
+		return fmt.Errorf("limits.address_space_mb: %d must be 0 (unlimited) or more", l.AddressSpaceMB)
+	case l.FileSizeMB < 0:
+		return fmt.Errorf("limits.file_size_mb: %d must be 0 (unlimited) or more", l.FileSizeMB)
+	case l.CPUSeconds < 0:
+		return fmt.Errorf("limits.cpu_seconds: %d must be 0 (unlimited) or more", l.CPUSeconds)
+	case l.WallTimeout.Duration <= 0:
+		return fmt.Errorf("limits.wall_timeout: %s must be more than 0", l.WallTimeout)
+	}
+	switch c.GPU.Layout {
+	case "none", "shared", "dedicated":
+	default:
+		return fmt.Errorf("gpu.layout: %q is not one of none, shared, dedicated", c.GPU.Layout)
+	}
+	if c.GPU.FixInterval.Duration < time.Second {
+		return fmt.Errorf("gpu.fix_interval: %s must be at least 1s", c.GPU.FixInterval)
+	}
+	if c.GPU.FenceMinABI < 5 {
+		return fmt.Errorf("gpu.fence_min_abi: %d is below 5, the first ABI with IOCTL_DEV", c.GPU.FenceMinABI)
+	}
+	return nil
+}
+
+// JudgeCPUSet is the CPUs reserved for timed runs. "auto" is the highest CPU
+// this process may run on.
+func (c *Config) JudgeCPUSet() (cpuset.Set, error) {
+	if c.JudgeCPUs == "auto" {
+		online, err := cpuset.Online()
+		if err != nil {
+			return nil, err
+		}
+		if len(online) == 0 {
+			return nil, fmt.Errorf("no CPU is online")
+		}
+		return cpuset.Set{online[len(online)-1]}, nil
+	}
+	s, err := cpuset.Parse(c.JudgeCPUs)
+	if err != nil {
+		return nil, err
+	}
+	if len(s) == 0 {
+		return nil, fmt.Errorf("%q names no CPU", c.JudgeCPUs)
+	}
+	return s, nil
+}
+
+// Paths under the state dir, one place for every consumer.
+
+func (c *Config) BrokerDir() string      { return filepath.Join(c.StateDir, "broker") }
+func (c *Config) BrokerSocket() string   { return filepath.Join(c.StateDir, "broker", "broker.sock") }
+func (c *Config) ControllerDir() string  { return filepath.Join(c.StateDir, "controller") }
+func (c *Config) ControllerSocket() string {
+	return filepath.Join(c.StateDir, "controller", "controller.sock")
+}
+func (c *Config) StoreDir() string    { return filepath.Join(c.StateDir, "store") }
+func (c *Config) ScratchDir() string  { return filepath.Join(c.StateDir, "scratch") }
+func (c *Config) ResearchDir() string { return filepath.Join(c.StateDir, "research") }
+
+// Encode writes the configuration as TOML, the form `thermite config` prints.
+func (c *Config) Encode() (string, error) {
+	var b bytes.Buffer
+	if c.Source != "" {
+		fmt.Fprintf(&b, "# from %s\n", c.Source)
+	} else {
+		b.WriteString("# defaults: no config file\n")
+	}
+	if err := toml.NewEncoder(&b).Encode(c); err != nil {
+		return "", err
+	}
+	return b.String(), nil
+}

@@ -1,0 +1,94 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func write(t *testing.T, text string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "rig.toml")
+	if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestDefaultsNeedNoFile(t *testing.T) {
+	c := Default()
+	if err := c.Validate(); err != nil {
+		t.Fatalf("defaults do not validate: %v", err)
+	}
+	if c.StateDir != "/var/lib/thermite" || c.Lanes != 16 || len(c.ClosedTmp) != 3 || c.StartupSelftest != "refuse" {
+		t.Fatalf("unexpected defaults: %+v", c)
+	}
+}
+
+func TestFileOverridesDefaults(t *testing.T) {
+	c, err := Load(write(t, "lanes = 4\nrole_prefix = \"t-\"\n[limits]\nwall_timeout = \"90s\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Lanes != 4 || c.RolePrefix != "t-" || c.Limits.WallTimeout.Duration != 90*time.Second || c.UIDBase != 20000 {
+		t.Fatalf("got %+v", c)
+	}
+}
+
+func TestBadInputNamesTheKey(t *testing.T) {
+	cases := map[string]string{
+		"colour = \"red\"\n":                                `unknown key "colour"`,
+		"[limits]\nnproc = 3\n":                             `unknown key "limits.nproc"`,
+		"lanes = 0\n":                                       "lanes: 0 is out of range",
+		"lanes = \"many\"\n":                                "lanes",
+		"uid_base = 5\n":                                    "uid_base: 5 is out of range",
+		"state_dir = \"relative/dir\"\n":                    "state_dir:",
+		"role_prefix = \"Bad Prefix\"\n":                    "role_prefix:",
+		"judge_cpus = \"3-1\"\n":                            "judge_cpus:",
+		"closed_tmp = [\"/tmp\", \"/tmp\"]\n":               "closed_tmp: \"/tmp\" is listed twice",
+		"startup_selftest = \"maybe\"\n":                    "startup_selftest:",
+		"[limits]\nwall_timeout = \"soon\"\n":               "wall_timeout",
+		"[limits]\nprocesses = 0\n":                         "limits.processes",
+		"[gpu]\nlayout = \"sideways\"\n":                    "gpu.layout",
+		"[gpu]\nfence_min_abi = 4\n":                        "gpu.fence_min_abi",
+		"state_dir = \"/tmp/x\"\nclosed_tmp = [\"/tmp\"]\n": "holds state_dir",
+	}
+	for text, want := range cases {
+		p := write(t, text)
+		_, err := Load(p)
+		if err == nil {
+			t.Errorf("%q: accepted", text)
+			continue
+		}
+		if !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), p) {
+			t.Errorf("%q: error %q does not name %q and the file", text, err, want)
+		}
+		if strings.Contains(err.Error(), "\n") {
+			t.Errorf("%q: error is more than one line: %q", text, err)
+		}
+	}
+}
+
+func TestExplicitMissingFileIsAnError(t *testing.T) {
+	if _, err := Load("/nonexistent/rig.toml"); err == nil {
+		t.Fatal("a missing --config file was accepted")
+	}
+}
+
+func TestEncodeRoundTrips(t *testing.T) {
+	c := Default()
+	c.Lanes = 3
+	s, err := c.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := Load(write(t, s))
+	if err != nil {
+		t.Fatalf("printed config does not load: %v\n%s", err, s)
+	}
+	if back.Lanes != 3 || back.Limits.WallTimeout != c.Limits.WallTimeout {
+		t.Fatalf("round trip changed values: %+v", back)
+	}
+}

@@ -1,0 +1,381 @@
+// Package confined does path operations that cannot leave a root folder:
+// every lookup is openat2 with RESOLVE_BENEATH and RESOLVE_NO_SYMLINKS, and
+// every change is made through a descriptor of the very file that was
+// checked, so a role that swaps names for symlinks or hard links while the
+// broker works cannot point it anywhere else.
+package confined
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// resolve is what every lookup beneath a root refuses: leaving the root,
+// any symlink, /proc's magic links, and other mounts.
+const resolve = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV
+
+// Rel turns path, absolute or relative, into a path relative to root. It
+// refuses an absolute path outside root; ".." and symlinks are left for
+// Open to refuse, so that the error names what the kernel saw.
+func Rel(root, path string) (string, error) {
+	if path == "" {
+		return "", fmt.Errorf("empty path")
+	}
+	if !filepath.IsAbs(path) {
+		return path, nil
+	}
+	if path == root {
+		return ".", nil
+	}
+	rel, ok := strings.CutPrefix(path, root+"/")
+	if !ok || rel == "" {
+		return "", fmt.Errorf("%s: not inside %s", path, root)
+	}
+	return rel, nil
+}
+
+// OpenRoot opens the root folder itself, refusing a symlink.
+func OpenRoot(root string) (*os.File, error) {
+	fd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", root, err)
+	}
+	return os.NewFile(uintptr(fd), root), nil
+}
+
+// Open opens path beneath root with flags (O_CLOEXEC is added). The error
+// names the path as the caller gave it.
+func Open(root, path string, flags int) (*os.File, error) {
+	rel, err := Rel(root, path)
+	if err != nil {
+		return nil, err
+	}
+	r, err := OpenRoot(root)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	return OpenAt(r, rel, flags, path)
+}
+
+// OpenAt opens rel beneath the folder dir. name is what errors call it.
+func OpenAt(dir *os.File, rel string, flags int, name string) (*os.File, error) {
+	how := unix.OpenHow{Flags: uint64(flags | unix.O_CLOEXEC), Resolve: resolve}
+	fd, err := unix.Openat2(int(dir.Fd()), rel, &how)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, explain(err))
+	}
+	return os.NewFile(uintptr(fd), name), nil
+}
+
+// ErrEscape says a path left its root or went through a symlink.
+var ErrEscape = errors.New("leaves its folder or goes through a symlink")
+
+func explain(err error) error {
+	switch {
+	case errors.Is(err, unix.EXDEV), errors.Is(err, unix.ELOOP):
+		return fmt.Errorf("%w (%v)", ErrEscape, err)
+	}
+	return err
+}
+
+// Stat is what a walk reports of each entry.
+type Stat struct {
+	Mode  uint32
+	UID   uint32
+	GID   uint32
+	Nlink uint64
+	Dev   uint64
+	Ino   uint64
+}
+
+func statAt(dirfd int, name string) (Stat, error) {
+	var st unix.Stat_t
+	if err := unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return Stat{}, err
+	}
+	return Stat{Mode: st.Mode, UID: st.Uid, GID: st.Gid, Nlink: uint64(st.Nlink), Dev: st.Dev, Ino: st.Ino}, nil
+}
+
+func fstat(fd int) (Stat, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return Stat{}, err
+	}
+	return Stat{Mode: st.Mode, UID: st.Uid, GID: st.Gid, Nlink: uint64(st.Nlink), Dev: st.Dev, Ino: st.Ino}, nil
+}
+
+// visit is called for every entry below a walk's top, with the folder's
+// descriptor and the entry's name in it. It may return errSkipDir for a
+// folder it does not want entered.
+type visit func(dirfd int, name, path string, st Stat) error
+
+var errSkipDir = errors.New("skip this folder")
+
+type dirent struct {
+	name string
+	typ  byte
+}
+
+// readDir lists a folder's entries, all at once, so that buf can be reused
+// by the walk beneath.
+func readDir(dir int, path string, buf []byte) ([]dirent, error) {
+	var out []dirent
+	for {
+		n, err := unix.Getdents(dir, buf)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		if n <= 0 {
+			return out, nil
+		}
+		b := buf[:n]
+		for len(b) > 0 {
+			// struct linux_dirent64: ino u64, off s64, reclen u16, type u8, name.
+			reclen := int(b[16]) | int(b[17])<<8
+			typ := b[18]
+			nameb := b[19:reclen]
+			for i, c := range nameb {
+				if c == 0 {
+					nameb = nameb[:i]
+					break
+				}
+			}
+			b = b[reclen:]
+			if name := string(nameb); name != "." && name != ".." {
+				out = append(out, dirent{name, typ})
+			}
+		}
+	}
+}
+
+// walk visits every entry beneath the open folder dir, depth first, never
+// following a symlink: folders are entered with O_NOFOLLOW relative to
+// their parent's descriptor.
+func walk(dir int, path string, fn visit, buf []byte) error {
+	ents, err := readDir(dir, path, buf)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if e.typ == unix.DT_LNK {
+			continue // symlinks are never followed nor changed
+		}
+		child := path + "/" + e.name
+		st, err := statAt(dir, e.name)
+		if err != nil {
+			if errors.Is(err, unix.ENOENT) {
+				continue // removed while we walked
+			}
+			return fmt.Errorf("%s: %w", child, err)
+		}
+		err = fn(dir, e.name, child, st)
+		if errors.Is(err, errSkipDir) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+			continue
+		}
+		sub, err := unix.Openat(dir, e.name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
+				continue // swapped or removed while we walked: not ours to follow
+			}
+			return fmt.Errorf("%s: %w", child, err)
+		}
+		err = walk(sub, child, fn, buf)
+		unix.Close(sub)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// openEntry opens an entry for changing its metadata only (O_PATH), and
+// checks that it is still the entry that was stat'ed.
+func openEntry(dirfd int, name string, want Stat) (int, Stat, error) {
+	fd, err := unix.Openat(dirfd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, Stat{}, err
+	}
+	st, err := fstat(fd)
+	if err != nil {
+		unix.Close(fd)
+		return -1, Stat{}, err
+	}
+	if st.Dev != want.Dev || st.Ino != want.Ino {
+		unix.Close(fd)
+		return -1, Stat{}, fmt.Errorf("replaced while being checked")
+	}
+	return fd, st, nil
+}
+
+// chmodFD changes the mode of the file an O_PATH descriptor holds: through
+// /proc/self/fd, which resolves to exactly that inode, never to a new name.
+func chmodFD(fd int, mode uint32) error {
+	return unix.Chmod("/proc/self/fd/"+strconv.Itoa(fd), mode)
+}
+
+// chownFD changes the owner of the file an O_PATH descriptor holds.
+func chownFD(fd, uid, gid int) error {
+	return unix.Fchownat(fd, "", uid, gid, unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW)
+}
+
+const setIDBits = unix.S_ISUID | unix.S_ISGID
+
+// ClearSetID takes set-user and set-group bits off every file and folder
+// beneath top (and top itself) that uid owns. It never follows a symlink
+// and changes a file only through a descriptor of the entry it checked. It
+// skips, and reports, set-id entries with another owner or, for anything
+// but a folder, more than one link: such a file may also live outside.
+func ClearSetID(top *os.File, uid int) (cleared, skipped []string, scanned int, err error) {
+	fix := func(fd int, st Stat, path string) {
+		switch {
+		case st.Mode&setIDBits == 0:
+		case int(st.UID) != uid:
+			skipped = append(skipped, path+": owned by uid "+strconv.Itoa(int(st.UID)))
+		case st.Mode&unix.S_IFMT != unix.S_IFDIR && st.Mode&unix.S_IFMT != unix.S_IFREG:
+			// Set-id bits on a FIFO or socket grant nothing; leave it.
+		case st.Mode&unix.S_IFMT != unix.S_IFDIR && st.Nlink > 1:
+			skipped = append(skipped, path+": has "+strconv.FormatUint(st.Nlink, 10)+" links")
+		default:
+			if e := chmodFD(fd, st.Mode&0o7777&^setIDBits); e != nil {
+				skipped = append(skipped, path+": "+e.Error())
+				return
+			}
+			cleared = append(cleared, path)
+		}
+	}
+	tst, err := fstat(int(top.Fd()))
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	scanned = 1
+	fix(int(top.Fd()), tst, top.Name())
+	dir, err := reopenDir(top)
+	if err != nil {
+		return cleared, skipped, scanned, err
+	}
+	defer unix.Close(dir)
+	err = walk(dir, top.Name(), func(dirfd int, name, path string, st Stat) error {
+		scanned++
+		if st.Mode&setIDBits == 0 {
+			return nil
+		}
+		fd, cur, err := openEntry(dirfd, name, st)
+		if err != nil {
+			skipped = append(skipped, path+": "+err.Error())
+			return nil
+		}
+		fix(fd, cur, path)
+		unix.Close(fd)
+		return nil
+	}, make([]byte, 64<<10))
+	return cleared, skipped, scanned, err
+}
+
+// reopenDir opens a readable descriptor of the folder top holds (which may
+// be O_PATH), through /proc/self/fd so no name is resolved again.
+func reopenDir(top *os.File) (int, error) {
+	fd, err := unix.Open("/proc/self/fd/"+strconv.Itoa(int(top.Fd())), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("%s: %w", top.Name(), err)
+	}
+	return fd, nil
+}
+
+// ChownTree gives top and everything beneath it to uid:gid. allowed says
+// which current owners may be handed on: anything else (root's files, or a
+// hard link a role made to a file elsewhere) is skipped and reported, so
+// that the broker never gives away a file that was not in the tree. With
+// readOnly, every write bit is taken away too. Set-id bits always go.
+func ChownTree(top *os.File, uid, gid int, allowed func(uid int) bool, readOnly bool, topMode uint32) (changed int, skipped []string, err error) {
+	apply := func(fd int, st Stat, path string) {
+		typ := st.Mode & unix.S_IFMT
+		switch {
+		case !allowed(int(st.UID)):
+			skipped = append(skipped, path+": owned by uid "+strconv.Itoa(int(st.UID)))
+			return
+		case typ != unix.S_IFDIR && st.Nlink > 1:
+			skipped = append(skipped, path+": has "+strconv.FormatUint(st.Nlink, 10)+" links")
+			return
+		case typ == unix.S_IFLNK:
+			return
+		}
+		if e := chownFD(fd, uid, gid); e != nil {
+			skipped = append(skipped, path+": "+e.Error())
+			return
+		}
+		mode := st.Mode & 0o7777 &^ setIDBits
+		if readOnly {
+			mode &^= 0o222
+		}
+		if typ == unix.S_IFDIR || typ == unix.S_IFREG {
+			if e := chmodFD(fd, mode); e != nil {
+				skipped = append(skipped, path+": "+e.Error())
+				return
+			}
+		}
+		changed++
+	}
+	tst, err := fstat(int(top.Fd()))
+	if err != nil {
+		return 0, nil, err
+	}
+	if tst.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return 0, nil, fmt.Errorf("%s: not a folder", top.Name())
+	}
+	dir, err := reopenDir(top)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer unix.Close(dir)
+	err = walk(dir, top.Name(), func(dirfd int, name, path string, st Stat) error {
+		fd, cur, err := openEntry(dirfd, name, st)
+		if err != nil {
+			skipped = append(skipped, path+": "+err.Error())
+			if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+				return errSkipDir
+			}
+			return nil
+		}
+		apply(fd, cur, path)
+		unix.Close(fd)
+		if cur.Mode&unix.S_IFMT == unix.S_IFDIR && !allowed(int(cur.UID)) {
+			return errSkipDir
+		}
+		return nil
+	}, make([]byte, 64<<10))
+	if err != nil {
+		return changed, skipped, err
+	}
+	// The top changes hands last, so that the new owner has no way in
+	// before everything beneath is its own.
+	if !allowed(int(tst.UID)) {
+		return changed, append(skipped, top.Name()+": owned by uid "+strconv.Itoa(int(tst.UID))), nil
+	}
+	if err := chownFD(int(top.Fd()), uid, gid); err != nil {
+		return changed, skipped, fmt.Errorf("%s: %w", top.Name(), err)
+	}
+	mode := tst.Mode & 0o7777 &^ setIDBits
+	if topMode != 0 {
+		mode = topMode
+	}
+	if readOnly {
+		mode &^= 0o222
+	}
+	if err := chmodFD(int(top.Fd()), mode); err != nil {
+		return changed, skipped, fmt.Errorf("%s: %w", top.Name(), err)
+	}
+	return changed + 1, skipped, nil
+}

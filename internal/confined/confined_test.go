@@ -1,0 +1,229 @@
+package confined
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+func TestOpenStaysBeneath(t *testing.T) {
+	root := t.TempDir()
+	os.MkdirAll(filepath.Join(root, "a", "b"), 0o755)
+	os.Symlink("/etc", filepath.Join(root, "a", "link"))
+	os.Symlink("b", filepath.Join(root, "a", "inner"))
+	if f, err := Open(root, filepath.Join(root, "a", "b"), unix.O_PATH|unix.O_DIRECTORY); err != nil {
+		t.Fatalf("a plain folder: %v", err)
+	} else {
+		f.Close()
+	}
+	for _, p := range []string{
+		filepath.Join(root, "a", "link"),
+		filepath.Join(root, "a", "inner"), // even a symlink that stays inside
+		filepath.Join(root, "a", "..", "..", "etc"),
+		"a/../../etc",
+		"/etc",
+		root + "x/y",
+	} {
+		f, err := Open(root, p, unix.O_PATH)
+		if err == nil {
+			f.Close()
+			t.Errorf("%s: opened", p)
+			continue
+		}
+		if !strings.Contains(err.Error(), p) {
+			t.Errorf("%s: error %q does not name the path", p, err)
+		}
+	}
+	_, err := Open(root, filepath.Join(root, "a", "link"), unix.O_PATH)
+	if !errors.Is(err, ErrEscape) {
+		t.Errorf("symlink error %v is not ErrEscape", err)
+	}
+}
+
+func requireRoot(t testing.TB) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: files owned by other uids")
+	}
+}
+
+func mode(t *testing.T, p string) uint32 {
+	var st unix.Stat_t
+	if err := unix.Lstat(p, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Mode & 0o7777
+}
+
+func TestClearSetID(t *testing.T) {
+	requireRoot(t)
+	const uid = 45999
+	base := t.TempDir()
+	lane := filepath.Join(base, "lane")
+	outside := filepath.Join(base, "outside")
+	os.MkdirAll(filepath.Join(lane, "sub"), 0o755)
+	os.MkdirAll(outside, 0o755)
+	mk := func(p string, m uint32, owner int) {
+		os.WriteFile(p, []byte("x"), 0o644)
+		os.Chown(p, owner, owner)
+		unix.Chmod(p, m)
+	}
+	mk(filepath.Join(lane, "su"), 0o4755, uid)
+	mk(filepath.Join(lane, "sub", "sg"), 0o2755, uid)
+	mk(filepath.Join(lane, "rootfile"), 0o4755, 0)
+	mk(filepath.Join(outside, "victim"), 0o4755, uid)
+	mk(filepath.Join(outside, "linked"), 0o4755, uid)
+	os.Link(filepath.Join(outside, "linked"), filepath.Join(lane, "hardlink"))
+	os.Symlink(outside, filepath.Join(lane, "out"))
+	os.Symlink(filepath.Join(outside, "victim"), filepath.Join(lane, "victimlink"))
+	os.Chown(filepath.Join(lane, "sub"), uid, uid)
+	unix.Chmod(filepath.Join(lane, "sub"), 0o2755)
+	os.Chown(lane, uid, uid)
+
+	top, err := Open(base, lane, unix.O_PATH|unix.O_DIRECTORY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer top.Close()
+	cleared, skipped, scanned, err := ClearSetID(top, uid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if scanned != 6 { // top, su, sub, sub/sg, rootfile, hardlink: symlinks are not entries it touches
+		t.Errorf("scanned %d", scanned)
+	}
+	for p, want := range map[string]uint32{
+		filepath.Join(lane, "su"):        0o755,
+		filepath.Join(lane, "sub", "sg"): 0o755,
+		filepath.Join(lane, "sub"):       0o755,
+		filepath.Join(lane, "rootfile"):  0o4755, // another owner: reported, untouched
+		filepath.Join(outside, "victim"): 0o4755, // behind a symlink: never reached
+		filepath.Join(outside, "linked"): 0o4755, // hard-linked in: reported, untouched
+	} {
+		if got := mode(t, p); got != want {
+			t.Errorf("%s: mode %04o, want %04o", p, got, want)
+		}
+	}
+	if len(cleared) != 3 {
+		t.Errorf("cleared %v", cleared)
+	}
+	joined := strings.Join(skipped, "\n")
+	if !strings.Contains(joined, "rootfile: owned by uid 0") || !strings.Contains(joined, "hardlink: has 2 links") {
+		t.Errorf("skipped:\n%s", joined)
+	}
+}
+
+func TestChownTree(t *testing.T) {
+	requireRoot(t)
+	const from, to = 45998, 45997
+	base := t.TempDir()
+	dir := filepath.Join(base, "ws")
+	os.MkdirAll(filepath.Join(dir, "d"), 0o755)
+	os.WriteFile(filepath.Join(dir, "d", "f"), []byte("x"), 0o664)
+	os.WriteFile(filepath.Join(dir, "rootowned"), []byte("x"), 0o644)
+	os.WriteFile(filepath.Join(base, "elsewhere"), []byte("x"), 0o644)
+	os.Chown(filepath.Join(base, "elsewhere"), from, from)
+	os.Link(filepath.Join(base, "elsewhere"), filepath.Join(dir, "hard"))
+	for _, p := range []string{dir, filepath.Join(dir, "d"), filepath.Join(dir, "d", "f")} {
+		os.Chown(p, from, from)
+	}
+	top, err := Open(base, dir, unix.O_PATH|unix.O_DIRECTORY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer top.Close()
+	allowed := func(uid int) bool { return uid == from || uid == to }
+	changed, skipped, err := ChownTree(top, to, to, allowed, true, 0o750)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if changed != 3 {
+		t.Errorf("changed %d, want 3 (top, d, d/f); skipped %v", changed, skipped)
+	}
+	var st unix.Stat_t
+	unix.Lstat(filepath.Join(dir, "d", "f"), &st)
+	if st.Uid != to || st.Mode&0o777 != 0o444 {
+		t.Errorf("d/f: uid %d mode %o, want %d 0444", st.Uid, st.Mode&0o777, to)
+	}
+	unix.Lstat(dir, &st)
+	if st.Uid != to || st.Mode&0o777 != 0o550 {
+		t.Errorf("top: uid %d mode %o, want %d 0550", st.Uid, st.Mode&0o777, to)
+	}
+	unix.Lstat(filepath.Join(base, "elsewhere"), &st)
+	if st.Uid != from {
+		t.Errorf("a hard link gave away a file outside the tree")
+	}
+	unix.Lstat(filepath.Join(dir, "rootowned"), &st)
+	if st.Uid != 0 {
+		t.Errorf("root's file was handed on")
+	}
+}
+
+var (
+	treeOnce sync.Once
+	treeDir  string
+)
+
+// bigTree is 100,000 files in 1,000 folders, one in a thousand set-id.
+func bigTree(b *testing.B) string {
+	treeOnce.Do(func() {
+		d, err := os.MkdirTemp("", "thermite-setid-bench-")
+		if err != nil {
+			b.Fatal(err)
+		}
+		for i := 0; i < 1000; i++ {
+			sub := filepath.Join(d, fmt.Sprintf("d%03d", i))
+			os.Mkdir(sub, 0o755)
+			for j := 0; j < 100; j++ {
+				p := filepath.Join(sub, fmt.Sprintf("f%03d", j))
+				fd, _ := unix.Open(p, unix.O_CREAT|unix.O_WRONLY, 0o644)
+				unix.Close(fd)
+			}
+		}
+		treeDir = d
+	})
+	return treeDir
+}
+
+// BenchmarkSetIDSweep100k compares the sweep over a 100,000-file folder
+// with `find DIR -perm /6000` over the same tree: scripts/bench.sh prints
+// the ratio.
+func BenchmarkSetIDSweep100k(b *testing.B) {
+	d := bigTree(b)
+	b.Run("thermite", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			// One file in a thousand gets its bit back each round.
+			for k := 0; k < 100; k++ {
+				unix.Chmod(filepath.Join(d, fmt.Sprintf("d%03d", k*10), "f000"), 0o4755)
+			}
+			top, err := Open(filepath.Dir(d), d, unix.O_PATH|unix.O_DIRECTORY)
+			if err != nil {
+				b.Fatal(err)
+			}
+			_, _, n, err := ClearSetID(top, os.Getuid())
+			top.Close()
+			if err != nil || n != 101001 {
+				b.Fatalf("scanned %d: %v", n, err)
+			}
+		}
+	})
+	b.Run("find", func(b *testing.B) {
+		if _, err := exec.LookPath("find"); err != nil {
+			b.Skip("needs find")
+		}
+		for i := 0; i < b.N; i++ {
+			for k := 0; k < 100; k++ {
+				unix.Chmod(filepath.Join(d, fmt.Sprintf("d%03d", k*10), "f000"), 0o4755)
+			}
+			if err := exec.Command("find", d, "-perm", "/6000").Run(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

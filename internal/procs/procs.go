@@ -1,0 +1,84 @@
+// Package procs reads /proc: which processes a uid runs, and the fields of
+// a process's status file.
+package procs
+
+import (
+	"bytes"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// ByUID returns the pids whose real uid is uid, from procRoot ("/proc").
+// It is a snapshot for reporting: stopping a user never relies on it.
+func ByUID(procRoot string, uid int) ([]int, error) {
+	m, err := CountByUID(procRoot, map[int]bool{uid: true})
+	if err != nil {
+		return nil, err
+	}
+	return m[uid], nil
+}
+
+// CountByUID returns, for each uid in uids, the pids whose real uid it is.
+func CountByUID(procRoot string, uids map[int]bool) (map[int][]int, error) {
+	d, err := os.Open(procRoot)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	names, err := d.Readdirnames(-1)
+	if err != nil {
+		return nil, err
+	}
+	out := map[int][]int{}
+	self := os.Getpid()
+	buf := make([]byte, 4096)
+	for _, n := range names {
+		pid, err := strconv.Atoi(n)
+		if err != nil || pid == self {
+			continue
+		}
+		uid, ok := realUID(procRoot+"/"+n+"/status", buf)
+		if ok && uids[uid] {
+			out[uid] = append(out[uid], pid)
+		}
+	}
+	return out, nil
+}
+
+func realUID(path string, buf []byte) (int, bool) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, false
+	}
+	n, _ := f.Read(buf)
+	f.Close()
+	b := buf[:n]
+	i := bytes.Index(b, []byte("\nUid:\t"))
+	if i < 0 {
+		return 0, false
+	}
+	b = b[i+6:]
+	j := bytes.IndexAny(b, "\t\n")
+	if j < 0 {
+		return 0, false
+	}
+	uid, err := strconv.Atoi(string(b[:j]))
+	return uid, err == nil
+}
+
+// Status reads a /proc/<pid>/status file into its fields.
+func Status(path string) (map[string]string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, line := range strings.Split(string(data), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if ok {
+			out[k] = strings.TrimSpace(v)
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,196 @@
+package rpc
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Conn is one end of a broker connection: whole frames, each with up to
+// MaxFDs descriptors beside it.
+type Conn struct {
+	c *net.UnixConn
+}
+
+// NewConn wraps a connected unixpacket socket.
+func NewConn(c *net.UnixConn) *Conn { return &Conn{c: c} }
+
+// Dial connects to the broker's socket.
+func Dial(path string) (*Conn, error) {
+	c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: path, Net: "unixpacket"})
+	if err != nil {
+		return nil, fmt.Errorf("broker socket %s: %w", path, err)
+	}
+	return &Conn{c: c}, nil
+}
+
+// Close closes the connection.
+func (c *Conn) Close() error { return c.c.Close() }
+
+// Unix is the underlying socket.
+func (c *Conn) Unix() *net.UnixConn { return c.c }
+
+// ErrFrame marks a frame the protocol refuses.
+var ErrFrame = errors.New("bad frame")
+
+// Send writes one frame with the given descriptors beside it.
+func (c *Conn) Send(v any, fds ...int) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	if len(b) > MaxFrame {
+		return fmt.Errorf("%w: %d bytes is over the %d-byte limit", ErrFrame, len(b), MaxFrame)
+	}
+	if len(fds) > MaxFDs {
+		return fmt.Errorf("%w: %d descriptors is over the limit of %d", ErrFrame, len(fds), MaxFDs)
+	}
+	var oob []byte
+	if len(fds) > 0 {
+		oob = unix.UnixRights(fds...)
+	}
+	_, _, err = c.c.WriteMsgUnix(b, oob, nil)
+	return err
+}
+
+// Recv reads one frame into v and returns the descriptors that came with
+// it, close-on-exec. A frame over MaxFrame, with truncated descriptors, or
+// with JSON that does not match v exactly is an ErrFrame; the descriptors
+// of a refused frame are closed.
+func (c *Conn) Recv(v any) ([]*os.File, error) {
+	buf := make([]byte, MaxFrame+1)
+	oob := make([]byte, unix.CmsgSpace(MaxFDs*4)+64)
+	n, oobn, flags, _, err := c.c.ReadMsgUnix(buf, oob)
+	if err != nil {
+		return nil, err
+	}
+	files, ferr := parseFDs(oob[:oobn])
+	fail := func(e error) ([]*os.File, error) {
+		for _, f := range files {
+			f.Close()
+		}
+		return nil, e
+	}
+	if ferr != nil {
+		return fail(fmt.Errorf("%w: %v", ErrFrame, ferr))
+	}
+	if n == 0 && oobn == 0 {
+		return nil, errEOF
+	}
+	if flags&unix.MSG_TRUNC != 0 || n > MaxFrame {
+		return fail(fmt.Errorf("%w: over the %d-byte limit", ErrFrame, MaxFrame))
+	}
+	if flags&unix.MSG_CTRUNC != 0 {
+		return fail(fmt.Errorf("%w: more than %d descriptors", ErrFrame, MaxFDs))
+	}
+	dec := json.NewDecoder(bytes.NewReader(buf[:n]))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fail(fmt.Errorf("%w: %v", ErrFrame, err))
+	}
+	if dec.More() {
+		return fail(fmt.Errorf("%w: trailing data after the JSON value", ErrFrame))
+	}
+	return files, nil
+}
+
+var errEOF = fmt.Errorf("connection closed: %w", os.ErrClosed)
+
+// IsClosed reports whether err means the other end went away.
+func IsClosed(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, os.ErrClosed) || errors.Is(err, net.ErrClosed) || errors.Is(err, unix.ECONNRESET) || errors.Is(err, unix.EPIPE)
+}
+
+func parseFDs(oob []byte) ([]*os.File, error) {
+	if len(oob) == 0 {
+		return nil, nil
+	}
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil, err
+	}
+	var files []*os.File
+	var bad error
+	for i := range msgs {
+		fds, err := unix.ParseUnixRights(&msgs[i])
+		if err != nil {
+			bad = err
+			continue
+		}
+		for _, fd := range fds {
+			unix.CloseOnExec(fd)
+			files = append(files, os.NewFile(uintptr(fd), fmt.Sprintf("fd%d", fd)))
+		}
+	}
+	if bad == nil && len(files) > MaxFDs {
+		bad = fmt.Errorf("more than %d descriptors", MaxFDs)
+	}
+	if bad != nil {
+		for _, f := range files {
+			f.Close()
+		}
+		return nil, bad
+	}
+	return files, nil
+}
+
+// PeerCred is the uid, gid and pid of the process at the other end, as the
+// kernel recorded them at connect time.
+func (c *Conn) PeerCred() (*unix.Ucred, error) {
+	raw, err := c.c.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return nil, err
+	}
+	return cred, cerr
+}
+
+// Call sends req with fds and waits for the answer. An answer with Error
+// set comes back as an error carrying that line.
+func (c *Conn) Call(req *Request, fds ...int) (*Response, error) {
+	req.V = Version
+	if err := c.Send(req, fds...); err != nil {
+		return nil, err
+	}
+	var resp Response
+	files, err := c.Recv(&resp)
+	for _, f := range files {
+		f.Close()
+	}
+	if err != nil {
+		if IsClosed(err) {
+			return nil, fmt.Errorf("broker closed the connection")
+		}
+		return nil, err
+	}
+	if resp.Error != "" {
+		return &resp, errors.New(resp.Error)
+	}
+	return &resp, nil
+}
+
+// SetDeadline bounds the next reads and writes.
+func (c *Conn) SetDeadline(t time.Time) error { return c.c.SetDeadline(t) }
+
+// Call dials path, makes one call, and closes the connection.
+func Call(path string, req *Request, fds ...int) (*Response, error) {
+	c, err := Dial(path)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	return c.Call(req, fds...)
+}

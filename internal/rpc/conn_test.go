@@ -1,0 +1,88 @@
+package rpc
+
+import (
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func pair(t *testing.T) (*Conn, *Conn) {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "s")
+	l, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: p, Net: "unixpacket"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ch := make(chan *net.UnixConn, 1)
+	go func() {
+		c, _ := l.AcceptUnix()
+		ch <- c
+	}()
+	c, err := Dial(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := NewConn(<-ch)
+	t.Cleanup(func() { c.Close(); s.Close() })
+	return c, s
+}
+
+func TestFrameWithDescriptors(t *testing.T) {
+	c, s := pair(t)
+	r, w, _ := os.Pipe()
+	defer r.Close()
+	defer w.Close()
+	if err := c.Send(&Request{V: Version, Op: OpPing}, int(w.Fd())); err != nil {
+		t.Fatal(err)
+	}
+	var req Request
+	files, err := s.Recv(&req)
+	if err != nil || req.Op != OpPing || len(files) != 1 {
+		t.Fatalf("%v %+v %d", err, req, len(files))
+	}
+	files[0].Write([]byte("hi"))
+	files[0].Close()
+	b := make([]byte, 2)
+	r.Read(b)
+	if string(b) != "hi" {
+		t.Fatal("descriptor does not reach the same pipe")
+	}
+	cred, err := s.PeerCred()
+	if err != nil || int(cred.Uid) != os.Geteuid() || int(cred.Pid) != os.Getpid() {
+		t.Fatalf("peer cred %+v %v", cred, err)
+	}
+}
+
+func TestRefusedFrames(t *testing.T) {
+	for name, raw := range map[string]string{
+		"not json":      "hello",
+		"unknown field": `{"v":1,"op":"ping","sudo":true}`,
+		"trailing":      `{"v":1,"op":"ping"} {"v":1}`,
+		"oversized":     `{"v":1,"op":"` + strings.Repeat("a", MaxFrame) + `"}`,
+	} {
+		c, s := pair(t)
+		if _, err := c.c.Write([]byte(raw)); err != nil {
+			t.Fatal(err)
+		}
+		var req Request
+		_, err := s.Recv(&req)
+		if !errors.Is(err, ErrFrame) {
+			t.Errorf("%s: %v, want ErrFrame", name, err)
+		}
+	}
+}
+
+func TestSendRefusesOversize(t *testing.T) {
+	c, _ := pair(t)
+	err := c.Send(&Request{V: Version, Op: strings.Repeat("x", MaxFrame)})
+	if !errors.Is(err, ErrFrame) {
+		t.Fatalf("%v", err)
+	}
+	if err := c.Send(&Request{}, 0, 1, 2, 0, 1); !errors.Is(err, ErrFrame) {
+		t.Fatalf("five descriptors: %v", err)
+	}
+}

@@ -1,0 +1,231 @@
+// Package rpc is the broker's closed protocol: a fixed, versioned set of
+// typed requests, one JSON frame per SOCK_SEQPACKET message, with stdio
+// passed as file descriptors beside the frame. The broker serves it; the
+// controller and the operator's commands call it.
+package rpc
+
+import "encoding/json"
+
+// Version is the protocol version. A frame with another is refused.
+const Version = 1
+
+// MaxFrame is the largest frame either side accepts, in bytes.
+const MaxFrame = 64 << 10
+
+// MaxFDs is the most descriptors one frame may carry.
+const MaxFDs = 4
+
+// The operations. The set is closed: anything else is refused.
+const (
+	OpPing       = "ping"
+	OpRun        = "run"
+	OpStopUser   = "stop_user"
+	OpHandFolder = "hand_folder"
+	OpClearSetID = "clear_setid"
+	OpStatus     = "status"
+	OpSelftest   = "selftest"
+)
+
+// Request is one call. Exactly the field named by Op is set.
+type Request struct {
+	V          int                `json:"v"`
+	Op         string             `json:"op"`
+	Run        *RunRequest        `json:"run,omitempty"`
+	StopUser   *StopUserRequest   `json:"stop_user,omitempty"`
+	HandFolder *HandFolderRequest `json:"hand_folder,omitempty"`
+	ClearSetID *ClearSetIDRequest `json:"clear_setid,omitempty"`
+	Selftest   *SelftestRequest   `json:"selftest,omitempty"`
+}
+
+// Response answers one Request. Error is one line naming what was wrong.
+type Response struct {
+	V          int               `json:"v"`
+	Error      string            `json:"error,omitempty"`
+	Run        *RunResult        `json:"run,omitempty"`
+	StopUser   *StopUserResult   `json:"stop_user,omitempty"`
+	HandFolder *HandFolderResult `json:"hand_folder,omitempty"`
+	ClearSetID *SetIDReport      `json:"clear_setid,omitempty"`
+	Status     *Status           `json:"status,omitempty"`
+	Selftest   *SelftestResult   `json:"selftest,omitempty"`
+}
+
+// Limits bound one command. Zero takes the rig's default; a request can
+// only lower a default, never raise it.
+type Limits struct {
+	Processes      int   `json:"processes,omitempty"`
+	OpenFiles      int   `json:"open_files,omitempty"`
+	AddressSpaceMB int64 `json:"address_space_mb,omitempty"`
+	FileSizeMB     int64 `json:"file_size_mb,omitempty"`
+	CPUSeconds     int   `json:"cpu_seconds,omitempty"`
+	TimeoutMS      int64 `json:"timeout_ms,omitempty"`
+}
+
+// RunRequest runs one command as a role. Its stdin, stdout and stderr come
+// as the frame's three descriptors, or /dev/null when it carries none.
+type RunRequest struct {
+	Role   string   `json:"role"`
+	Argv   []string `json:"argv"`
+	Env    []string `json:"env,omitempty"`
+	Cwd    string   `json:"cwd,omitempty"` // inside scratch; "" is the role's home
+	Limits Limits   `json:"limits"`
+	CPUs   string   `json:"cpus,omitempty"` // a CPU list; "" is the role's default
+	GPUs   []int    `json:"gpus,omitempty"` // card indexes the command may open
+}
+
+// Why a command stopped.
+const (
+	StoppedExited   = "exited"
+	StoppedSignaled = "signaled"
+	StoppedTimeout  = "timeout"
+	StoppedLimitCPU = "limit:cpu"
+	StoppedLimitFSZ = "limit:file_size"
+	StoppedCanceled = "canceled" // the caller went away or the broker is stopping
+)
+
+// RunResult is how a command ended.
+type RunResult struct {
+	PID       int    `json:"pid"`
+	ExitCode  int    `json:"exit_code"` // -1 when a signal ended it
+	Signal    int    `json:"signal,omitempty"`
+	Stopped   string `json:"stopped"`
+	WallNS    int64  `json:"wall_ns"`
+	UserNS    int64  `json:"user_ns"`
+	SysNS     int64  `json:"sys_ns"`
+	MaxRSSKB  int64  `json:"max_rss_kb"`
+	CPUs      string `json:"cpus"`
+	Leftovers int    `json:"leftovers_stopped"` // processes of the role stopped after it
+	// SetID is the sweep of set-id bits after a lane's command.
+	SetID *SetIDReport `json:"setid,omitempty"`
+}
+
+// StopUserRequest stops everything a role's user runs.
+type StopUserRequest struct {
+	Role string `json:"role"`
+}
+
+// StopUserResult says how many processes it ended.
+type StopUserResult struct {
+	Stopped int `json:"stopped"`
+}
+
+// HandFolderRequest gives a folder, recursively, to a role. ReadOnly also
+// takes every write bit away, as when a lane's research area is published.
+type HandFolderRequest struct {
+	Path     string `json:"path"`
+	Role     string `json:"role"`
+	Mode     uint32 `json:"mode,omitempty"` // the top folder's mode; 0 keeps it
+	ReadOnly bool   `json:"read_only,omitempty"`
+}
+
+// HandFolderResult counts what changed hands and what was skipped.
+type HandFolderResult struct {
+	Changed int      `json:"changed"`
+	Skipped []string `json:"skipped,omitempty"`
+}
+
+// ClearSetIDRequest sweeps a lane's folders for set-id bits.
+type ClearSetIDRequest struct {
+	Role string `json:"role"`
+}
+
+// SetIDReport is what a sweep cleared and what it would not touch.
+type SetIDReport struct {
+	Cleared []string `json:"cleared,omitempty"`
+	Skipped []string `json:"skipped,omitempty"`
+	Scanned int      `json:"scanned"`
+}
+
+// SelftestRequest runs the isolation self-test.
+type SelftestRequest struct {
+	Force bool `json:"force,omitempty"`
+}
+
+// Probe is one row of the self-test's answer.
+type Probe struct {
+	Role    string `json:"role"`
+	Attempt string `json:"attempt"`
+	Expect  string `json:"expect"`
+	Got     string `json:"got"`
+	OK      bool   `json:"ok"`
+}
+
+// SelftestResult is the verdict and every probe behind it.
+type SelftestResult struct {
+	Holds      bool    `json:"holds"`
+	Sentence   string  `json:"sentence"`
+	Roles      int     `json:"roles"`
+	Probes     []Probe `json:"probes"`
+	At         string  `json:"at"`
+	WallMS     int64   `json:"wall_ms"`
+	LandlockV  int     `json:"landlock_abi"`
+	Refused    string  `json:"refused,omitempty"` // why it did not run
+	Background bool    `json:"startup,omitempty"`
+}
+
+// Status is the broker's view of the rig.
+type Status struct {
+	BrokerPID      int             `json:"broker_pid"`
+	StartedAt      string          `json:"started_at"`
+	ControllerPID  int             `json:"controller_pid"`
+	ControllerUp   bool            `json:"controller_answers"`
+	ControllerRuns int             `json:"controller_starts"`
+	StateDir       string          `json:"state_dir"`
+	Socket         string          `json:"socket"`
+	LandlockABI    int             `json:"landlock_abi"`
+	Cgroup         string          `json:"cgroup"`
+	Roles          []RoleStatus    `json:"roles"`
+	Selftest       *SelftestResult `json:"selftest,omitempty"`
+	GPU            *GPUStatus      `json:"gpu,omitempty"`
+	Notes          []string        `json:"notes,omitempty"`
+}
+
+// RoleStatus is one role and how many processes its user runs now.
+type RoleStatus struct {
+	Name      string `json:"name"`
+	User      string `json:"user"`
+	UID       int    `json:"uid"`
+	Processes int    `json:"processes"`
+}
+
+// GPUStatus is the layout and who may open which card.
+type GPUStatus struct {
+	Layout      string     `json:"layout"`
+	Usable      bool       `json:"usable"`
+	Refused     string     `json:"refused,omitempty"`
+	Cards       []GPUCard  `json:"cards"`
+	Control     []string   `json:"control_nodes"`
+	FenceABI    int        `json:"fence_abi"`
+	PermsFixed  bool       `json:"device_permissions_fixable"`
+	PermsNote   string     `json:"device_permissions_note,omitempty"`
+	Discovery   string     `json:"discovery"`
+	Assignments []GPUGrant `json:"grants"`
+}
+
+// GPUCard is one discovered card.
+type GPUCard struct {
+	Index int    `json:"index"`
+	Minor int    `json:"minor"`
+	UUID  string `json:"uuid"`
+	Path  string `json:"path"`
+	Group string `json:"group"`
+}
+
+// GPUGrant says which roles may open a card.
+type GPUGrant struct {
+	Card  int      `json:"card"`
+	Roles []string `json:"roles"`
+}
+
+// Bootstrap is what the broker hands the controller on its inherited pipe
+// (descriptor 3): never in argv or the environment.
+type Bootstrap struct {
+	Config    json.RawMessage   `json:"config"`
+	Secrets   map[string]string `json:"secrets"`
+	BrokerPID int               `json:"broker_pid"`
+}
+
+// BootstrapFD is the controller's descriptor for its Bootstrap.
+const BootstrapFD = 3
+
+// ControllerPing is the controller's liveness route on its socket.
+const ControllerPing = "/v1/ping"

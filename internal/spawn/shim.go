@@ -1,0 +1,204 @@
+// Package spawn is the shim between the broker's fork and a role's command.
+// The broker starts `/proc/self/exe __spawn` already as the role's user
+// (fork with credentials); the shim reads its spec from an inherited pipe,
+// locks itself down, and execs the command. The same shim, in stop mode,
+// is the helper that ends every process of a role's user.
+package spawn
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"time"
+
+	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
+	"golang.org/x/sys/unix"
+
+	"thermite/internal/procs"
+)
+
+// Arg is the hidden subcommand that runs the shim.
+const Arg = "__spawn"
+
+// The descriptors the shim inherits, after stdin, stdout and stderr.
+const (
+	FDSpec     = 3 // the spec, JSON, on a pipe the broker closes after writing
+	FDReport   = 4 // the shim writes a failure here; exec closes it on success
+	FDCwd      = 5 // the working folder, opened by the broker beneath scratch
+	FDLandlock = 6 // the role's Landlock rule set, when there is one
+)
+
+// Rlimit is one resource limit to set.
+type Rlimit struct {
+	Resource int    `json:"r"`
+	Cur      uint64 `json:"cur"`
+	Max      uint64 `json:"max"`
+}
+
+// Modes of the shim.
+const (
+	ModeExec = "exec"
+	ModeStop = "stop"
+)
+
+// Spec is everything the shim does, in order.
+type Spec struct {
+	Mode     string   `json:"mode"`
+	Argv     []string `json:"argv,omitempty"`
+	Env      []string `json:"env,omitempty"`
+	CPUs     []int    `json:"cpus,omitempty"`
+	Rlimits  []Rlimit `json:"rlimits,omitempty"`
+	Landlock bool     `json:"landlock,omitempty"`
+	// StopTimeoutMS bounds the stop loop.
+	StopTimeoutMS int64 `json:"stop_timeout_ms,omitempty"`
+}
+
+// Main is the shim. It never returns: it execs the command, or reports on
+// FDReport and exits 127.
+func Main() {
+	// A shim is not dumpable, so that no other process of the role can
+	// ptrace it or read its memory while it holds the spec.
+	unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+	// Affinity, no_new_privs and the Landlock domain are per thread, and
+	// execve keeps those of the thread that calls it: all on this one.
+	runtime.LockOSThread()
+	report := os.NewFile(FDReport, "report")
+	fail := func(stage string, err error) {
+		fmt.Fprintf(report, "%s: %v", stage, err)
+		os.Exit(127)
+	}
+	data, err := io.ReadAll(io.LimitReader(os.NewFile(FDSpec, "spec"), 1<<20))
+	if err != nil {
+		fail("spec", err)
+	}
+	var s Spec
+	if err := json.Unmarshal(data, &s); err != nil {
+		fail("spec", err)
+	}
+	switch s.Mode {
+	case ModeStop:
+		n, err := stopAll(time.Duration(s.StopTimeoutMS) * time.Millisecond)
+		if err != nil {
+			fail("stop", err)
+		}
+		fmt.Fprintf(report, "ok %d", n)
+		os.Exit(0)
+	case ModeExec:
+	default:
+		fail("spec", fmt.Errorf("unknown mode %q", s.Mode))
+	}
+	if len(s.Argv) == 0 {
+		fail("spec", fmt.Errorf("empty argv"))
+	}
+	if len(s.CPUs) > 0 {
+		var set unix.CPUSet
+		for _, c := range s.CPUs {
+			set.Set(c)
+		}
+		if err := unix.SchedSetaffinity(0, &set); err != nil {
+			fail("affinity", err)
+		}
+	}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		fail("no_new_privs", err)
+	}
+	if s.Landlock {
+		if err := llsys.LandlockRestrictSelf(FDLandlock, 0); err != nil {
+			fail("landlock", err)
+		}
+	}
+	if err := unix.Fchdir(FDCwd); err != nil {
+		fail("cwd", err)
+	}
+	path, err := lookPath(s.Argv[0], s.Env)
+	if err != nil {
+		fail("exec", err)
+	}
+	// The process limit goes last: it counts every task of the user, and
+	// the shim's own runtime threads must exist before it bites.
+	var nproc *Rlimit
+	for i := range s.Rlimits {
+		r := &s.Rlimits[i]
+		if r.Resource == unix.RLIMIT_NPROC {
+			nproc = r
+			continue
+		}
+		if err := unix.Setrlimit(r.Resource, &unix.Rlimit{Cur: r.Cur, Max: r.Max}); err != nil {
+			fail(fmt.Sprintf("rlimit %d", r.Resource), err)
+		}
+	}
+	if nproc != nil {
+		if err := unix.Setrlimit(nproc.Resource, &unix.Rlimit{Cur: nproc.Cur, Max: nproc.Max}); err != nil {
+			fail("rlimit nproc", err)
+		}
+	}
+	// Nothing but stdio survives the exec, whatever the runtime opened.
+	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		fail("close_range", err)
+	}
+	err = unix.Exec(path, s.Argv, s.Env)
+	fail("exec", fmt.Errorf("%s: %w", s.Argv[0], err))
+}
+
+// lookPath finds argv[0] the way a shell would, in the command's own PATH.
+func lookPath(name string, env []string) (string, error) {
+	if strings.Contains(name, "/") {
+		return name, nil
+	}
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			os.Setenv("PATH", v)
+		}
+	}
+	p, err := exec.LookPath(name)
+	if err != nil {
+		return "", fmt.Errorf("%s: not found in PATH", name)
+	}
+	return p, nil
+}
+
+// stopAll ends every process of this user but itself. kill(-1, SIGKILL)
+// signals every process the caller may signal, which for a role's user is
+// every process of that user; it holds the task list while it does, so a
+// fork either finished before (and the child is signalled too) or sees the
+// parent's fatal signal and is aborted. After one pass nothing of the user
+// can start again, so the set only shrinks: the loop repeats the kill and
+// watches /proc until the last one (zombies included, until the broker
+// reaps them) is gone. kill(-1) itself cannot tell: it returns 0 whenever
+// any other process exists, signalled or not. It returns how many of the
+// user's processes there were when it began.
+func stopAll(limit time.Duration) (int, error) {
+	if limit <= 0 {
+		limit = 10 * time.Second
+	}
+	deadline := time.Now().Add(limit)
+	uid := os.Getuid()
+	before, err := procs.ByUID("/proc", uid)
+	if err != nil {
+		return 0, err
+	}
+	pause := 50 * time.Microsecond
+	for {
+		if err := unix.Kill(-1, unix.SIGKILL); err != nil && err != unix.ESRCH {
+			return 0, fmt.Errorf("kill(-1): %w", err)
+		}
+		pids, err := procs.ByUID("/proc", uid)
+		if err != nil {
+			return 0, err
+		}
+		if len(pids) == 0 {
+			return len(before), nil
+		}
+		if time.Now().After(deadline) {
+			return len(before), fmt.Errorf("%d processes of uid %d still exist after %s: %v", len(pids), uid, limit, pids)
+		}
+		time.Sleep(pause)
+		if pause < 2*time.Millisecond {
+			pause *= 2
+		}
+	}
+}

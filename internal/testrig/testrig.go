@@ -1,0 +1,374 @@
+// Package testrig sets up a throwaway rig for tests, driving the built
+// binary the way an operator does: its own state dir, role prefix and uid
+// base, stand-in folders for the closed temporary places, and clean-up of
+// users, processes and folders afterwards. It needs root.
+package testrig
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"thermite/internal/config"
+	"thermite/internal/procs"
+	"thermite/internal/rpc"
+	"thermite/roles"
+)
+
+// RequireRoot skips a test that needs root, saying so.
+func RequireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: it creates role users and runs commands as them (CI runs tests as root)")
+	}
+}
+
+var (
+	buildMu sync.Mutex
+	built   = map[string]string{}
+)
+
+// ModuleRoot is the repository's root folder.
+func ModuleRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+}
+
+// Binary builds thermite once per test process (per set of build tags)
+// into a folder every role can reach, and returns its path.
+func Binary(t testing.TB, tags string) string {
+	t.Helper()
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	if p, ok := built[tags]; ok {
+		return p
+	}
+	dir, err := os.MkdirTemp("", "thermite-bin-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(dir, 0o755)
+	out := filepath.Join(dir, "thermite")
+	args := []string{"build", "-o", out}
+	if tags != "" {
+		args = append(args, "-tags", tags)
+	}
+	args = append(args, "./cmd/thermite")
+	cmd := exec.Command("go", args...)
+	cmd.Dir = ModuleRoot()
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, b)
+	}
+	built[tags] = out
+	return out
+}
+
+// Options shape a rig.
+type Options struct {
+	Lanes       int
+	TimingUsers int
+	Secrets     map[string]string // file name -> value, written 0600 root
+	Extra       string            // more TOML, appended to the generated file
+	Tags        string            // build tags for the binary ("thermite_weaken")
+	Env         []string          // extra environment for the broker
+	NoStart     bool              // write everything but do not start the broker
+	// Startup tolerates a broker that exits at start; Start returns its error.
+	ExpectStartFailure bool
+}
+
+// Rig is one throwaway rig.
+type Rig struct {
+	T       testing.TB
+	Dir     string
+	Bin     string
+	Config  string
+	Cfg     config.Config
+	Table   *roles.Table
+	Log     string
+	opts    Options
+	broker  *exec.Cmd
+	exited  chan struct{}
+	exitErr error
+}
+
+// New makes a rig: config, folders, secrets and role users. Unless
+// NoStart, it starts the broker and waits until the controller answers.
+// Everything is removed when the test ends.
+func New(t testing.TB, o Options) *Rig {
+	t.Helper()
+	RequireRoot(t)
+	if o.Lanes == 0 {
+		o.Lanes = 2
+	}
+	if o.TimingUsers == 0 {
+		o.TimingUsers = 1
+	}
+	r := &Rig{T: t, opts: o, Bin: Binary(t, o.Tags)}
+	dir, err := os.MkdirTemp("", "thermite-rig-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(dir, 0o755)
+	r.Dir = dir
+	for _, d := range []string{"state", "closed-tmp", "closed-vartmp", "closed-shm", "secrets"} {
+		os.MkdirAll(filepath.Join(dir, d), 0o755)
+	}
+	os.Chmod(filepath.Join(dir, "closed-tmp"), 0o777|os.ModeSticky)
+	os.Chmod(filepath.Join(dir, "secrets"), 0o700)
+	for name, v := range o.Secrets {
+		if err := os.WriteFile(filepath.Join(dir, "secrets", name), []byte(v), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	prefix, base := freeIDs(t)
+	cfgText := fmt.Sprintf(`state_dir = %q
+secrets_dir = %q
+role_prefix = %q
+uid_base = %d
+lanes = %d
+timing_users = %d
+closed_tmp = [%q, %q, %q]
+%s
+`, filepath.Join(dir, "state"), filepath.Join(dir, "secrets"), prefix, base, o.Lanes, o.TimingUsers,
+		filepath.Join(dir, "closed-tmp"), filepath.Join(dir, "closed-vartmp"), filepath.Join(dir, "closed-shm"), o.Extra)
+	r.Config = filepath.Join(dir, "rig.toml")
+	if err := os.WriteFile(r.Config, []byte(cfgText), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r.Cfg, err = config.Load(r.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Table, err = roles.FromConfig(r.Cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Log = filepath.Join(dir, "broker.log")
+	t.Cleanup(r.cleanup)
+	if _, stderr, code := r.Thermite("roles", "ensure"); code != 0 {
+		t.Fatalf("roles ensure: %s", stderr)
+	}
+	if !o.NoStart {
+		if err := r.Start(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return r
+}
+
+// freeIDs picks a role prefix and a uid base that nothing on the machine
+// uses: no user or group id in [base, base+500).
+func freeIDs(t testing.TB) (string, int) {
+	used := map[int]bool{}
+	for _, f := range []string{"/etc/passwd", "/etc/group"} {
+		data, _ := os.ReadFile(f)
+		for _, l := range strings.Split(string(data), "\n") {
+			e := strings.Split(l, ":")
+			if len(e) >= 3 {
+				if id, err := strconv.Atoi(e[2]); err == nil {
+					used[id/1000] = true
+				}
+			}
+		}
+	}
+	for i := 0; i < 100; i++ {
+		base := 40000 + 1000*rand.IntN(19)
+		if used[base/1000] {
+			continue
+		}
+		letters := "abcdefghijklmnopqrstuvwxyz"
+		p := "t"
+		for j := 0; j < 3; j++ {
+			p += string(letters[rand.IntN(len(letters))])
+		}
+		return p + "-", base
+	}
+	t.Fatal("no free uid range in 40000..59000")
+	return "", 0
+}
+
+// Start starts the broker, `thermite serve`, and waits until the
+// controller answers.
+func (r *Rig) Start() error {
+	r.T.Helper()
+	logf, err := os.OpenFile(r.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(r.Bin, "--config", r.Config, "serve")
+	cmd.Stdout = logf
+	cmd.Stderr = logf
+	cmd.Env = append(os.Environ(), r.opts.Env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return err
+	}
+	logf.Close()
+	r.broker = cmd
+	r.exited = make(chan struct{})
+	go func() {
+		r.exitErr = cmd.Wait()
+		close(r.exited)
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-r.exited:
+			return fmt.Errorf("broker exited at start: %v\n%s", r.exitErr, r.LogText())
+		default:
+		}
+		resp, err := rpc.Call(r.Cfg.BrokerSocket(), &rpc.Request{Op: rpc.OpStatus})
+		if err == nil && resp.Status.ControllerUp {
+			return nil
+		}
+		time.Sleep(30 * time.Millisecond)
+	}
+	return fmt.Errorf("broker did not come up in 20s\n%s", r.LogText())
+}
+
+// WaitExit waits for the broker to exit and returns its exit error.
+func (r *Rig) WaitExit(d time.Duration) (error, bool) {
+	select {
+	case <-r.exited:
+		return r.exitErr, true
+	case <-time.After(d):
+		return nil, false
+	}
+}
+
+// LogText is the broker's log so far.
+func (r *Rig) LogText() string {
+	b, _ := os.ReadFile(r.Log)
+	return string(b)
+}
+
+// Thermite runs the binary with the rig's config, as root.
+func (r *Rig) Thermite(args ...string) (stdout, stderr string, code int) {
+	return r.ThermiteIn(nil, args...)
+}
+
+// ThermiteIn is Thermite with stdin.
+func (r *Rig) ThermiteIn(stdin []byte, args ...string) (stdout, stderr string, code int) {
+	cmd := exec.Command(r.Bin, append([]string{"--config", r.Config}, args...)...)
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	// A lane's leftover that kept the output pipe must not hang the test.
+	cmd.WaitDelay = 20 * time.Second
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
+	err := cmd.Run()
+	code = 0
+	if err != nil {
+		code = -1
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		}
+	}
+	return o.String(), e.String(), code
+}
+
+// RunAs runs `thermite run-as ROLE [flags] -- argv` and fails the test if
+// the command could not be asked for at all.
+func (r *Rig) RunAs(role string, flags []string, argv ...string) (stdout, stderr string, code int) {
+	args := append([]string{"run-as", role}, flags...)
+	args = append(args, "--")
+	args = append(args, argv...)
+	return r.Thermite(args...)
+}
+
+// Probe runs one probe attempt as a role and returns what it got ("ok",
+// "EACCES", ...).
+func (r *Rig) Probe(role, op, target string, extra ...string) string {
+	r.T.Helper()
+	argv := append([]string{r.Bin, "__probe", "try", op, target}, extra...)
+	out, stderr, code := r.RunAs(role, nil, argv...)
+	if code != 0 {
+		r.T.Fatalf("probe %s %s as %s: exit %d: %s", op, target, role, code, stderr)
+	}
+	return strings.TrimSpace(out)
+}
+
+// Status asks the broker for its status.
+func (r *Rig) Status() *rpc.Status {
+	r.T.Helper()
+	resp, err := rpc.Call(r.Cfg.BrokerSocket(), &rpc.Request{Op: rpc.OpStatus})
+	if err != nil {
+		r.T.Fatalf("status: %v", err)
+	}
+	return resp.Status
+}
+
+// Role is a role of the rig's table.
+func (r *Rig) Role(name string) roles.Role {
+	r.T.Helper()
+	role, ok := r.Table.Role(name)
+	if !ok {
+		r.T.Fatalf("no role %s", name)
+	}
+	return role
+}
+
+// Procs is the pids a role's user runs now.
+func (r *Rig) Procs(role string) []int {
+	pids, _ := procs.ByUID("/proc", r.Role(role).UID)
+	return pids
+}
+
+// StopBroker sends SIGTERM and waits for the broker to exit.
+func (r *Rig) StopBroker() {
+	if r.broker == nil || r.broker.Process == nil {
+		return
+	}
+	select {
+	case <-r.exited:
+		return
+	default:
+	}
+	r.broker.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-r.exited:
+	case <-time.After(15 * time.Second):
+		r.broker.Process.Kill()
+		<-r.exited
+	}
+}
+
+// JSON decodes s into v or fails the test.
+func JSON(t testing.TB, s string, v any) {
+	t.Helper()
+	if err := json.Unmarshal([]byte(s), v); err != nil {
+		t.Fatalf("decode %q: %v", s, err)
+	}
+}
+
+func (r *Rig) cleanup() {
+	r.StopBroker()
+	if r.T.Failed() {
+		r.T.Logf("broker log:\n%s", r.LogText())
+	}
+	// Whatever the broker left (it should leave nothing): end it by pid.
+	for _, role := range r.Table.Roles {
+		pids, _ := procs.ByUID("/proc", role.UID)
+		for _, p := range pids {
+			syscall.Kill(p, syscall.SIGKILL)
+		}
+	}
+	if _, stderr, code := r.Thermite("roles", "remove"); code != 0 {
+		r.T.Errorf("roles remove: %s", stderr)
+	}
+	os.RemoveAll(r.Dir)
+}

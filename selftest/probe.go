@@ -1,0 +1,304 @@
+package selftest
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// ProbeArg is the hidden subcommand a probe runs as. The probe is the
+// thermite binary itself, run as a role by the broker's ordinary spawn path.
+const ProbeArg = "__probe"
+
+// Attempt is one thing a probe tries. The probe only reports what happened;
+// whether that was right is decided by the self-test, outside the role.
+type Attempt struct {
+	ID   string `json:"id"`
+	Op   string `json:"op"`
+	Path string `json:"path,omitempty"`
+	PID  int    `json:"pid,omitempty"`
+	Arg  string `json:"arg,omitempty"`
+}
+
+// Outcome is what an attempt got: "ok", or the errno's name (EACCES), or
+// "error: ..." for anything else. Detail carries what was seen.
+type Outcome struct {
+	ID     string `json:"id"`
+	Got    string `json:"got"`
+	Detail string `json:"detail,omitempty"`
+}
+
+// The probe's operations. Each does one system call's worth of trying.
+const (
+	OpFDs       = "fds"        // only 0, 1 and 2 are open
+	OpStatus    = "status"     // Cap*, NoNewPrivs, ids and groups from /proc/self/status
+	OpEnv       = "env"        // the environment, names only, and whether Arg's values appear in it
+	OpRead      = "read"       // open Path read-only and read a byte
+	OpList      = "list"       // open the folder Path and read its entries
+	OpCreateIn  = "create-in"  // create a new file in the folder Path, then remove it
+	OpWrite     = "write"      // open the existing file Path for writing
+	OpChmod     = "chmod"      // chmod Path to its mode with u+w
+	OpRename    = "rename"     // rename Path to Path+".probe" (and back)
+	OpConnect   = "connect"    // connect to the unix socket Path (stream, then seqpacket)
+	OpSignal    = "signal"     // kill(PID, 0)
+	OpPtrace    = "ptrace"     // PTRACE_ATTACH to PID (then detach)
+	OpSetID     = "setid"      // create Path with mode 04755 and report its mode
+	OpEtcGroups = "etc-groups" // the groups /etc/group names this user in
+)
+
+// ProbeMain runs the probe. With `try OP PATH|PID` it runs one attempt and
+// prints its outcome (for tests and operators); otherwise it reads a plan
+// (JSON attempts) on stdin and writes outcomes (JSON) on stdout.
+func ProbeMain(args []string) int {
+	// Descriptors first, before the runtime or this code opens any.
+	fds := openFDs()
+	if len(args) >= 2 && args[0] == "try" {
+		a := Attempt{ID: "try", Op: args[1]}
+		if len(args) >= 3 {
+			a.Path = args[2]
+			if pid, err := strconv.Atoi(args[2]); err == nil {
+				a.PID = pid
+			}
+		}
+		if len(args) >= 4 {
+			a.Arg = args[3]
+		}
+		o := runAttempt(a, fds)
+		fmt.Println(o.Got)
+		if o.Detail != "" {
+			fmt.Fprintln(os.Stderr, o.Detail)
+		}
+		return 0
+	}
+	if len(args) == 1 && args[0] == "canary" {
+		// A canary process: it waits until its stdin closes.
+		io.Copy(io.Discard, os.Stdin)
+		return 0
+	}
+	var plan []Attempt
+	if err := json.NewDecoder(io.LimitReader(os.Stdin, 1<<20)).Decode(&plan); err != nil {
+		fmt.Fprintln(os.Stderr, "probe: plan:", err)
+		return 2
+	}
+	out := make([]Outcome, 0, len(plan))
+	for _, a := range plan {
+		out = append(out, runAttempt(a, fds))
+	}
+	if err := json.NewEncoder(os.Stdout).Encode(out); err != nil {
+		return 2
+	}
+	return 0
+}
+
+// openFDs lists this process's open descriptors, without the one the
+// listing itself uses. It reads /proc/self/fd through a raw descriptor so
+// that nothing else is opened first.
+func openFDs() []int {
+	fd, err := unix.Open("/proc/self/fd", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return []int{-1}
+	}
+	defer unix.Close(fd)
+	var out []int
+	buf := make([]byte, 8192)
+	for {
+		n, err := unix.Getdents(fd, buf)
+		if err != nil || n <= 0 {
+			break
+		}
+		b := buf[:n]
+		for len(b) > 0 {
+			reclen := int(b[16]) | int(b[17])<<8
+			name := b[19:reclen]
+			for i, c := range name {
+				if c == 0 {
+					name = name[:i]
+					break
+				}
+			}
+			if v, err := strconv.Atoi(string(name)); err == nil && v != fd {
+				out = append(out, v)
+			}
+			b = b[reclen:]
+		}
+	}
+	sort.Ints(out)
+	return out
+}
+
+func errName(err error) string {
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		if n := unix.ErrnoName(errno); n != "" {
+			return n
+		}
+		return fmt.Sprintf("errno %d", int(errno))
+	}
+	return "error: " + err.Error()
+}
+
+func result(id string, err error) Outcome {
+	if err == nil {
+		return Outcome{ID: id, Got: "ok"}
+	}
+	return Outcome{ID: id, Got: errName(err), Detail: err.Error()}
+}
+
+func runAttempt(a Attempt, fds []int) Outcome {
+	switch a.Op {
+	case OpFDs:
+		s := make([]string, len(fds))
+		for i, f := range fds {
+			s[i] = strconv.Itoa(f)
+		}
+		return Outcome{ID: a.ID, Got: "ok", Detail: strings.Join(s, ",")}
+	case OpStatus:
+		data, err := os.ReadFile("/proc/self/status")
+		if err != nil {
+			return result(a.ID, err)
+		}
+		var keep []string
+		for _, l := range strings.Split(string(data), "\n") {
+			k, _, _ := strings.Cut(l, ":")
+			switch k {
+			case "Uid", "Gid", "Groups", "CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "NoNewPrivs", "Seccomp", "Cpus_allowed_list":
+				keep = append(keep, l)
+			}
+		}
+		return Outcome{ID: a.ID, Got: "ok", Detail: strings.Join(keep, "\n")}
+	case OpEnv:
+		var names []string
+		var leaked []string
+		secrets := strings.Split(a.Arg, "\x00")
+		for _, kv := range os.Environ() {
+			k, v, _ := strings.Cut(kv, "=")
+			names = append(names, k)
+			for _, s := range secrets {
+				if s != "" && strings.Contains(v, s) {
+					leaked = append(leaked, k)
+				}
+			}
+		}
+		sort.Strings(names)
+		o := Outcome{ID: a.ID, Got: "ok", Detail: strings.Join(names, ",")}
+		if len(leaked) > 0 {
+			o.Got = "secret in " + strings.Join(leaked, ",")
+		}
+		return o
+	case OpRead:
+		f, err := os.Open(a.Path)
+		if err != nil {
+			return result(a.ID, err)
+		}
+		defer f.Close()
+		b := make([]byte, 1)
+		_, err = f.Read(b)
+		if err == io.EOF {
+			err = nil
+		}
+		return result(a.ID, err)
+	case OpList:
+		f, err := os.Open(a.Path)
+		if err != nil {
+			return result(a.ID, err)
+		}
+		defer f.Close()
+		_, err = f.Readdirnames(1)
+		if err == io.EOF {
+			err = nil
+		}
+		return result(a.ID, err)
+	case OpCreateIn:
+		p := fmt.Sprintf("%s/.thermite-probe-%d", a.Path, os.Getpid())
+		fd, err := unix.Open(p, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC, 0o600)
+		if err != nil {
+			return result(a.ID, err)
+		}
+		unix.Close(fd)
+		unix.Unlink(p)
+		return result(a.ID, nil)
+	case OpWrite:
+		fd, err := unix.Open(a.Path, unix.O_WRONLY|unix.O_CLOEXEC, 0)
+		if err == nil {
+			unix.Close(fd)
+		}
+		return result(a.ID, err)
+	case OpChmod:
+		var st unix.Stat_t
+		if err := unix.Stat(a.Path, &st); err != nil {
+			return result(a.ID, err)
+		}
+		return result(a.ID, unix.Chmod(a.Path, (st.Mode&0o7777)|0o200))
+	case OpRename:
+		err := unix.Rename(a.Path, a.Path+".probe")
+		if err == nil {
+			unix.Rename(a.Path+".probe", a.Path)
+		}
+		return result(a.ID, err)
+	case OpConnect:
+		var err error
+		for _, netw := range []string{"unixpacket", "unix"} {
+			var c net.Conn
+			c, err = net.Dial(netw, a.Path)
+			if err == nil {
+				c.Close()
+				return result(a.ID, nil)
+			}
+			if !errors.Is(err, unix.EPROTOTYPE) {
+				break
+			}
+		}
+		return result(a.ID, err)
+	case OpSignal:
+		return result(a.ID, unix.Kill(a.PID, 0))
+	case OpPtrace:
+		err := unix.PtraceAttach(a.PID)
+		if err == nil {
+			unix.PtraceDetach(a.PID)
+		}
+		return result(a.ID, err)
+	case OpSetID:
+		fd, err := unix.Open(a.Path, unix.O_CREAT|unix.O_WRONLY|unix.O_TRUNC|unix.O_CLOEXEC, 0o755)
+		if err != nil {
+			return result(a.ID, err)
+		}
+		unix.Close(fd)
+		if err := unix.Chmod(a.Path, 0o4755|unix.S_ISGID); err != nil {
+			return result(a.ID, err)
+		}
+		var st unix.Stat_t
+		if err := unix.Stat(a.Path, &st); err != nil {
+			return result(a.ID, err)
+		}
+		return Outcome{ID: a.ID, Got: "ok", Detail: fmt.Sprintf("%04o", st.Mode&0o7777)}
+	case OpEtcGroups:
+		data, err := os.ReadFile("/etc/group")
+		if err != nil {
+			return result(a.ID, err)
+		}
+		var gids []string
+		for _, l := range strings.Split(string(data), "\n") {
+			e := strings.Split(l, ":")
+			if len(e) < 4 {
+				continue
+			}
+			for _, m := range strings.Split(e[3], ",") {
+				if m == a.Arg {
+					gids = append(gids, e[2])
+				}
+			}
+		}
+		sort.Strings(gids)
+		return Outcome{ID: a.ID, Got: "ok", Detail: strings.Join(gids, ",")}
+	}
+	return Outcome{ID: a.ID, Got: "error: unknown op " + a.Op}
+}
