@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"regexp"
 	"strings"
 	"syscall"
 	"time"
@@ -125,7 +124,22 @@ func (c *child) kill() {
 	unix.Kill(-c.pid, unix.SIGKILL)
 }
 
-var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+// validEnvName is a shell-safe variable name. (Not a regexp: package-level
+// regexps compile at start-up, and the shim starts for every command.)
+func validEnvName(k string) bool {
+	if k == "" {
+		return false
+	}
+	for i, c := range k {
+		switch {
+		case c == '_', c >= 'A' && c <= 'Z', c >= 'a' && c <= 'z':
+		case c >= '0' && c <= '9' && i > 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 // EnvFor is the whole environment of a role's command: what the request
 // gives, then HOME, TMPDIR, USER and LOGNAME for the role, which no request
@@ -143,7 +157,7 @@ func (b *Broker) EnvFor(r roles.Role, requested []string) ([]string, error) {
 	seen := map[string]bool{}
 	for _, kv := range requested {
 		k, _, ok := strings.Cut(kv, "=")
-		if !ok || !envName.MatchString(k) {
+		if !ok || !validEnvName(k) {
 			return nil, fmt.Errorf("env: %q is not NAME=value", kv)
 		}
 		if strings.ContainsRune(kv, 0) {

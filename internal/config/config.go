@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"time"
 
@@ -139,7 +138,22 @@ func Load(path string) (Config, error) {
 	return c, nil
 }
 
-var prefixRE = regexp.MustCompile(`^([a-z_][a-z0-9_-]{0,15})?$`)
+// validPrefix is a user-name prefix: lower-case letters, digits, _ and -,
+// at most 16, not starting with a digit or -.
+func validPrefix(p string) bool {
+	if len(p) > 16 {
+		return false
+	}
+	for i, c := range p {
+		switch {
+		case c == '_', c >= 'a' && c <= 'z':
+		case (c >= '0' && c <= '9' || c == '-') && i > 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 // MaxLanes bounds lanes and timing users: each kind has 99 uids in the layout.
 const MaxLanes = 99
@@ -154,7 +168,7 @@ func (c *Config) Validate() error {
 	if c.StateDir == "/" {
 		return fmt.Errorf("state_dir: must not be /")
 	}
-	if !prefixRE.MatchString(c.RolePrefix) {
+	if !validPrefix(c.RolePrefix) {
 		return fmt.Errorf("role_prefix: %q is not a user-name prefix (lower-case letters, digits, _ and -, at most 16)", c.RolePrefix)
 	}
 	if c.UIDBase < 1000 || c.UIDBase > 4_000_000_000 {
