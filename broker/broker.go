@@ -48,14 +48,16 @@ type Broker struct {
 	started  time.Time
 	closed   []closedTmp
 
-	mu          sync.Mutex
-	userLocks   map[int]*sync.Mutex
-	laneFolders map[int]map[string]bool // folders handed to each lane's uid
-	cpuHolds    map[string]cpuset.Set   // judge CPUs held by timed runs
-	ctlPID      int
-	ctlStarts   int
-	selftest    *rpc.SelftestResult
-	notes       []string
+	mu         sync.Mutex
+	userLocks  map[int]*sync.Mutex
+	handed     map[int]map[string]bool // folders handed to each role's uid
+	cpuHolds   map[string]cpuset.Set   // judge CPUs held by timed runs
+	ctlPID     int
+	ctlStarts  int
+	selftest   *rpc.SelftestResult
+	selftestFn SelftestFunc
+	selftestMu sync.Mutex
+	notes      []string
 }
 
 // New prepares a broker for cfg; Serve runs it.
@@ -66,11 +68,11 @@ func New(cfg config.Config, log *slog.Logger) (*Broker, error) {
 	}
 	return &Broker{
 		cfg: cfg, table: table, log: log,
-		exe:         "/proc/self/exe",
-		stopCh:      make(chan struct{}),
-		userLocks:   map[int]*sync.Mutex{},
-		laneFolders: map[int]map[string]bool{},
-		cpuHolds:    map[string]cpuset.Set{},
+		exe:       "/proc/self/exe",
+		stopCh:    make(chan struct{}),
+		userLocks: map[int]*sync.Mutex{},
+		handed:    map[int]map[string]bool{},
+		cpuHolds:  map[string]cpuset.Set{},
 	}, nil
 }
 
@@ -215,7 +217,12 @@ func (b *Broker) status() *rpc.Status {
 	b.mu.Lock()
 	st.ControllerPID = b.ctlPID
 	st.ControllerRuns = b.ctlStarts
-	st.Selftest = b.selftest
+	if b.selftest != nil {
+		// The verdict without its rows: `selftest isolation --json` has them.
+		sum := *b.selftest
+		sum.Probes = nil
+		st.Selftest = &sum
+	}
 	st.Notes = append([]string(nil), b.notes...)
 	b.mu.Unlock()
 	if st.ControllerPID != 0 {

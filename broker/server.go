@@ -5,13 +5,10 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"path/filepath"
-	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
 
-	"thermite/internal/confined"
 	"thermite/internal/procs"
 	"thermite/internal/rpc"
 	"thermite/roles"
@@ -89,8 +86,7 @@ func (b *Broker) handle(c *rpc.Conn) {
 		for _, f := range files {
 			f.Close()
 		}
-		resp.V = rpc.Version
-		if err := c.Send(resp); err != nil || !keep || resp.Error != "" {
+		if err := c.SendResponse(resp); err != nil || !keep || resp.Error != "" {
 			return
 		}
 	}
@@ -179,87 +175,6 @@ func (b *Broker) role(name string) (roles.Role, error) {
 	return r, nil
 }
 
-// Run runs one command as a role and answers how it ended.
-func (b *Broker) Run(c *rpc.Conn, req *rpc.RunRequest, files []*os.File) (*rpc.RunResult, error) {
-	r, err := b.role(req.Role)
-	if err != nil {
-		return nil, fmt.Errorf("run: %w", err)
-	}
-	if len(req.Argv) == 0 || req.Argv[0] == "" {
-		return nil, fmt.Errorf("run: argv is empty")
-	}
-	for _, a := range req.Argv {
-		if strings.ContainsRune(a, 0) {
-			return nil, fmt.Errorf("run: argv holds a NUL byte")
-		}
-	}
-	if len(files) != 0 && len(files) != 3 {
-		return nil, fmt.Errorf("run: %d descriptors: give stdin, stdout and stderr, or none", len(files))
-	}
-	cmd := &command{role: r, argv: req.Argv, groups: r.Groups}
-	if len(files) == 3 {
-		copy(cmd.stdio[:], files)
-	} else {
-		cmd.stdio = [3]*os.File{b.devnull, b.devnull, b.devnull}
-	}
-	if cmd.env, err = b.EnvFor(r, req.Env); err != nil {
-		return nil, fmt.Errorf("run: %w", err)
-	}
-	rl, timeout, err := b.LimitsFor(req.Limits)
-	if err != nil {
-		return nil, fmt.Errorf("run: %w", err)
-	}
-	cmd.rlimits = rl
-	if cmd.cpus, err = b.CPUsFor(r, req.CPUs); err != nil {
-		return nil, fmt.Errorf("run: %w", err)
-	}
-	if cmd.landlock, cmd.groups, err = b.fenceFor(r, req.GPUs); err != nil {
-		return nil, fmt.Errorf("run: %w", err)
-	}
-	cwd := req.Cwd
-	if cwd == "" {
-		cwd = b.homeOf(r)
-	}
-	if cmd.cwd, err = confined.Open(b.cfg.ScratchDir(), cwd, unix.O_PATH|unix.O_DIRECTORY); err != nil {
-		return nil, fmt.Errorf("run: cwd %w", err)
-	}
-	defer cmd.cwd.Close()
-
-	// A role whose leftovers are stopped after each command runs one
-	// command at a time, so one command's cleanup never kills another's.
-	if r.StopsAfterEachCommand() {
-		lk := b.userLock(r.UID)
-		lk.Lock()
-		defer lk.Unlock()
-	}
-	cancel := make(chan struct{})
-	go func() {
-		// The caller sends nothing more during a Run: a read returns only
-		// when it goes away, and then the command goes too. After the Run
-		// the handler closes the connection, which ends this read.
-		var extra rpc.Request
-		files, _ := c.Recv(&extra)
-		for _, f := range files {
-			f.Close()
-		}
-		close(cancel)
-	}()
-	res, runErr := b.runCommand(cmd, timeout, b.cancelOr(cancel))
-	if res != nil {
-		if r.StopsAfterEachCommand() {
-			n, err := b.StopUser(r)
-			if err != nil {
-				return res, fmt.Errorf("run: cleanup: %w", err)
-			}
-			res.Leftovers = n
-		}
-		if r.Kind == roles.Lane {
-			res.SetID = b.ClearSetID(r)
-		}
-	}
-	return res, runErr
-}
-
 // cancelOr closes when c closes or the broker begins to stop.
 func (b *Broker) cancelOr(c <-chan struct{}) <-chan struct{} {
 	out := make(chan struct{})
@@ -302,99 +217,4 @@ func (b *Broker) uidSet() map[int]bool {
 		m[u] = true
 	}
 	return m
-}
-
-// handableRoots are the folders beneath which HandFolder may give a folder
-// away: never scratch itself, a role's HOME or TMPDIR, or the store.
-func (b *Broker) handableRoots() []string {
-	s := b.cfg.ScratchDir()
-	return []string{
-		filepath.Join(s, "trials"),
-		filepath.Join(s, "runs"),
-		filepath.Join(s, "builds"),
-		b.cfg.ResearchDir(),
-	}
-}
-
-// HandFolder gives a folder beneath one of the handable roots, and
-// everything in it, to a role.
-func (b *Broker) HandFolder(req *rpc.HandFolderRequest) (*rpc.HandFolderResult, error) {
-	r, err := b.role(req.Role)
-	if err != nil {
-		return nil, fmt.Errorf("hand_folder: %w", err)
-	}
-	if req.Mode&^0o777 != 0 {
-		return nil, fmt.Errorf("hand_folder: mode %04o has bits beyond 0777", req.Mode)
-	}
-	var top *os.File
-	for _, root := range b.handableRoots() {
-		if !strings.HasPrefix(req.Path, root+"/") {
-			continue
-		}
-		top, err = confined.Open(root, req.Path, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW)
-		if err != nil {
-			return nil, fmt.Errorf("hand_folder: %w", err)
-		}
-		break
-	}
-	if top == nil {
-		return nil, fmt.Errorf("hand_folder: %s: not inside %s", req.Path, strings.Join(b.handableRoots(), ", "))
-	}
-	defer top.Close()
-	uids := b.uidSet()
-	changed, skipped, err := confined.ChownTree(top, r.UID, r.GID, func(uid int) bool { return uids[uid] }, req.ReadOnly, req.Mode)
-	if err != nil {
-		return nil, fmt.Errorf("hand_folder: %w", err)
-	}
-	b.mu.Lock()
-	for uid, m := range b.laneFolders {
-		if uid != r.UID {
-			delete(m, req.Path)
-		}
-	}
-	if r.Kind == roles.Lane {
-		if b.laneFolders[r.UID] == nil {
-			b.laneFolders[r.UID] = map[string]bool{}
-		}
-		b.laneFolders[r.UID][req.Path] = true
-	}
-	b.mu.Unlock()
-	return &rpc.HandFolderResult{Changed: changed, Skipped: skipped}, nil
-}
-
-// ClearSetID sweeps every folder a lane owns in scratch (its HOME, its
-// TMPDIR and the folders handed to it) for set-user and set-group bits.
-func (b *Broker) ClearSetID(r roles.Role) *rpc.SetIDReport {
-	rep := &rpc.SetIDReport{}
-	b.mu.Lock()
-	dirs := []string{b.homeOf(r), b.tmpOf(r)}
-	for p := range b.laneFolders[r.UID] {
-		dirs = append(dirs, p)
-	}
-	b.mu.Unlock()
-	for _, d := range dirs {
-		root := b.cfg.ScratchDir()
-		if strings.HasPrefix(d, b.cfg.ResearchDir()+"/") {
-			root = b.cfg.ResearchDir()
-		}
-		top, err := confined.Open(root, d, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW)
-		if err != nil {
-			if !errors.Is(err, unix.ENOENT) {
-				rep.Skipped = append(rep.Skipped, err.Error())
-			}
-			continue
-		}
-		cleared, skipped, n, err := confined.ClearSetID(top, r.UID)
-		top.Close()
-		rep.Cleared = append(rep.Cleared, cleared...)
-		rep.Skipped = append(rep.Skipped, skipped...)
-		rep.Scanned += n
-		if err != nil {
-			rep.Skipped = append(rep.Skipped, err.Error())
-		}
-	}
-	if len(rep.Cleared) > 0 || len(rep.Skipped) > 0 {
-		b.log.Warn("set-id sweep", "role", r.Name, "cleared", rep.Cleared, "skipped", rep.Skipped)
-	}
-	return rep
 }

@@ -14,6 +14,7 @@ import (
 	"thermite/internal/cpuset"
 	"thermite/internal/rpc"
 	"thermite/internal/spawn"
+	"thermite/internal/weaken"
 	"thermite/roles"
 )
 
@@ -40,6 +41,11 @@ type child struct {
 	started time.Time
 	exited  <-chan exit
 	execErr string // why the shim could not exec, if it could not
+}
+
+// execSpec is the shim's spec for a prepared command.
+func (b *Broker) execSpec(c *command) *spawn.Spec {
+	return &spawn.Spec{Mode: spawn.ModeExec, Argv: c.argv, Env: c.env, CPUs: c.cpus, Rlimits: c.rlimits}
 }
 
 // startShim forks `/proc/self/exe __spawn` as the role's user with its
@@ -84,6 +90,12 @@ func (b *Broker) startShim(c *command, spec *spawn.Spec) (*child, error) {
 			PidFD:      &pidfd,
 		},
 	}
+	if weaken.Enabled && spec.Mode == spawn.ModeExec {
+		if weaken.Has("cap-amb") {
+			attr.Sys.AmbientCaps = []uintptr{unix.CAP_CHOWN}
+		}
+		spec.KeepFDs = weaken.Has("leak-fd")
+	}
 	started := time.Now()
 	pid, exited, err := b.reaper.fork(func() (int, error) {
 		return syscall.ForkExec(b.exe, []string{"thermite", spawn.Arg}, attr)
@@ -106,6 +118,13 @@ func (b *Broker) startShim(c *command, spec *spawn.Spec) (*child, error) {
 	msg, _ := io.ReadAll(io.LimitReader(repR, 4096))
 	ch.execErr = string(msg)
 	return ch, nil
+}
+
+// release closes what a prepared command holds.
+func (c *command) release() {
+	if c.cwd != nil {
+		c.cwd.Close()
+	}
 }
 
 func (c *child) close() {
@@ -281,8 +300,7 @@ func (b *Broker) heldCPUs() cpuset.Set {
 // runCommand starts a command, waits for it under its timeout (or until
 // cancel closes), and fills in how it ended.
 func (b *Broker) runCommand(c *command, timeout time.Duration, cancel <-chan struct{}) (*rpc.RunResult, error) {
-	spec := &spawn.Spec{Mode: spawn.ModeExec, Argv: c.argv, Env: c.env, CPUs: c.cpus, Rlimits: c.rlimits}
-	ch, err := b.startShim(c, spec)
+	ch, err := b.startShim(c, b.execSpec(c))
 	if err != nil {
 		return nil, err
 	}

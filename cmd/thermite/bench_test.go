@@ -83,3 +83,18 @@ func BenchmarkStopUser500(b *testing.B) {
 		b.StartTimer()
 	}
 }
+
+// BenchmarkSelftest is the whole isolation self-test over the default
+// table: 16 lanes, 16 agents and the rest.
+func BenchmarkSelftest(b *testing.B) {
+	r := testrig.New(b, testrig.Options{Lanes: 16})
+	req := &rpc.Request{Op: rpc.OpSelftest, Selftest: &rpc.SelftestRequest{}}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		resp, err := rpc.Call(r.Cfg.BrokerSocket(), req)
+		if err != nil || !resp.Selftest.Holds {
+			b.Fatalf("%v %+v", err, resp)
+		}
+	}
+	b.ReportMetric(float64(len(r.Table.Roles)), "roles")
+}

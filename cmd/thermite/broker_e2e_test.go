@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -474,3 +475,5 @@ func TestBrokerCapabilities(t *testing.T) {
 		t.Errorf("socket %o %d:%d, want root:thermite 0660", sst.Mode&0o777, sst.Uid, sst.Gid)
 	}
 }
+
+func jsonDecode(s string, v any) error { return json.Unmarshal([]byte(s), v) }

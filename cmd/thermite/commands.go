@@ -20,6 +20,7 @@ import (
 	"thermite/internal/config"
 	"thermite/internal/rpc"
 	"thermite/roles"
+	"thermite/selftest"
 )
 
 func loadConfig() (config.Config, error) { return config.Load(configPath) }
@@ -74,6 +75,7 @@ func brokerCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			b.SetSelftest(func() *rpc.SelftestResult { return selftest.Run(b) })
 			if err := b.Serve(); err != nil {
 				log.Error("broker refused to start", "err", err.Error())
 				return err

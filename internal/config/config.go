@@ -255,9 +255,9 @@ func (c *Config) JudgeCPUSet() (cpuset.Set, error) {
 
 // Paths under the state dir, one place for every consumer.
 
-func (c *Config) BrokerDir() string      { return filepath.Join(c.StateDir, "broker") }
-func (c *Config) BrokerSocket() string   { return filepath.Join(c.StateDir, "broker", "broker.sock") }
-func (c *Config) ControllerDir() string  { return filepath.Join(c.StateDir, "controller") }
+func (c *Config) BrokerDir() string     { return filepath.Join(c.StateDir, "broker") }
+func (c *Config) BrokerSocket() string  { return filepath.Join(c.StateDir, "broker", "broker.sock") }
+func (c *Config) ControllerDir() string { return filepath.Join(c.StateDir, "controller") }
 func (c *Config) ControllerSocket() string {
 	return filepath.Join(c.StateDir, "controller", "controller.sock")
 }

@@ -158,6 +158,62 @@ func (c *Conn) PeerCred() (*unix.Ucred, error) {
 	return cred, cerr
 }
 
+// SendResponse sends an answer, in parts when it is larger than a frame.
+func (c *Conn) SendResponse(resp *Response) error {
+	resp.V = Version
+	b, err := json.Marshal(resp)
+	if err != nil {
+		return err
+	}
+	if len(b) <= MaxFrame {
+		return c.Send(resp)
+	}
+	if len(b) > MaxAnswer {
+		return c.Send(&Response{V: Version, Error: fmt.Sprintf("answer of %d bytes is over the %d-byte limit", len(b), MaxAnswer)})
+	}
+	const part = 40 << 10 // 40 KiB, 54 KiB once base64'd: within a frame
+	for len(b) > 0 {
+		n := min(part, len(b))
+		if err := c.Send(&Response{V: Version, Part: b[:n], More: n < len(b)}); err != nil {
+			return err
+		}
+		b = b[n:]
+	}
+	return nil
+}
+
+// recvResponse reads one answer, putting parts back together.
+func (c *Conn) recvResponse() (*Response, error) {
+	var resp Response
+	files, err := c.Recv(&resp)
+	for _, f := range files {
+		f.Close()
+	}
+	if err != nil || resp.Part == nil {
+		return &resp, err
+	}
+	whole := append([]byte(nil), resp.Part...)
+	for resp.More {
+		resp = Response{}
+		files, err := c.Recv(&resp)
+		for _, f := range files {
+			f.Close()
+		}
+		if err != nil {
+			return nil, err
+		}
+		whole = append(whole, resp.Part...)
+		if len(whole) > MaxAnswer {
+			return nil, fmt.Errorf("%w: answer over the %d-byte limit", ErrFrame, MaxAnswer)
+		}
+	}
+	var out Response
+	if err := json.Unmarshal(whole, &out); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrFrame, err)
+	}
+	return &out, nil
+}
+
 // Call sends req with fds and waits for the answer. An answer with Error
 // set comes back as an error carrying that line.
 func (c *Conn) Call(req *Request, fds ...int) (*Response, error) {
@@ -165,11 +221,7 @@ func (c *Conn) Call(req *Request, fds ...int) (*Response, error) {
 	if err := c.Send(req, fds...); err != nil {
 		return nil, err
 	}
-	var resp Response
-	files, err := c.Recv(&resp)
-	for _, f := range files {
-		f.Close()
-	}
+	resp, err := c.recvResponse()
 	if err != nil {
 		if IsClosed(err) {
 			return nil, fmt.Errorf("broker closed the connection")
@@ -177,9 +229,9 @@ func (c *Conn) Call(req *Request, fds ...int) (*Response, error) {
 		return nil, err
 	}
 	if resp.Error != "" {
-		return &resp, errors.New(resp.Error)
+		return resp, errors.New(resp.Error)
 	}
-	return &resp, nil
+	return resp, nil
 }
 
 // SetDeadline bounds the next reads and writes.

@@ -86,3 +86,23 @@ func TestSendRefusesOversize(t *testing.T) {
 		t.Fatalf("five descriptors: %v", err)
 	}
 }
+
+func TestLargeAnswerInParts(t *testing.T) {
+	c, s := pair(t)
+	big := &Response{Selftest: &SelftestResult{Sentence: "x"}}
+	for i := 0; i < 3000; i++ {
+		big.Selftest.Probes = append(big.Selftest.Probes, Probe{Role: "lane-1", Attempt: strings.Repeat("a", 100), Got: "EACCES", OK: true})
+	}
+	go func() {
+		var req Request
+		s.Recv(&req)
+		s.SendResponse(big)
+	}()
+	resp, err := c.Call(&Request{Op: OpSelftest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Selftest.Probes) != 3000 || resp.Selftest.Sentence != "x" {
+		t.Fatalf("got %d rows", len(resp.Selftest.Probes))
+	}
+}

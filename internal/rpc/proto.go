@@ -12,6 +12,9 @@ const Version = 1
 // MaxFrame is the largest frame either side accepts, in bytes.
 const MaxFrame = 64 << 10
 
+// MaxAnswer bounds an answer sent in parts.
+const MaxAnswer = 16 << 20
+
 // MaxFDs is the most descriptors one frame may carry.
 const MaxFDs = 4
 
@@ -39,8 +42,12 @@ type Request struct {
 
 // Response answers one Request. Error is one line naming what was wrong.
 type Response struct {
-	V          int               `json:"v"`
-	Error      string            `json:"error,omitempty"`
+	V     int    `json:"v"`
+	Error string `json:"error,omitempty"`
+	// Part and More carry an answer larger than one frame: its JSON, cut
+	// into parts, each in a frame of its own, More set on all but the last.
+	Part       []byte            `json:"part,omitempty"`
+	More       bool              `json:"more,omitempty"`
 	Run        *RunResult        `json:"run,omitempty"`
 	StopUser   *StopUserResult   `json:"stop_user,omitempty"`
 	HandFolder *HandFolderResult `json:"hand_folder,omitempty"`

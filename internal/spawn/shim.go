@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"thermite/internal/procs"
+	"thermite/internal/weaken"
 )
 
 // Arg is the hidden subcommand that runs the shim.
@@ -55,6 +56,9 @@ type Spec struct {
 	Landlock bool     `json:"landlock,omitempty"`
 	// StopTimeoutMS bounds the stop loop.
 	StopTimeoutMS int64 `json:"stop_timeout_ms,omitempty"`
+	// KeepFDs leaves a descriptor open across the exec; only a
+	// thermite_weaken test build honours it.
+	KeepFDs bool `json:"keep_fds,omitempty"`
 }
 
 // Main is the shim. It never returns: it execs the command, or reports on
@@ -81,6 +85,9 @@ func Main() {
 	}
 	switch s.Mode {
 	case ModeStop:
+		if err := unprivileged(); err != nil {
+			fail("stop", err)
+		}
 		n, err := stopAll(time.Duration(s.StopTimeoutMS) * time.Millisecond)
 		if err != nil {
 			fail("stop", err)
@@ -140,6 +147,10 @@ func Main() {
 	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
 		fail("close_range", err)
 	}
+	if weaken.Enabled && s.KeepFDs {
+		// The test build's leak: the working folder's descriptor.
+		unix.FcntlInt(FDCwd, unix.F_SETFD, 0)
+	}
 	err = unix.Exec(path, s.Argv, s.Env)
 	fail("exec", fmt.Errorf("%s: %w", s.Argv[0], err))
 }
@@ -159,6 +170,30 @@ func lookPath(name string, env []string) (string, error) {
 		return "", fmt.Errorf("%s: not found in PATH", name)
 	}
 	return p, nil
+}
+
+// unprivileged checks that this process is a plain user with no
+// capability at all: kill(-1) by anything more would reach every process
+// on the machine, not one role's.
+func unprivileged() error {
+	if os.Getuid() == 0 || os.Geteuid() == 0 {
+		return fmt.Errorf("refusing kill(-1) as root")
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("capget: %w", err)
+	}
+	for _, d := range data {
+		if d.Effective != 0 || d.Permitted != 0 || d.Inheritable != 0 {
+			return fmt.Errorf("refusing kill(-1) with capabilities (effective %#x, permitted %#x)", data[0].Effective, data[0].Permitted)
+		}
+	}
+	amb, err := unix.PrctlRetInt(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_IS_SET, unix.CAP_KILL, 0, 0)
+	if err == nil && amb != 0 {
+		return fmt.Errorf("refusing kill(-1) with an ambient CAP_KILL")
+	}
+	return nil
 }
 
 // stopAll ends every process of this user but itself. kill(-1, SIGKILL)

@@ -372,3 +372,30 @@ func (r *Rig) cleanup() {
 	}
 	os.RemoveAll(r.Dir)
 }
+
+// EditEtc changes /etc/NAME under the lock shadow-utils and `roles ensure`
+// take, so that no other test's edit is lost.
+func EditEtc(t testing.TB, name string, edit func(string) string) {
+	t.Helper()
+	lf, err := os.OpenFile("/etc/.pwd.lock", os.O_WRONLY|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lf.Close()
+	lk := syscall.Flock_t{Type: syscall.F_WRLCK}
+	if err := syscall.FcntlFlock(lf.Fd(), syscall.F_SETLKW, &lk); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		lk.Type = syscall.F_UNLCK
+		syscall.FcntlFlock(lf.Fd(), syscall.F_SETLK, &lk)
+	}()
+	p := filepath.Join("/etc", name)
+	data, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(edit(string(data))), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,108 @@
+package broker
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"thermite/internal/confined"
+	"thermite/internal/rpc"
+	"thermite/roles"
+)
+
+// handableRoots are the folders beneath which HandFolder may give a folder
+// away: never scratch itself, a role's HOME or TMPDIR, or the store.
+func (b *Broker) handableRoots() []string {
+	s := b.cfg.ScratchDir()
+	return []string{
+		filepath.Join(s, "trials"),
+		filepath.Join(s, "runs"),
+		filepath.Join(s, "builds"),
+		b.cfg.ResearchDir(),
+	}
+}
+
+// HandFolder gives a folder beneath one of the handable roots, and
+// everything in it, to a role.
+func (b *Broker) HandFolder(req *rpc.HandFolderRequest) (*rpc.HandFolderResult, error) {
+	r, err := b.role(req.Role)
+	if err != nil {
+		return nil, fmt.Errorf("hand_folder: %w", err)
+	}
+	if req.Mode&^0o777 != 0 {
+		return nil, fmt.Errorf("hand_folder: mode %04o has bits beyond 0777", req.Mode)
+	}
+	var top *os.File
+	for _, root := range b.handableRoots() {
+		if !strings.HasPrefix(req.Path, root+"/") {
+			continue
+		}
+		top, err = confined.Open(root, req.Path, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW)
+		if err != nil {
+			return nil, fmt.Errorf("hand_folder: %w", err)
+		}
+		break
+	}
+	if top == nil {
+		return nil, fmt.Errorf("hand_folder: %s: not inside %s", req.Path, strings.Join(b.handableRoots(), ", "))
+	}
+	defer top.Close()
+	uids := b.uidSet()
+	changed, skipped, err := confined.ChownTree(top, r.UID, r.GID, func(uid int) bool { return uids[uid] }, req.ReadOnly, req.Mode)
+	if err != nil {
+		return nil, fmt.Errorf("hand_folder: %w", err)
+	}
+	b.mu.Lock()
+	for uid, m := range b.handed {
+		if uid != r.UID {
+			delete(m, req.Path)
+		}
+	}
+	if b.handed[r.UID] == nil {
+		b.handed[r.UID] = map[string]bool{}
+	}
+	b.handed[r.UID][req.Path] = true
+	b.mu.Unlock()
+	return &rpc.HandFolderResult{Changed: changed, Skipped: skipped}, nil
+}
+
+// ClearSetID sweeps every folder a role owns in scratch (its HOME, its
+// TMPDIR and the folders handed to it) for set-user and set-group bits.
+func (b *Broker) ClearSetID(r roles.Role) *rpc.SetIDReport {
+	rep := &rpc.SetIDReport{}
+	b.mu.Lock()
+	dirs := []string{b.homeOf(r), b.tmpOf(r)}
+	for p := range b.handed[r.UID] {
+		dirs = append(dirs, p)
+	}
+	b.mu.Unlock()
+	for _, d := range dirs {
+		root := b.cfg.ScratchDir()
+		if strings.HasPrefix(d, b.cfg.ResearchDir()+"/") {
+			root = b.cfg.ResearchDir()
+		}
+		top, err := confined.Open(root, d, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW)
+		if err != nil {
+			if !errors.Is(err, unix.ENOENT) {
+				rep.Skipped = append(rep.Skipped, err.Error())
+			}
+			continue
+		}
+		cleared, skipped, n, err := confined.ClearSetID(top, r.UID)
+		top.Close()
+		rep.Cleared = append(rep.Cleared, cleared...)
+		rep.Skipped = append(rep.Skipped, skipped...)
+		rep.Scanned += n
+		if err != nil {
+			rep.Skipped = append(rep.Skipped, err.Error())
+		}
+	}
+	if len(rep.Cleared) > 0 || len(rep.Skipped) > 0 {
+		b.log.Warn("set-id sweep", "role", r.Name, "cleared", rep.Cleared, "skipped", rep.Skipped)
+	}
+	return rep
+}

@@ -1,0 +1,216 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"thermite/internal/rpc"
+	"thermite/internal/testrig"
+)
+
+func selftestJSON(t *testing.T, r *testrig.Rig, args ...string) (*rpc.SelftestResult, int) {
+	t.Helper()
+	out, stderr, code := r.Thermite(append([]string{"selftest", "isolation", "--json"}, args...)...)
+	var res rpc.SelftestResult
+	if err := jsonDecode(out, &res); err != nil {
+		t.Fatalf("selftest --json: exit %d: %v\n%s\n%s", code, err, out, stderr)
+	}
+	return &res, code
+}
+
+// failing lists the attempts (without their targets) that did not come out
+// as they must, and the roles they failed for.
+func failing(res *rpc.SelftestResult) map[string][]string {
+	out := map[string][]string{}
+	for _, p := range res.Probes {
+		if p.OK {
+			continue
+		}
+		a := p.Attempt
+		if i := strings.Index(a, " ("); i >= 0 {
+			a = a[:i]
+		}
+		out[a] = append(out[a], p.Role)
+	}
+	return out
+}
+
+func TestSelftestHolds(t *testing.T) {
+	r := newRig(t)
+	out, stderr, code := r.Thermite("selftest", "isolation")
+	if code != 0 {
+		t.Fatalf("exit %d: %s %s", code, out, stderr)
+	}
+	want := fmt.Sprintf("isolation holds: every probe of %d roles came out as it must\n", len(r.Table.Roles))
+	if out != want {
+		t.Fatalf("got %q, want %q", out, want)
+	}
+	res, _ := selftestJSON(t, r)
+	if !res.Holds || res.LandlockV < 1 || res.Roles != len(r.Table.Roles) {
+		t.Fatalf("%+v", res)
+	}
+	// Every role was probed, and every row is there.
+	seen := map[string]int{}
+	for _, p := range res.Probes {
+		seen[p.Role]++
+	}
+	for _, role := range r.Table.Roles {
+		if seen[role.Name] < 20 {
+			t.Errorf("%s: only %d rows", role.Name, seen[role.Name])
+		}
+	}
+	// The start-up self-test was recorded, and status shows the last one.
+	st := r.Status()
+	if st.Selftest == nil || !st.Selftest.Holds || st.Selftest.At == "" {
+		t.Fatalf("status has no self-test: %+v", st.Selftest)
+	}
+	sout, _, _ := r.Thermite("status")
+	if !strings.Contains(sout, "isolation holds") {
+		t.Errorf("status does not show the self-test:\n%s", sout)
+	}
+	// No canary is left behind.
+	for _, d := range []string{r.Cfg.StoreDir(), filepath.Join(r.Cfg.ScratchDir(), "trials"), filepath.Join(r.Cfg.ScratchDir(), "runs")} {
+		ents, _ := os.ReadDir(d)
+		if len(ents) != 0 {
+			t.Errorf("%s holds %d entries after the self-test", d, len(ents))
+		}
+	}
+	if _, err := os.Stat(filepath.Join(r.Cfg.ControllerDir(), "ledger.db")); err == nil {
+		t.Errorf("canary ledger left behind")
+	}
+}
+
+func TestSelftestRefusesABusyRig(t *testing.T) {
+	r := newRig(t)
+	r.RunAs("lane-1", nil, "sh", "-c", "setsid -f sleep 600 </dev/null >/dev/null 2>&1")
+	_, stderr, code := r.Thermite("selftest", "isolation")
+	if code == 0 || !strings.Contains(stderr, "busy: lane-1 runs 1 processes") || !strings.Contains(stderr, "--force") {
+		t.Fatalf("busy rig: exit %d %q", code, stderr)
+	}
+	out, _, code := r.Thermite("selftest", "isolation", "--force")
+	if code != 0 || !strings.HasPrefix(out, "isolation holds") {
+		t.Fatalf("--force: exit %d %q", code, out)
+	}
+	if p := r.Procs("lane-1"); len(p) != 0 {
+		t.Fatalf("the lane's probe did not stop its processes: %v", p)
+	}
+}
+
+// Each test breaks one thing and asserts that the self-test says so, and
+// names exactly the probes that break covers.
+func TestSelftestCatchesBreakage(t *testing.T) {
+	cases := []struct {
+		name   string
+		opts   testrig.Options
+		breakf func(t *testing.T, r *testrig.Rig)
+		want   []string // the failing attempts, exactly
+		roles  string   // "every" or one role that must be among those named
+	}{
+		{
+			name:   "a secret file made 0644 after start",
+			opts:   testrig.Options{Secrets: map[string]string{"api_key": secretValue}},
+			breakf: func(t *testing.T, r *testrig.Rig) { os.Chmod(filepath.Join(r.Dir, "secrets", "api_key"), 0o644) },
+			// The folder is still root's 0700, so every role's read is
+			// still refused; the rig's own check is what sees the file.
+			want:  []string{"the secret folder and its files are root's alone"},
+			roles: "rig",
+		},
+		{
+			name:   "the broker socket left 0666",
+			breakf: func(t *testing.T, r *testrig.Rig) { os.Chmod(r.Cfg.BrokerSocket(), 0o666) },
+			want:   []string{"the broker socket is root:thermite 0660 in a root:thermite 0710 folder"},
+			roles:  "rig",
+		},
+		{
+			name: "a role added to another role's group",
+			breakf: func(t *testing.T, r *testrig.Rig) {
+				lane1, lane2 := r.Role("lane-1"), r.Role("lane-2")
+				line := fmt.Sprintf("%s:x:%d:", lane1.User, lane1.GID)
+				testrig.EditEtc(t, "group", func(s string) string {
+					if !strings.Contains(s, line+"\n") {
+						t.Fatalf("no line %q in /etc/group", line)
+					}
+					return strings.Replace(s, line+"\n", line+lane2.User+"\n", 1)
+				})
+			},
+			want:  []string{"/etc/group gives it only the table's groups"},
+			roles: "lane-2",
+		},
+		{
+			name:  "a descriptor left open into the shim",
+			opts:  testrig.Options{Tags: "thermite_weaken", Env: []string{"THERMITE_WEAKEN=leak-fd"}, Extra: `startup_selftest = "warn"`},
+			want:  []string{"only descriptors 0, 1 and 2 are open"},
+			roles: "every",
+		},
+		{
+			name:  "an ambient capability",
+			opts:  testrig.Options{Tags: "thermite_weaken", Env: []string{"THERMITE_WEAKEN=cap-amb"}, Extra: `startup_selftest = "warn"`},
+			want:  []string{"CapEff, CapPrm, CapAmb and CapInh are 0"},
+			roles: "every",
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := testrig.New(t, c.opts)
+			if c.breakf != nil {
+				res, code := selftestJSON(t, r)
+				if code != 0 || !res.Holds {
+					t.Fatalf("self-test does not hold before the breakage: %s", res.Sentence)
+				}
+				c.breakf(t, r)
+			}
+			res, code := selftestJSON(t, r)
+			if code == 0 || res.Holds || !strings.HasPrefix(res.Sentence, "isolation does NOT hold: ") {
+				t.Fatalf("exit %d, sentence %q", code, res.Sentence)
+			}
+			got := failing(res)
+			var names []string
+			for a := range got {
+				names = append(names, a)
+			}
+			sort.Strings(names)
+			want := append([]string(nil), c.want...)
+			sort.Strings(want)
+			if strings.Join(names, "|") != strings.Join(want, "|") {
+				t.Fatalf("failing attempts %q, want exactly %q\n%s", names, want, res.Sentence)
+			}
+			switch c.roles {
+			case "every":
+				if n := len(got[c.want[0]]); n != len(r.Table.Roles) {
+					t.Errorf("%q failed for %d roles, want all %d", c.want[0], n, len(r.Table.Roles))
+				}
+			default:
+				if !strings.Contains(strings.Join(got[c.want[0]], ","), c.roles) {
+					t.Errorf("%q failed for %v, want %s among them", c.want[0], got[c.want[0]], c.roles)
+				}
+			}
+			for _, a := range c.want {
+				if !strings.Contains(res.Sentence, a) {
+					t.Errorf("the sentence does not name %q: %s", a, res.Sentence)
+				}
+			}
+		})
+	}
+}
+
+func TestStartupSelftestRefusesToStartTheController(t *testing.T) {
+	r := testrig.New(t, testrig.Options{Tags: "thermite_weaken", Env: []string{"THERMITE_WEAKEN=cap-amb"}, NoStart: true})
+	err := r.Start()
+	if err == nil {
+		t.Fatal("broker started although isolation does not hold")
+	}
+	if !strings.Contains(err.Error(), "isolation does NOT hold") || !strings.Contains(err.Error(), "startup_selftest = refuse") {
+		t.Fatalf("refusal does not say why:\n%v", err)
+	}
+	if exitErr, done := r.WaitExit(5 * time.Second); !done || exitErr == nil {
+		t.Fatalf("broker exit: %v (done %v), want non-zero", exitErr, done)
+	}
+	if p := r.Procs("thermite"); len(p) != 0 {
+		t.Fatalf("a controller runs: %v", p)
+	}
+}

@@ -1,0 +1,380 @@
+package selftest
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"thermite/internal/config"
+	"thermite/internal/rpc"
+	"thermite/roles"
+)
+
+// Host is what the self-test needs from the broker: the rig, and running
+// a probe as a role through the very path a real command of that role
+// takes.
+type Host interface {
+	Config() config.Config
+	Table() *roles.Table
+	BrokerPID() int
+	ControllerPID() int
+	SecretValues() map[string]string
+	EnvAllowed() []string
+	LandlockABI() int
+	RunProbe(role roles.Role, gpus []int, stdin []byte) (stdout, stderr []byte, res *rpc.RunResult, err error)
+	StartCanary(role roles.Role) (pid int, stop func(), err error)
+	StopUser(role roles.Role) (int, error)
+	HandFolder(req *rpc.HandFolderRequest) (*rpc.HandFolderResult, error)
+}
+
+// Sentence is the verdict, worded as the seed words it.
+func Sentence(holds bool, roles int, failures []string) string {
+	if holds {
+		return fmt.Sprintf("isolation holds: every probe of %d roles came out as it must", roles)
+	}
+	return "isolation does NOT hold: " + strings.Join(failures, "; ")
+}
+
+// Parallel is how many probes run at once, each as a different user.
+const Parallel = 4
+
+// Run runs the whole self-test: canaries where real targets do not exist
+// yet, a probe as every role, the rig's own checks, and the verdict.
+func Run(h Host) *rpc.SelftestResult {
+	start := time.Now()
+	res := &rpc.SelftestResult{At: start.UTC().Format(time.RFC3339), LandlockV: h.LandlockABI()}
+	var failures []string
+	fail := func(role, attempt, expect, got string) {
+		res.Probes = append(res.Probes, rpc.Probe{Role: role, Attempt: attempt, Expect: expect, Got: got})
+		failures = append(failures, fmt.Sprintf("%s %s: %s (want %s)", role, attempt, got, expect))
+	}
+	c := &Context{
+		Cfg: h.Config(), Table: h.Table(), BrokerPID: h.BrokerPID(),
+		OtherPID: map[string]int{}, Workspace: map[int]string{}, RunKit: map[int]string{}, RunOut: map[int]string{},
+		EnvAllowed: map[string]bool{},
+	}
+	for _, n := range h.EnvAllowed() {
+		c.EnvAllowed[n] = true
+	}
+	for _, v := range h.SecretValues() {
+		if v != "" {
+			c.SecretValues = append(c.SecretValues, v)
+		}
+	}
+	var undo []func()
+	defer func() {
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i]()
+		}
+	}()
+	if err := placeCanaries(h, c, &undo); err != nil {
+		fail("rig", "place canary targets", "placed", err.Error())
+	}
+	c.ControllerPID = h.ControllerPID()
+	if c.ControllerPID == 0 {
+		pid, stop, err := h.StartCanary(c.Table.Controller())
+		if err != nil {
+			fail("rig", "start a canary process as the controller's user", "started", err.Error())
+		} else {
+			c.ControllerPID = pid
+			undo = append(undo, stop)
+		}
+	}
+
+	// Two phases, so no probe's clean-up stops the canary it targets: a
+	// canary as planner for every role but the planner, then one as
+	// model-check for the planner.
+	var first, second []roles.Role
+	for _, r := range c.Table.Roles {
+		if r.Name == "planner" {
+			second = append(second, r)
+		} else {
+			first = append(first, r)
+		}
+	}
+	var mu sync.Mutex
+	record := func(rows []rpc.Probe) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, p := range rows {
+			res.Probes = append(res.Probes, p)
+			if !p.OK {
+				failures = append(failures, fmt.Sprintf("%s %s: %s (want %s)", p.Role, p.Attempt, p.Got, p.Expect))
+			}
+		}
+	}
+	for _, phase := range []struct {
+		canary string
+		probes []roles.Role
+	}{{"planner", first}, {"model-check", second}} {
+		cr, _ := c.Table.Role(phase.canary)
+		pid, stop, err := h.StartCanary(cr)
+		if err != nil {
+			fail("rig", "start a canary process as "+phase.canary, "started", err.Error())
+			continue
+		}
+		for _, r := range phase.probes {
+			c.OtherPID[r.Name] = pid
+		}
+		work := make(chan roles.Role)
+		var wg sync.WaitGroup
+		for i := 0; i < Parallel; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for r := range work {
+					record(probeRole(h, c, r))
+				}
+			}()
+		}
+		for _, r := range phase.probes {
+			work <- r
+		}
+		close(work)
+		wg.Wait()
+		stop()
+	}
+	for _, rc := range RigChecks {
+		if got := rc.Check(c); got != "" {
+			fail("rig", rc.Attempt, "holds", got)
+		} else {
+			res.Probes = append(res.Probes, rpc.Probe{Role: "rig", Attempt: rc.Attempt, Expect: "holds", Got: "holds", OK: true})
+		}
+	}
+	sort.SliceStable(res.Probes, func(i, j int) bool { return roleOrder(c, res.Probes[i].Role) < roleOrder(c, res.Probes[j].Role) })
+	res.Roles = len(c.Table.Roles)
+	res.Holds = len(failures) == 0
+	res.Sentence = Sentence(res.Holds, res.Roles, failures)
+	res.WallMS = time.Since(start).Milliseconds()
+	return res
+}
+
+func roleOrder(c *Context, name string) int {
+	for i, r := range c.Table.Roles {
+		if r.Name == name {
+			return i
+		}
+	}
+	return len(c.Table.Roles)
+}
+
+// probeRole runs one role's probe and judges every row against it.
+func probeRole(h Host, c *Context, r roles.Role) []rpc.Probe {
+	type planned struct {
+		row     *Row
+		attempt Attempt
+	}
+	var plan []Attempt
+	var rows []planned
+	for i := range Policy {
+		row := &Policy[i]
+		if !row.Who(r) {
+			continue
+		}
+		for k, a := range row.Make(c, r) {
+			a.ID = fmt.Sprintf("%d.%d", i, k)
+			plan = append(plan, a)
+			rows = append(rows, planned{row, a})
+		}
+	}
+	data, _ := json.Marshal(plan)
+	stdout, stderr, run, err := h.RunProbe(r, nil, data)
+	// Each probe stops its role's processes; the controller's user is the
+	// controller itself, and is left alone.
+	if r.Kind != roles.Controller {
+		h.StopUser(r)
+	}
+	if err != nil || run == nil || run.ExitCode != 0 {
+		why := fmt.Sprintf("%v", err)
+		if run != nil {
+			why = fmt.Sprintf("%v, exit %d, %s", err, run.ExitCode, strings.TrimSpace(string(stderr)))
+		}
+		return []rpc.Probe{{Role: r.Name, Attempt: "run its probe", Expect: "ran", Got: "the probe could not run: " + why}}
+	}
+	var outs []Outcome
+	if err := json.Unmarshal(stdout, &outs); err != nil {
+		return []rpc.Probe{{Role: r.Name, Attempt: "run its probe", Expect: "ran", Got: "the probe's answer is unreadable: " + err.Error()}}
+	}
+	byID := map[string]Outcome{}
+	for _, o := range outs {
+		byID[o.ID] = o
+	}
+	var out []rpc.Probe
+	for _, p := range rows {
+		o, ok := byID[p.attempt.ID]
+		label := p.row.Attempt
+		if p.attempt.Path != "" {
+			label += " (" + p.attempt.Path + ")"
+		} else if p.attempt.PID != 0 {
+			label += fmt.Sprintf(" (pid %d)", p.attempt.PID)
+		}
+		row := rpc.Probe{Role: r.Name, Attempt: label, Expect: strings.Join(p.row.Want, " or ")}
+		if !ok {
+			row.Got = "no answer from the probe"
+			out = append(out, row)
+			continue
+		}
+		row.Got = o.Got
+		row.OK = contains(p.row.Want, o.Got)
+		if !row.OK && o.Got == "ENOENT" {
+			row.Got = "ENOENT: the target was not there, so nothing was tried"
+		}
+		if row.OK && p.row.Check != nil {
+			if bad := p.row.Check(c, r, o); bad != "" {
+				row.OK = false
+				row.Got = bad
+			}
+		}
+		out = append(out, row)
+	}
+	return out
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func randomName(prefix string) string {
+	b := make([]byte, 8)
+	rand.Read(b)
+	return prefix + hex.EncodeToString(b)
+}
+
+// placeCanaries puts a target where each real one lives, with the same
+// owner and mode, when the real one does not exist yet. undo removes them.
+func placeCanaries(h Host, c *Context, undo *[]func()) error {
+	ctl := c.Table.Controller()
+	var errs []error
+	file := func(path string, uid, gid int, mode os.FileMode) error {
+		if err := os.WriteFile(path, []byte("thermite self-test canary\n"), 0o600); err != nil {
+			return err
+		}
+		*undo = append(*undo, func() { os.Remove(path) })
+		if err := os.Chown(path, uid, gid); err != nil {
+			return err
+		}
+		return os.Chmod(path, mode)
+	}
+	dir := func(path string, uid, gid int, mode os.FileMode) error {
+		if err := os.Mkdir(path, 0o700); err != nil {
+			return err
+		}
+		*undo = append(*undo, func() { os.RemoveAll(path) })
+		if err := os.Chown(path, uid, gid); err != nil {
+			return err
+		}
+		return os.Chmod(path, mode)
+	}
+
+	// The ledger and the kits live in the controller's folder.
+	c.Ledger = filepath.Join(c.Cfg.ControllerDir(), "ledger.db")
+	if _, err := os.Lstat(c.Ledger); err != nil {
+		errs = append(errs, file(c.Ledger, ctl.UID, ctl.GID, 0o600))
+	}
+	kits := filepath.Join(c.Cfg.ControllerDir(), "kits")
+	c.Kit = firstFile(kits, "kit.toml")
+	if c.Kit == "" {
+		if _, err := os.Lstat(kits); err != nil {
+			errs = append(errs, dir(kits, ctl.UID, ctl.GID, 0o700))
+		}
+		k := filepath.Join(kits, randomName("selftest-"))
+		errs = append(errs, dir(k, ctl.UID, ctl.GID, 0o700))
+		c.Kit = filepath.Join(k, "kit.toml")
+		errs = append(errs, file(c.Kit, ctl.UID, ctl.GID, 0o600))
+	}
+	// A secret: a real one if there is one.
+	names, _ := readNames(c.Cfg.SecretsDir)
+	if len(names) > 0 {
+		c.Secret = filepath.Join(c.Cfg.SecretsDir, names[0])
+	} else {
+		if _, err := os.Lstat(c.Cfg.SecretsDir); err != nil {
+			errs = append(errs, dir(c.Cfg.SecretsDir, 0, 0, 0o700))
+		}
+		c.Secret = filepath.Join(c.Cfg.SecretsDir, ".selftest-canary")
+		errs = append(errs, file(c.Secret, 0, 0, 0o600))
+	}
+	// A stored build: read-only, reachable only by its exact path.
+	sb := filepath.Join(c.Cfg.StoreDir(), randomName("selftest-"))
+	errs = append(errs, dir(sb, ctl.UID, ctl.GID, 0o700))
+	c.StoredFile = filepath.Join(sb, "program")
+	errs = append(errs, file(c.StoredFile, ctl.UID, ctl.GID, 0o555), os.Chmod(sb, 0o555))
+	// A workspace for each lane, handed to it as a trial's would be.
+	trials := filepath.Join(c.Cfg.ScratchDir(), "trials", randomName("selftest-"))
+	errs = append(errs, dir(trials, ctl.UID, ctl.GID, 0o711))
+	for _, r := range c.Table.Roles {
+		if r.Kind != roles.Lane {
+			continue
+		}
+		ws := filepath.Join(trials, r.Name)
+		if err := dir(ws, ctl.UID, ctl.GID, 0o700); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if _, err := h.HandFolder(&rpc.HandFolderRequest{Path: ws, Role: r.Name, Mode: 0o700}); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		c.Workspace[r.Index] = ws
+		*undo = append(*undo, func() { h.HandFolder(&rpc.HandFolderRequest{Path: ws, Role: ctl.Name}) })
+	}
+	// A timed run's folder for each timing user: a read-only kit copy owned
+	// by the controller and an out/ of the timing user's own.
+	for _, r := range c.Table.Roles {
+		if r.Kind != roles.Timing {
+			continue
+		}
+		run := filepath.Join(c.Cfg.ScratchDir(), "runs", randomName("selftest-"))
+		if err := dir(run, ctl.UID, ctl.GID, 0o755); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		kit := filepath.Join(run, "kit")
+		errs = append(errs, dir(kit, ctl.UID, ctl.GID, 0o755))
+		c.RunKit[r.Index] = filepath.Join(kit, "input.txt")
+		errs = append(errs, file(c.RunKit[r.Index], ctl.UID, ctl.GID, 0o444), os.Chmod(kit, 0o555))
+		out := filepath.Join(run, "out")
+		errs = append(errs, dir(out, ctl.UID, ctl.GID, 0o700))
+		if _, err := h.HandFolder(&rpc.HandFolderRequest{Path: out, Role: r.Name, Mode: 0o700}); err != nil {
+			errs = append(errs, err)
+		}
+		c.RunOut[r.Index] = out
+		*undo = append(*undo, func() { h.HandFolder(&rpc.HandFolderRequest{Path: out, Role: ctl.Name}) })
+	}
+	return errors.Join(errs...)
+}
+
+func readNames(dir string) ([]string, error) {
+	d, err := os.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	names, err := d.Readdirnames(-1)
+	sort.Strings(names)
+	return names, err
+}
+
+// firstFile finds dir/*/name.
+func firstFile(dir, name string) string {
+	subs, _ := readNames(dir)
+	for _, s := range subs {
+		p := filepath.Join(dir, s, name)
+		if st, err := os.Lstat(p); err == nil && st.Mode().IsRegular() {
+			return p
+		}
+	}
+	return ""
+}

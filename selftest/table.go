@@ -1,0 +1,372 @@
+package selftest
+
+import (
+	"fmt"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"thermite/internal/config"
+	"thermite/roles"
+)
+
+// Context is what the rows need to know about this rig at this moment:
+// where the real targets are, or the canaries placed where they would be.
+type Context struct {
+	Cfg           config.Config
+	Table         *roles.Table
+	BrokerPID     int
+	ControllerPID int // the controller, or a canary process of its user
+	Ledger        string
+	Kit           string
+	Secret        string
+	SecretValues  []string
+	StoredFile    string          // a file of a stored build
+	OtherPID      map[string]int  // role name -> a process of another role
+	Workspace     map[int]string  // lane number -> a workspace handed to it
+	RunKit        map[int]string  // timing card -> a file of its run's kit copy
+	RunOut        map[int]string  // timing card -> its run's out/
+	EnvAllowed    map[string]bool // the variables a role's command may have
+}
+
+// Who says which roles a row applies to.
+type Who func(r roles.Role) bool
+
+// Every role.
+func Every(roles.Role) bool { return true }
+
+// Except every role of the given kinds.
+func Except(kinds ...roles.Kind) Who {
+	return func(r roles.Role) bool {
+		for _, k := range kinds {
+			if r.Kind == k {
+				return false
+			}
+		}
+		return true
+	}
+}
+
+// Only roles of the given kinds.
+func Only(kinds ...roles.Kind) Who {
+	return func(r roles.Role) bool { return !Except(kinds...)(r) }
+}
+
+// Row is one line of the policy: for the roles it names, an attempt and
+// the outcomes that count as right. Anything else, including "the file was
+// not there" and "the probe could not run", is a failure that says so.
+type Row struct {
+	Who     Who
+	Attempt string
+	// Make builds the probe's attempts for a role; none means the row does
+	// not apply to it here.
+	Make func(c *Context, r roles.Role) []Attempt
+	// Want lists the outcomes that are right (EACCES, EPERM, ok, ...).
+	Want []string
+	// Check, when set, looks at the outcome's detail (or at what the run
+	// left behind) and says what is wrong, or "" when nothing is.
+	Check func(c *Context, r roles.Role, o Outcome) string
+}
+
+func one(op, path string) func(*Context, roles.Role) []Attempt {
+	return func(*Context, roles.Role) []Attempt { return []Attempt{{Op: op, Path: path}} }
+}
+
+func at(op string, path func(c *Context, r roles.Role) string) func(*Context, roles.Role) []Attempt {
+	return func(c *Context, r roles.Role) []Attempt {
+		p := path(c, r)
+		if p == "" {
+			return nil
+		}
+		return []Attempt{{Op: op, Path: p}}
+	}
+}
+
+func pid(op string, p func(c *Context, r roles.Role) int) func(*Context, roles.Role) []Attempt {
+	return func(c *Context, r roles.Role) []Attempt {
+		n := p(c, r)
+		if n <= 0 {
+			return nil
+		}
+		return []Attempt{{Op: op, PID: n}}
+	}
+}
+
+var (
+	refused  = []string{"EACCES"}
+	notPerm  = []string{"EPERM"}
+	succeeds = []string{"ok"}
+)
+
+// Policy is the isolation self-test: every row, in one place. Later
+// capabilities add their rows here.
+var Policy = []Row{
+	// What no role may do.
+	{Who: Except(roles.Controller), Attempt: "read the ledger", Make: at(OpRead, func(c *Context, _ roles.Role) string { return c.Ledger }), Want: refused},
+	{Who: Except(roles.Controller), Attempt: "read a kit", Make: at(OpRead, func(c *Context, _ roles.Role) string { return c.Kit }), Want: refused},
+	{Who: Every, Attempt: "read a secret file", Make: at(OpRead, func(c *Context, _ roles.Role) string { return c.Secret }), Want: refused},
+	{Who: Except(roles.Controller), Attempt: "connect to the broker socket", Make: at(OpConnect, func(c *Context, _ roles.Role) string { return c.Cfg.BrokerSocket() }), Want: refused},
+	{Who: Except(roles.Controller), Attempt: "open the controller's environ", Make: at(OpRead, func(c *Context, _ roles.Role) string { return procEnviron(c.ControllerPID) }), Want: refused},
+	{Who: Every, Attempt: "open the broker's environ", Make: at(OpRead, func(c *Context, _ roles.Role) string { return procEnviron(c.BrokerPID) }), Want: refused},
+	{Who: Every, Attempt: "signal the broker", Make: pid(OpSignal, func(c *Context, _ roles.Role) int { return c.BrokerPID }), Want: notPerm},
+	{Who: Except(roles.Controller), Attempt: "signal the controller", Make: pid(OpSignal, func(c *Context, _ roles.Role) int { return c.ControllerPID }), Want: notPerm},
+	{Who: Every, Attempt: "signal another role's process", Make: pid(OpSignal, func(c *Context, r roles.Role) int { return c.OtherPID[r.Name] }), Want: notPerm},
+	{Who: Every, Attempt: "ptrace another role's process", Make: pid(OpPtrace, func(c *Context, r roles.Role) int { return c.OtherPID[r.Name] }), Want: notPerm},
+	{Who: Every, Attempt: "write a closed temporary place", Make: func(c *Context, _ roles.Role) []Attempt {
+		var out []Attempt
+		for _, p := range c.Cfg.ClosedTmp {
+			out = append(out, Attempt{Op: OpCreateIn, Path: p})
+		}
+		return out
+	}, Want: refused},
+	{Who: Every, Attempt: "read another role's temp folder", Make: at(OpList, func(c *Context, r roles.Role) string { return tmpOf(c, otherRole(c, r)) }), Want: refused},
+	{Who: Every, Attempt: "write another role's temp folder", Make: at(OpCreateIn, func(c *Context, r roles.Role) string { return tmpOf(c, otherRole(c, r)) }), Want: refused},
+	{Who: Except(roles.Controller), Attempt: "list the store", Make: at(OpList, func(c *Context, _ roles.Role) string { return c.Cfg.StoreDir() }), Want: refused},
+	{Who: Except(roles.Controller), Attempt: "write a stored build", Make: at(OpWrite, func(c *Context, _ roles.Role) string { return c.StoredFile }), Want: refused},
+	{Who: Except(roles.Controller), Attempt: "chmod a stored build", Make: at(OpChmod, func(c *Context, _ roles.Role) string { return c.StoredFile }), Want: notPerm},
+	{Who: Except(roles.Controller), Attempt: "rename a stored build", Make: at(OpRename, func(c *Context, _ roles.Role) string { return c.StoredFile }), Want: refused},
+	{Who: Every, Attempt: "keep a set-id bit past the run", Make: at(OpSetID, func(c *Context, r roles.Role) string { return filepath.Join(tmpOf(c, r.Name), ".selftest-setid") }),
+		// Made and refused (a filter that forbids the chmod) are both fine,
+		// as long as no set-id bit is left once the run is over.
+		Want: []string{"ok", "EPERM"}, Check: setIDGone},
+	{Who: Every, Attempt: "open another lane's workspace", Make: at(OpList, func(c *Context, r roles.Role) string { return c.Workspace[otherLane(c, r)] }), Want: refused},
+	{Who: Except(roles.Timing), Attempt: "write a timed run's out/", Make: at(OpCreateIn, func(c *Context, _ roles.Role) string { return c.RunOut[1] }), Want: refused},
+
+	// What must hold for every role.
+	{Who: Every, Attempt: "CapEff, CapPrm, CapAmb and CapInh are 0", Make: one(OpStatus, ""), Want: succeeds, Check: capsZero},
+	{Who: Every, Attempt: "no_new_privs is set", Make: one(OpStatus, ""), Want: succeeds, Check: noNewPrivs},
+	{Who: Every, Attempt: "uid, gid and groups are the table's", Make: one(OpStatus, ""), Want: succeeds, Check: idsMatch},
+	{Who: Every, Attempt: "/etc/group gives it only the table's groups", Make: func(c *Context, r roles.Role) []Attempt {
+		return []Attempt{{Op: OpEtcGroups, Arg: r.User}}
+	}, Want: succeeds, Check: etcGroupsMatch},
+	{Who: Every, Attempt: "only descriptors 0, 1 and 2 are open", Make: one(OpFDs, ""), Want: succeeds, Check: onlyStdio},
+	{Who: Every, Attempt: "no secret and no broker variable in the environment", Make: func(c *Context, _ roles.Role) []Attempt {
+		return []Attempt{{Op: OpEnv, Arg: strings.Join(c.SecretValues, "\x00")}}
+	}, Want: succeeds, Check: envClean},
+	{Who: Every, Attempt: "write its own temp folder", Make: at(OpCreateIn, func(c *Context, r roles.Role) string { return tmpOf(c, r.Name) }), Want: succeeds},
+
+	// What must succeed.
+	{Who: Only(roles.Controller), Attempt: "reach the broker socket", Make: at(OpConnect, func(c *Context, _ roles.Role) string { return c.Cfg.BrokerSocket() }), Want: succeeds},
+	{Who: Only(roles.Lane), Attempt: "write its workspace", Make: at(OpCreateIn, func(c *Context, r roles.Role) string { return c.Workspace[r.Index] }), Want: succeeds},
+	{Who: Only(roles.Timing), Attempt: "read its run's copy of the kit", Make: at(OpRead, func(c *Context, r roles.Role) string { return c.RunKit[r.Index] }), Want: succeeds},
+	{Who: Only(roles.Timing), Attempt: "write its run's copy of the kit", Make: at(OpWrite, func(c *Context, r roles.Role) string { return c.RunKit[r.Index] }), Want: refused},
+	{Who: Only(roles.Timing), Attempt: "write its run's out/", Make: at(OpCreateIn, func(c *Context, r roles.Role) string { return c.RunOut[r.Index] }), Want: succeeds},
+}
+
+func procEnviron(pid int) string {
+	if pid <= 0 {
+		return ""
+	}
+	return "/proc/" + strconv.Itoa(pid) + "/environ"
+}
+
+func tmpOf(c *Context, role string) string {
+	if role == "" {
+		return ""
+	}
+	return filepath.Join(c.Cfg.ScratchDir(), "tmp", role)
+}
+
+// otherRole is some role other than r, for the cross-role rows.
+func otherRole(c *Context, r roles.Role) string {
+	if r.Name == "builder" {
+		return "planner"
+	}
+	return "builder"
+}
+
+// otherLane is a lane that is not r.
+func otherLane(c *Context, r roles.Role) int {
+	if r.Kind == roles.Lane {
+		n := r.Index%c.Cfg.Lanes + 1
+		if n == r.Index {
+			return 0 // one lane: no other
+		}
+		return n
+	}
+	return 1
+}
+
+func statusField(detail, field string) string {
+	for _, l := range strings.Split(detail, "\n") {
+		k, v, ok := strings.Cut(l, ":")
+		if ok && k == field {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
+func capsZero(_ *Context, _ roles.Role, o Outcome) string {
+	var bad []string
+	for _, f := range []string{"CapEff", "CapPrm", "CapAmb", "CapInh"} {
+		v := statusField(o.Detail, f)
+		if v != "0000000000000000" {
+			bad = append(bad, f+" "+v)
+		}
+	}
+	return strings.Join(bad, ", ")
+}
+
+func noNewPrivs(_ *Context, _ roles.Role, o Outcome) string {
+	if v := statusField(o.Detail, "NoNewPrivs"); v != "1" {
+		return "NoNewPrivs " + v
+	}
+	return ""
+}
+
+func idsMatch(_ *Context, r roles.Role, o Outcome) string {
+	var bad []string
+	uids := strings.Fields(statusField(o.Detail, "Uid"))
+	gids := strings.Fields(statusField(o.Detail, "Gid"))
+	if len(uids) != 4 || uids[0] != strconv.Itoa(r.UID) || uids[1] != uids[0] || uids[2] != uids[0] || uids[3] != uids[0] {
+		bad = append(bad, "Uid "+strings.Join(uids, " "))
+	}
+	if len(gids) != 4 || gids[0] != strconv.Itoa(r.GID) || gids[1] != gids[0] || gids[2] != gids[0] || gids[3] != gids[0] {
+		bad = append(bad, "Gid "+strings.Join(gids, " "))
+	}
+	got := strings.Fields(statusField(o.Detail, "Groups"))
+	sort.Strings(got)
+	if want := groupList(r.Groups); strings.Join(got, " ") != want {
+		bad = append(bad, fmt.Sprintf("Groups %q, want %q", strings.Join(got, " "), want))
+	}
+	return strings.Join(bad, ", ")
+}
+
+func groupList(gids []int) string {
+	s := make([]string, len(gids))
+	for i, g := range gids {
+		s[i] = strconv.Itoa(g)
+	}
+	sort.Strings(s)
+	return strings.Join(s, " ")
+}
+
+func etcGroupsMatch(_ *Context, r roles.Role, o Outcome) string {
+	got := strings.ReplaceAll(o.Detail, ",", " ")
+	if want := groupList(r.Groups); got != want {
+		return fmt.Sprintf("/etc/group names %s in %q, want %q", r.User, got, want)
+	}
+	return ""
+}
+
+func onlyStdio(_ *Context, _ roles.Role, o Outcome) string {
+	if o.Detail != "0,1,2" {
+		return "open descriptors " + o.Detail
+	}
+	return ""
+}
+
+func envClean(c *Context, _ roles.Role, o Outcome) string {
+	var extra []string
+	for _, n := range strings.Split(o.Detail, ",") {
+		if n != "" && !c.EnvAllowed[n] {
+			extra = append(extra, n)
+		}
+	}
+	if len(extra) > 0 {
+		return "variables beyond the role's: " + strings.Join(extra, ",")
+	}
+	return ""
+}
+
+// setIDGone looks, after the run, at the file the probe made.
+func setIDGone(c *Context, r roles.Role, o Outcome) string {
+	if o.Got != "ok" {
+		return ""
+	}
+	p := filepath.Join(tmpOf(c, r.Name), ".selftest-setid")
+	var st unix.Stat_t
+	if err := unix.Lstat(p, &st); err != nil {
+		return "" // gone with its bits
+	}
+	defer unix.Unlink(p)
+	if st.Mode&(unix.S_ISUID|unix.S_ISGID) != 0 {
+		return fmt.Sprintf("%s kept mode %04o after the run", p, st.Mode&0o7777)
+	}
+	return ""
+}
+
+// RigCheck is a property of the rig itself, checked by the broker as root:
+// modes and owners that no probe's refusal would reveal on its own.
+type RigCheck struct {
+	Attempt string
+	Check   func(c *Context) string
+}
+
+// RigChecks are the rig's own rows.
+var RigChecks = []RigCheck{
+	{"the broker socket is root:thermite 0660 in a root:thermite 0710 folder", func(c *Context) string {
+		gid := c.Table.Controller().GID
+		return firstBad(
+			ownerMode(c.Cfg.BrokerDir(), 0, gid, 0o710, unix.S_IFDIR),
+			ownerMode(c.Cfg.BrokerSocket(), 0, gid, 0o660, unix.S_IFSOCK))
+	}},
+	{"the secret folder and its files are root's alone", func(c *Context) string {
+		return secretsRootOnly(c.Cfg.SecretsDir)
+	}},
+	{"the closed temporary places are root's, 0700", func(c *Context) string {
+		var bad []string
+		for _, p := range c.Cfg.ClosedTmp {
+			if s := ownerMode(p, 0, 0, 0o700, unix.S_IFDIR); s != "" && !strings.Contains(s, "no such file") {
+				bad = append(bad, s)
+			}
+		}
+		return strings.Join(bad, "; ")
+	}},
+	{"the state folders have their owners and modes", func(c *Context) string {
+		ctl := c.Table.Controller()
+		return firstBad(
+			ownerMode(c.Cfg.StateDir, 0, 0, 0o755, unix.S_IFDIR),
+			ownerMode(c.Cfg.ControllerDir(), ctl.UID, ctl.GID, 0o700, unix.S_IFDIR),
+			ownerMode(c.Cfg.StoreDir(), ctl.UID, ctl.GID, 0o711, unix.S_IFDIR),
+			ownerMode(c.Cfg.ScratchDir(), 0, 0, 0o755, unix.S_IFDIR),
+			ownerMode(c.Cfg.ResearchDir(), ctl.UID, ctl.GID, 0o755, unix.S_IFDIR))
+	}},
+}
+
+func firstBad(s ...string) string {
+	var out []string
+	for _, x := range s {
+		if x != "" {
+			out = append(out, x)
+		}
+	}
+	return strings.Join(out, "; ")
+}
+
+func ownerMode(p string, uid, gid int, mode uint32, typ uint32) string {
+	var st unix.Stat_t
+	if err := unix.Lstat(p, &st); err != nil {
+		return fmt.Sprintf("%s: %v", p, err)
+	}
+	if st.Mode&unix.S_IFMT != typ || int(st.Uid) != uid || int(st.Gid) != gid || st.Mode&0o7777 != mode {
+		return fmt.Sprintf("%s is %d:%d %04o, want %d:%d %04o", p, st.Uid, st.Gid, st.Mode&0o7777, uid, gid, mode)
+	}
+	return ""
+}
+
+func secretsRootOnly(dir string) string {
+	var st unix.Stat_t
+	if err := unix.Lstat(dir, &st); err != nil {
+		return "" // no secrets folder: nothing to leak
+	}
+	var bad []string
+	if st.Uid != 0 || st.Mode&0o077 != 0 || st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		bad = append(bad, fmt.Sprintf("%s is uid %d mode %04o", dir, st.Uid, st.Mode&0o7777))
+	}
+	ents, _ := readNames(dir)
+	for _, n := range ents {
+		p := filepath.Join(dir, n)
+		if err := unix.Lstat(p, &st); err != nil {
+			continue
+		}
+		if st.Uid != 0 || st.Mode&0o077 != 0 || st.Mode&unix.S_IFMT != unix.S_IFREG {
+			bad = append(bad, fmt.Sprintf("%s is uid %d mode %04o", p, st.Uid, st.Mode&0o7777))
+		}
+	}
+	return strings.Join(bad, "; ")
+}
