@@ -33,9 +33,12 @@ test: build vet staticcheck
 bench: build
 	./scripts/bench.sh
 
-# The GPU build: cgo and go-nvml, linked dynamically against glibc only.
+# The GPU build: cgo and go-nvml (which loads the driver's library at run
+# time), linked dynamically against glibc only. landlocktsync keeps
+# go-landlock from linking libcap's psx into a cgo build.
+GPU_BIN ?= bin/thermite-gpu
 gpu:
-	CGO_ENABLED=1 $(GO) build $(GOFLAGS_BUILD) -tags nvml,landlocktsync -o bin/thermite-gpu ./cmd/thermite
+	CGO_ENABLED=1 CGO_CFLAGS="-O2 -Wno-deprecated-declarations" $(GO) build $(GOFLAGS_BUILD) -tags nvml,landlocktsync -o $(GPU_BIN) ./cmd/thermite
 
 install: build
 	install -o root -g root -m 0711 $(BIN) /usr/local/bin/thermite

@@ -43,6 +43,8 @@ type Broker struct {
 	online    cpuset.Set
 	judgeCPUs cpuset.Set
 
+	gpu gpuState
+
 	stopping atomic.Bool
 	stopCh   chan struct{}
 	started  time.Time
@@ -199,6 +201,20 @@ func (b *Broker) checkUsers() error {
 		}
 	}
 	return nil
+}
+
+// note records something an operator should know, once, in the log and
+// in `thermite status`.
+func (b *Broker) note(s string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, n := range b.notes {
+		if n == s {
+			return
+		}
+	}
+	b.notes = append(b.notes, s)
+	b.log.Warn(s)
 }
 
 func (b *Broker) status() *rpc.Status {

@@ -3,31 +3,221 @@ package broker
 import (
 	"fmt"
 	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
 
-	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
-
+	"thermite/fence"
 	"thermite/internal/rpc"
 	"thermite/roles"
 )
 
-// initFence sets up the GPU layout and the fence.
-func (b *Broker) initFence() error { return nil }
-
-// fenceFor is the Landlock rule set and the groups of a role's command
-// that may open the given cards.
-func (b *Broker) fenceFor(r roles.Role, gpus []int) (*os.File, []int, []string, error) {
-	if len(gpus) > 0 {
-		return nil, nil, nil, fmt.Errorf("gpus: this rig has no GPU layout")
-	}
-	return nil, r.Groups, nil, nil
+// gpuState is the broker's view of the GPUs: the devices, their layout,
+// whether their permissions can be fixed, and the built rule sets.
+type gpuState struct {
+	mu         sync.Mutex
+	devices    *fence.Devices
+	layout     *fence.Layout
+	abiErr     error // the kernel lacks the Landlock rights the fence needs
+	permsFixed bool
+	permsNote  string
+	built      map[string]*builtFence
 }
 
-func (b *Broker) gpuStatus() *rpc.GPUStatus { return nil }
+// builtFence is one rule set, kept and handed to every shim that needs it.
+type builtFence struct {
+	fd     *os.File
+	stamps []fence.Stamp
+}
 
-func landlockABI() int {
-	v, err := llsys.LandlockGetABIVersion()
+// initFence discovers the GPUs, places them in the layout, fixes their
+// device files and keeps doing so on a timer. GPU trouble never stops the
+// broker: it refuses GPU work, with the reason, in FenceFor.
+func (b *Broker) initFence() error {
+	b.gpu.built = map[string]*builtFence{}
+	b.gpu.abiErr = fence.CheckABI(b.cfg.GPU.FenceMinABI)
+	b.refreshGPUs()
+	go func() {
+		t := time.NewTicker(b.cfg.GPU.FixInterval.Duration)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				b.refreshGPUs()
+			case <-b.stopCh:
+				return
+			}
+		}
+	}()
+	return nil
+}
+
+// refreshGPUs discovers the devices again, replans the layout and puts the
+// device files' owners and modes back.
+func (b *Broker) refreshGPUs() {
+	d, err := fence.Discover(b.cfg.GPU.DevRoot, b.cfg.GPU.ProcRoot)
+	var l *fence.Layout
 	if err != nil {
-		return 0
+		d = &fence.Devices{Source: "dev"}
+		l = &fence.Layout{Kind: b.cfg.GPU.Layout, Refused: err.Error(), Group: map[int]string{}, Timing: map[int]string{}}
+	} else {
+		l = fence.Plan(b.cfg.GPU.Layout, d, b.cfg.TimingUsers)
 	}
-	return v
+	if l.Refused == "" && b.gpu.abiErr != nil && len(d.Cards) > 0 {
+		l.Refused = b.gpu.abiErr.Error()
+	}
+	fixed, note := fence.FixPermissions(l.Wanted(b.groupGID))
+	b.gpu.mu.Lock()
+	was := ""
+	if b.gpu.layout != nil {
+		was = b.gpu.layout.Refused
+	}
+	b.gpu.devices, b.gpu.layout = d, l
+	b.gpu.permsFixed, b.gpu.permsNote = fixed, note
+	b.gpu.mu.Unlock()
+	if l.Refused != was && l.Refused != "" {
+		b.log.Warn("GPU work refused", "why", l.Refused)
+	}
+	if note != "" {
+		b.note(note)
+	}
+}
+
+func (b *Broker) groupGID(name string) (int, bool) {
+	for _, g := range b.table.Groups {
+		if g.Name == name {
+			return g.GID, true
+		}
+	}
+	return 0, false
+}
+
+// FenceFor decides a role command's GPU access: the Landlock rule set that
+// leaves out every GPU device file it may not open, the GPU groups it gets
+// for this run, and its CUDA_VISIBLE_DEVICES. Every command gets a rule
+// set; one that asks for cards is refused unless the layout gives them to
+// its role and the fence can be built.
+func (b *Broker) FenceFor(r roles.Role, requested []int) (*os.File, []int, []string, error) {
+	if len(requested) > 0 {
+		// Before every run that involves GPUs: what is there now, and the
+		// device files as the layout wants them.
+		b.refreshGPUs()
+	}
+	b.gpu.mu.Lock()
+	l, abiErr, fixed, devs := b.gpu.layout, b.gpu.abiErr, b.gpu.permsFixed, b.gpu.devices
+	b.gpu.mu.Unlock()
+	cards, err := l.CardsFor(r, requested)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	groups := append([]int(nil), r.Groups...)
+	for _, g := range l.Groups(cards) {
+		gid, ok := b.groupGID(g)
+		if !ok {
+			return nil, nil, nil, fmt.Errorf("gpus: group %s is not in the role table", g)
+		}
+		groups = append(groups, gid)
+	}
+	groups = uniqueInts(groups)
+	env := l.Env(cards)
+	if abiErr != nil {
+		// Without the fence, a command may run only where no GPU device
+		// file is open to it anyway.
+		if len(devs.Paths()) > 0 && !fixed {
+			return nil, nil, nil, fmt.Errorf("%w, and %s is open to every user: no command can be kept off it", abiErr, devs.Paths()[0])
+		}
+		return nil, groups, env, nil
+	}
+	rs, err := b.ruleSet(l, cards)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return rs, groups, env, nil
+}
+
+// ruleSet returns the built rule set for a set of cards, building it the
+// first time and again whenever a folder it was built from has changed
+// (a node appeared in /dev).
+func (b *Broker) ruleSet(l *fence.Layout, cards []int) (*os.File, error) {
+	key := l.Kind + ":" + joinInts(cards) + ":" + strings.Join(l.Deny(cards), ",")
+	b.gpu.mu.Lock()
+	defer b.gpu.mu.Unlock()
+	if bf, ok := b.gpu.built[key]; ok {
+		if fence.Stale(bf.stamps) == "" {
+			return bf.fd, nil
+		}
+		// A shim may be starting with the old descriptor: close it later.
+		old := bf.fd
+		time.AfterFunc(time.Minute, func() { old.Close() })
+		delete(b.gpu.built, key)
+	}
+	rules, walked, err := fence.GrantAllExcept(fence.FenceRights, l.Deny(cards), []string{b.cfg.GPU.DevRoot})
+	if err != nil {
+		return nil, err
+	}
+	stamps := fence.Stamps(walked)
+	p := &fence.Policy{HandledFS: fence.FenceRights, Rules: rules}
+	fd, err := p.Build(b.cfg.GPU.FenceMinABI)
+	if err != nil {
+		return nil, err
+	}
+	b.gpu.built[key] = &builtFence{fd: fd, stamps: stamps}
+	return fd, nil
+}
+
+func (b *Broker) gpuStatus() *rpc.GPUStatus {
+	b.gpu.mu.Lock()
+	defer b.gpu.mu.Unlock()
+	l, d := b.gpu.layout, b.gpu.devices
+	if l == nil {
+		return nil
+	}
+	st := &rpc.GPUStatus{
+		Layout: l.Kind, Usable: l.Refused == "", Refused: l.Refused,
+		Control: d.Control, FenceABI: fence.ABI(), PermsFixed: b.gpu.permsFixed, PermsNote: b.gpu.permsNote,
+		Discovery: d.Source + " (" + d.NVML + ")",
+	}
+	if b.gpu.abiErr != nil {
+		st.Usable = false
+		if st.Refused == "" {
+			st.Refused = b.gpu.abiErr.Error()
+		}
+	}
+	for _, c := range d.Cards {
+		st.Cards = append(st.Cards, rpc.GPUCard{Index: c.Index, Minor: c.Minor, UUID: c.UUID, Path: c.Path, Group: l.Group[c.Index]})
+		if l.Refused == "" {
+			st.Assignments = append(st.Assignments, rpc.GPUGrant{Card: c.Index, Roles: []string{l.Timing[c.Index], "lane-N (development runs)"}})
+		}
+	}
+	return st
+}
+
+// GPULayout is the current layout (for the self-test).
+func (b *Broker) GPULayout() *fence.Layout {
+	b.gpu.mu.Lock()
+	defer b.gpu.mu.Unlock()
+	return b.gpu.layout
+}
+
+func landlockABI() int { return fence.ABI() }
+
+func uniqueInts(in []int) []int {
+	sort.Ints(in)
+	out := in[:0]
+	for i, v := range in {
+		if i == 0 || v != in[i-1] {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+func joinInts(in []int) string {
+	s := make([]string, len(in))
+	for i, v := range in {
+		s[i] = strconv.Itoa(v)
+	}
+	return strings.Join(s, ",")
 }

@@ -72,7 +72,7 @@ func (b *Broker) prepareRun(req *rpc.RunRequest, stdio []*os.File) (*command, ti
 		return nil, 0, err
 	}
 	var fenceEnv []string
-	if cmd.landlock, cmd.groups, fenceEnv, err = b.fenceFor(r, req.GPUs); err != nil {
+	if cmd.landlock, cmd.groups, fenceEnv, err = b.FenceFor(r, req.GPUs); err != nil {
 		return nil, 0, err
 	}
 	cmd.env = append(cmd.env, fenceEnv...)

@@ -17,6 +17,9 @@ func FromConfig(c config.Config) (*Table, error) {
 		s.GPUGroups = []string{"gpu"}
 		s.GroupMembers["gpu"] = []string{"run"}
 	case "dedicated":
+		// "gpu" holds the control nodes every command with a card needs;
+		// gpu-N holds card N.
+		s.GPUGroups = []string{"gpu"}
 		for n := 0; n < c.TimingUsers; n++ {
 			g := fmt.Sprintf("gpu-%d", n)
 			s.GPUGroups = append(s.GPUGroups, g)
@@ -25,6 +28,7 @@ func FromConfig(c config.Config) (*Table, error) {
 				timing = fmt.Sprintf("run-%d", n+1)
 			}
 			s.GroupMembers[g] = []string{timing}
+			s.GroupMembers["gpu"] = append(s.GroupMembers["gpu"], timing)
 		}
 	}
 	return New(s)

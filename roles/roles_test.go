@@ -48,8 +48,8 @@ func TestTimingUsersAndGPUGroups(t *testing.T) {
 		}
 	}
 	run3, _ := tab.Role("run-3")
-	if len(run3.Groups) != 1 || run3.Groups[0] != 20401+2 {
-		t.Errorf("run-3 groups %v, want gpu-2 (20403)", run3.Groups)
+	if len(run3.Groups) != 2 || run3.Groups[0] != 20400 || run3.Groups[1] != 20401+2 {
+		t.Errorf("run-3 groups %v, want gpu (20400) and gpu-2 (20403)", run3.Groups)
 	}
 	lane, _ := tab.Lane(1)
 	if len(lane.Groups) != 0 {

@@ -13,6 +13,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"thermite/fence"
 )
 
 // ProbeArg is the hidden subcommand a probe runs as. The probe is the
@@ -53,6 +55,11 @@ const (
 	OpPtrace    = "ptrace"     // PTRACE_ATTACH to PID (then detach)
 	OpSetID     = "setid"      // create Path with mode 04755 and report its mode
 	OpEtcGroups = "etc-groups" // the groups /etc/group names this user in
+	OpOpenDev   = "open-dev"   // open the device file Path read-write
+	OpIoctl3    = "ioctl3"     // open Path with access mode 3 (no read, no write) and ioctl it: "ok" when the ioctl reached the driver
+	OpCards     = "cards"      // how many card nodes (nvidia[0-9]+) in the folder Path open read-write
+	OpGetenv    = "getenv"     // the value of the variable Arg
+	OpNVML      = "nvml"       // how many devices NVML reports
 )
 
 // ProbeMain runs the probe. With `try OP PATH|PID` it runs one attempt and
@@ -299,6 +306,51 @@ func runAttempt(a Attempt, fds []int) Outcome {
 		}
 		sort.Strings(gids)
 		return Outcome{ID: a.ID, Got: "ok", Detail: strings.Join(gids, ",")}
+	case OpOpenDev:
+		fd, err := unix.Open(a.Path, unix.O_RDWR|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+		if err == nil {
+			unix.Close(fd)
+		}
+		return result(a.ID, err)
+	case OpIoctl3:
+		fd, err := unix.Open(a.Path, 3|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+		if err != nil {
+			return result(a.ID, err)
+		}
+		defer unix.Close(fd)
+		_, err = unix.IoctlGetTermios(fd, unix.TCGETS)
+		if err == unix.EACCES || err == unix.EPERM {
+			return result(a.ID, err)
+		}
+		// Any other answer (ENOTTY from a stand-in node) came from the driver.
+		return Outcome{ID: a.ID, Got: "ok", Detail: fmt.Sprintf("the driver answered: %v", err)}
+	case OpCards:
+		ents, err := os.ReadDir(a.Path)
+		if err != nil {
+			return result(a.ID, err)
+		}
+		var opened []string
+		for _, e := range ents {
+			n := e.Name()
+			if !strings.HasPrefix(n, "nvidia") || len(n) == 6 || strings.Trim(n[6:], "0123456789") != "" {
+				continue
+			}
+			fd, err := unix.Open(a.Path+"/"+n, unix.O_RDWR|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+			if err == nil {
+				unix.Close(fd)
+				opened = append(opened, n)
+			}
+		}
+		return Outcome{ID: a.ID, Got: "ok", Detail: strconv.Itoa(len(opened)) + " " + strings.Join(opened, ",")}
+	case OpGetenv:
+		v, ok := os.LookupEnv(a.Arg)
+		if !ok {
+			return Outcome{ID: a.ID, Got: "unset"}
+		}
+		return Outcome{ID: a.ID, Got: "ok", Detail: v}
+	case OpNVML:
+		n, note := fence.NVMLUsable()
+		return Outcome{ID: a.ID, Got: "ok", Detail: strconv.Itoa(n) + " " + note}
 	}
 	return Outcome{ID: a.ID, Got: "error: unknown op " + a.Op}
 }

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"thermite/fence"
 	"thermite/internal/config"
 	"thermite/internal/rpc"
 	"thermite/roles"
@@ -33,6 +34,7 @@ type Host interface {
 	StartCanary(role roles.Role) (pid int, stop func(), err error)
 	StopUser(role roles.Role) (int, error)
 	HandFolder(req *rpc.HandFolderRequest) (*rpc.HandFolderResult, error)
+	GPULayout() *fence.Layout
 }
 
 // Sentence is the verdict, worded as the seed words it.
@@ -59,8 +61,10 @@ func Run(h Host) *rpc.SelftestResult {
 	c := &Context{
 		Cfg: h.Config(), Table: h.Table(), BrokerPID: h.BrokerPID(),
 		OtherPID: map[string]int{}, Workspace: map[int]string{}, RunKit: map[int]string{}, RunOut: map[int]string{},
-		EnvAllowed: map[string]bool{},
+		EnvAllowed: map[string]bool{}, Given: map[string][]int{},
 	}
+	c.GPU = h.GPULayout()
+	givenCards(c)
 	for _, n := range h.EnvAllowed() {
 		c.EnvAllowed[n] = true
 	}
@@ -186,7 +190,7 @@ func probeRole(h Host, c *Context, r roles.Role) []rpc.Probe {
 		}
 	}
 	data, _ := json.Marshal(plan)
-	stdout, stderr, run, err := h.RunProbe(r, nil, data)
+	stdout, stderr, run, err := h.RunProbe(r, c.Given[r.Name], data)
 	// Each probe stops its role's processes; the controller's user is the
 	// controller itself, and is left alone.
 	if r.Kind != roles.Controller {
@@ -236,6 +240,23 @@ func probeRole(h Host, c *Context, r roles.Role) []rpc.Probe {
 		out = append(out, row)
 	}
 	return out
+}
+
+// givenCards decides the cards each probe runs with, where the layout
+// places them: a timing user its own card, lane N a development run on a
+// card in turn; every other role none.
+func givenCards(c *Context) {
+	if c.GPU == nil || c.GPU.Refused != "" || len(c.GPU.Cards) == 0 {
+		return
+	}
+	for card, role := range c.GPU.Timing {
+		c.Given[role] = []int{card}
+	}
+	for _, r := range c.Table.Roles {
+		if r.Kind == roles.Lane {
+			c.Given[r.Name] = []int{c.GPU.Cards[(r.Index-1)%len(c.GPU.Cards)].Index}
+		}
+	}
 }
 
 func contains(list []string, s string) bool {

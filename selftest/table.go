@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"thermite/fence"
 	"thermite/internal/config"
 	"thermite/roles"
 )
@@ -24,12 +25,14 @@ type Context struct {
 	Kit           string
 	Secret        string
 	SecretValues  []string
-	StoredFile    string          // a file of a stored build
-	OtherPID      map[string]int  // role name -> a process of another role
-	Workspace     map[int]string  // lane number -> a workspace handed to it
-	RunKit        map[int]string  // timing card -> a file of its run's kit copy
-	RunOut        map[int]string  // timing card -> its run's out/
-	EnvAllowed    map[string]bool // the variables a role's command may have
+	StoredFile    string           // a file of a stored build
+	OtherPID      map[string]int   // role name -> a process of another role
+	Workspace     map[int]string   // lane number -> a workspace handed to it
+	RunKit        map[int]string   // timing card -> a file of its run's kit copy
+	RunOut        map[int]string   // timing card -> its run's out/
+	EnvAllowed    map[string]bool  // the variables a role's command may have
+	GPU           *fence.Layout    // nil without a GPU layout
+	Given         map[string][]int // role name -> the cards its probe runs with
 }
 
 // Who says which roles a row applies to.
@@ -148,12 +151,112 @@ var Policy = []Row{
 	}, Want: succeeds, Check: envClean},
 	{Who: Every, Attempt: "write its own temp folder", Make: at(OpCreateIn, func(c *Context, r roles.Role) string { return tmpOf(c, r.Name) }), Want: succeeds},
 
+	// The GPU fence: every role tries every card and control node.
+	{Who: Every, Attempt: "open a card it was not given", Make: func(c *Context, r roles.Role) []Attempt {
+		var out []Attempt
+		for _, card := range gpuCards(c) {
+			if !given(c, r, card.Index) {
+				out = append(out, Attempt{Op: OpOpenDev, Path: card.Path})
+			}
+		}
+		return out
+	}, Want: refused},
+	{Who: Every, Attempt: "ioctl a card it was not given, opened with access mode 3", Make: func(c *Context, r roles.Role) []Attempt {
+		var out []Attempt
+		for _, card := range gpuCards(c) {
+			if !given(c, r, card.Index) {
+				out = append(out, Attempt{Op: OpIoctl3, Path: card.Path})
+			}
+		}
+		return out
+	}, Want: refused},
+	{Who: Every, Attempt: "open a GPU control node without a card", Make: func(c *Context, r roles.Role) []Attempt {
+		if c.GPU == nil || len(c.Given[r.Name]) > 0 {
+			return nil
+		}
+		var out []Attempt
+		for _, p := range c.GPU.Control {
+			out = append(out, Attempt{Op: OpOpenDev, Path: p})
+		}
+		return out
+	}, Want: refused},
+	{Who: Every, Attempt: "open the card it was given", Make: func(c *Context, r roles.Role) []Attempt {
+		var out []Attempt
+		for _, i := range c.Given[r.Name] {
+			if card, ok := c.GPU.Card(i); ok {
+				out = append(out, Attempt{Op: OpOpenDev, Path: card.Path})
+			}
+		}
+		return out
+	}, Want: succeeds},
+	{Who: Every, Attempt: "open the GPU control nodes with its card", Make: func(c *Context, r roles.Role) []Attempt {
+		if len(c.Given[r.Name]) == 0 {
+			return nil
+		}
+		var out []Attempt
+		for _, p := range c.GPU.Control {
+			out = append(out, Attempt{Op: OpOpenDev, Path: p})
+		}
+		return out
+	}, Want: succeeds},
+	{Who: Every, Attempt: "see exactly the one card it was given", Make: func(c *Context, r roles.Role) []Attempt {
+		if len(c.Given[r.Name]) == 0 {
+			return nil
+		}
+		return []Attempt{{Op: OpCards, Path: c.Cfg.GPU.DevRoot}}
+	}, Want: succeeds, Check: func(c *Context, r roles.Role, o Outcome) string {
+		card, _ := c.GPU.Card(c.Given[r.Name][0])
+		if want := "1 " + filepath.Base(card.Path); o.Detail != want {
+			return "opens " + o.Detail + ", want " + want
+		}
+		return ""
+	}},
+	{Who: Every, Attempt: "NVML, where it loads, reports exactly one device", Make: func(c *Context, r roles.Role) []Attempt {
+		if len(c.Given[r.Name]) == 0 {
+			return nil
+		}
+		return []Attempt{{Op: OpNVML}}
+	}, Want: succeeds, Check: func(c *Context, r roles.Role, o Outcome) string {
+		if strings.HasPrefix(o.Detail, "-1 ") || strings.HasPrefix(o.Detail, "1 ") {
+			return "" // "-1 no NVML": the static build, or no driver
+		}
+		return "NVML reports " + o.Detail
+	}},
+	{Who: Every, Attempt: "CUDA_VISIBLE_DEVICES names exactly its cards", Make: func(c *Context, r roles.Role) []Attempt {
+		return []Attempt{{Op: OpGetenv, Arg: "CUDA_VISIBLE_DEVICES"}}
+	}, Want: succeeds, Check: func(c *Context, r roles.Role, o Outcome) string {
+		want := ""
+		if c.GPU != nil {
+			want = strings.TrimPrefix(c.GPU.Env(c.Given[r.Name])[0], "CUDA_VISIBLE_DEVICES=")
+		}
+		if o.Detail != want {
+			return fmt.Sprintf("CUDA_VISIBLE_DEVICES=%q, want %q", o.Detail, want)
+		}
+		return ""
+	}},
+
 	// What must succeed.
 	{Who: Only(roles.Controller), Attempt: "reach the broker socket", Make: at(OpConnect, func(c *Context, _ roles.Role) string { return c.Cfg.BrokerSocket() }), Want: succeeds},
 	{Who: Only(roles.Lane), Attempt: "write its workspace", Make: at(OpCreateIn, func(c *Context, r roles.Role) string { return c.Workspace[r.Index] }), Want: succeeds},
 	{Who: Only(roles.Timing), Attempt: "read its run's copy of the kit", Make: at(OpRead, func(c *Context, r roles.Role) string { return c.RunKit[r.Index] }), Want: succeeds},
 	{Who: Only(roles.Timing), Attempt: "write its run's copy of the kit", Make: at(OpWrite, func(c *Context, r roles.Role) string { return c.RunKit[r.Index] }), Want: refused},
 	{Who: Only(roles.Timing), Attempt: "write its run's out/", Make: at(OpCreateIn, func(c *Context, r roles.Role) string { return c.RunOut[r.Index] }), Want: succeeds},
+}
+
+func gpuCards(c *Context) []fence.Card {
+	if c.GPU == nil {
+		return nil
+	}
+	return c.GPU.Cards
+}
+
+func given(c *Context, r roles.Role, card int) bool {
+	for _, i := range c.Given[r.Name] {
+		if i == card {
+			return true
+		}
+	}
+	return false
 }
 
 func procEnviron(pid int) string {
@@ -218,7 +321,31 @@ func noNewPrivs(_ *Context, _ roles.Role, o Outcome) string {
 	return ""
 }
 
-func idsMatch(_ *Context, r roles.Role, o Outcome) string {
+// expectedGroups are the table's groups for a role plus, for a probe that
+// runs with cards, the GPU groups its run gets.
+func expectedGroups(c *Context, r roles.Role) []int {
+	out := append([]int(nil), r.Groups...)
+	if c.GPU != nil {
+		for _, name := range c.GPU.Groups(c.Given[r.Name]) {
+			for _, g := range c.Table.Groups {
+				if g.Name == name {
+					out = append(out, g.GID)
+				}
+			}
+		}
+	}
+	seen := map[int]bool{}
+	uniq := out[:0]
+	for _, g := range out {
+		if !seen[g] {
+			seen[g] = true
+			uniq = append(uniq, g)
+		}
+	}
+	return uniq
+}
+
+func idsMatch(c *Context, r roles.Role, o Outcome) string {
 	var bad []string
 	uids := strings.Fields(statusField(o.Detail, "Uid"))
 	gids := strings.Fields(statusField(o.Detail, "Gid"))
@@ -230,7 +357,7 @@ func idsMatch(_ *Context, r roles.Role, o Outcome) string {
 	}
 	got := strings.Fields(statusField(o.Detail, "Groups"))
 	sort.Strings(got)
-	if want := groupList(r.Groups); strings.Join(got, " ") != want {
+	if want := groupList(expectedGroups(c, r)); strings.Join(got, " ") != want {
 		bad = append(bad, fmt.Sprintf("Groups %q, want %q", strings.Join(got, " "), want))
 	}
 	return strings.Join(bad, ", ")

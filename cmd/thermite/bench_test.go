@@ -98,3 +98,23 @@ func BenchmarkSelftest(b *testing.B) {
 	}
 	b.ReportMetric(float64(len(r.Table.Roles)), "roles")
 }
+
+// BenchmarkFence is Run of /bin/true as a lane with the GPU fence (a
+// pre-built rule set on a rig with 4 stand-in cards), beside the same on a
+// rig whose fence is off (no GPU nodes, fence ABI set out of reach), in
+// one run.
+func BenchmarkFence(b *testing.B) {
+	fenced := testrig.New(b, testrig.Options{GPUs: 4, TimingUsers: 4})
+	unfenced := testrig.New(b, testrig.Options{GPUExtra: "fence_min_abi = 99", Extra: "[gpu]\nfence_min_abi = 99\n"})
+	run := func(b *testing.B, r *testrig.Rig) {
+		req := &rpc.Request{Op: rpc.OpRun, Run: &rpc.RunRequest{Role: "lane-1", Argv: []string{"/bin/true"}}}
+		for i := 0; i < b.N; i++ {
+			resp, err := rpc.Call(r.Cfg.BrokerSocket(), req)
+			if err != nil || resp.Run.ExitCode != 0 {
+				b.Fatalf("%v %+v", err, resp)
+			}
+		}
+	}
+	b.Run("unfenced", func(b *testing.B) { run(b, unfenced) })
+	b.Run("fenced", func(b *testing.B) { run(b, fenced) })
+}

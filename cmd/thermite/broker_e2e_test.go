@@ -99,8 +99,12 @@ func TestBrokerAsOperator(t *testing.T) {
 			}
 		}
 		got := strings.Join(sorted(names), ",")
-		if got != "FOO,HOME,LOGNAME,PATH,TMPDIR,USER" {
-			t.Fatalf("environment names %s, want FOO,HOME,LOGNAME,PATH,TMPDIR,USER", got)
+		// The fence's two variables are there, empty, for a role without a card.
+		if got != "CUDA_VISIBLE_DEVICES,FOO,HOME,LOGNAME,NVIDIA_VISIBLE_DEVICES,PATH,TMPDIR,USER" {
+			t.Fatalf("environment names %s, want CUDA_VISIBLE_DEVICES,FOO,HOME,LOGNAME,NVIDIA_VISIBLE_DEVICES,PATH,TMPDIR,USER", got)
+		}
+		if !strings.Contains(out, "\nCUDA_VISIBLE_DEVICES=\n") && !strings.HasPrefix(out, "CUDA_VISIBLE_DEVICES=\n") {
+			t.Errorf("CUDA_VISIBLE_DEVICES is not empty for a role without a card:\n%s", out)
 		}
 	})
 

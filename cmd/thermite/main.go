@@ -71,7 +71,7 @@ func newRoot() *cobra.Command {
 		serveCmd(), brokerCmd(), controllerCmd(),
 		rolesCmd(), configCmd(),
 		runAsCmd(), stopCmd(), statusCmd(),
-		selftestCmd(),
+		selftestCmd(), gpusCmd(),
 	)
 	return root
 }

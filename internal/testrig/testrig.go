@@ -84,8 +84,11 @@ type Options struct {
 	Tags        string            // build tags for the binary ("thermite_weaken")
 	Env         []string          // extra environment for the broker
 	NoStart     bool              // write everything but do not start the broker
-	// Startup tolerates a broker that exits at start; Start returns its error.
-	ExpectStartFailure bool
+	// GPUs makes a stand-in device tree with this many cards (mknod c 1 3,
+	// which behaves like /dev/null) and points the rig's [gpu] at it.
+	GPUs      int
+	GPULayout string // "shared" or "dedicated" (default dedicated)
+	GPUExtra  string // more keys for the [gpu] section
 }
 
 // Rig is one throwaway rig.
@@ -133,6 +136,14 @@ func New(t testing.TB, o Options) *Rig {
 		}
 	}
 	prefix, base := freeIDs(t)
+	gpu := ""
+	if o.GPUs > 0 {
+		if o.GPULayout == "" {
+			o.GPULayout = "dedicated"
+		}
+		StandInGPUs(t, dir, o.GPUs)
+		gpu = fmt.Sprintf("[gpu]\nlayout = %q\ndev_root = %q\nproc_root = %q\n%s\n", o.GPULayout, filepath.Join(dir, "dev"), filepath.Join(dir, "proc"), o.GPUExtra)
+	}
 	cfgText := fmt.Sprintf(`state_dir = %q
 secrets_dir = %q
 role_prefix = %q
@@ -141,8 +152,9 @@ lanes = %d
 timing_users = %d
 closed_tmp = [%q, %q, %q]
 %s
+%s
 `, filepath.Join(dir, "state"), filepath.Join(dir, "secrets"), prefix, base, o.Lanes, o.TimingUsers,
-		filepath.Join(dir, "closed-tmp"), filepath.Join(dir, "closed-vartmp"), filepath.Join(dir, "closed-shm"), o.Extra)
+		filepath.Join(dir, "closed-tmp"), filepath.Join(dir, "closed-vartmp"), filepath.Join(dir, "closed-shm"), o.Extra, gpu)
 	r.Config = filepath.Join(dir, "rig.toml")
 	if err := os.WriteFile(r.Config, []byte(cfgText), 0o644); err != nil {
 		t.Fatal(err)
@@ -397,5 +409,61 @@ func EditEtc(t testing.TB, name string, edit func(string) string) {
 	}
 	if err := os.WriteFile(p, []byte(edit(string(data))), 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// StandInGPUs makes dir/dev with n stand-in cards (nvidia0…, character
+// device 1:3, mode 0666 as on a host that leaves them open), the control
+// nodes, a few ordinary nodes, and dir/proc/driver/nvidia/gpus/*/information
+// naming each card's UUID and minor.
+func StandInGPUs(t testing.TB, dir string, n int) {
+	t.Helper()
+	dev := filepath.Join(dir, "dev")
+	os.MkdirAll(filepath.Join(dev, "nvidia-caps"), 0o755)
+	os.MkdirAll(filepath.Join(dev, "pts"), 0o755)
+	for _, name := range []string{"null", "zero", "nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset", "nvidia-caps/nvidia-cap1"} {
+		MakeNode(t, filepath.Join(dev, name))
+	}
+	for i := 0; i < n; i++ {
+		AddCard(t, dir, i)
+	}
+}
+
+// AddCard makes stand-in card i: dir/dev/nvidia<i> and its driver information.
+func AddCard(t testing.TB, dir string, i int) {
+	t.Helper()
+	MakeNode(t, filepath.Join(dir, "dev", fmt.Sprintf("nvidia%d", i)))
+	info := filepath.Join(dir, "proc", "driver", "nvidia", "gpus", fmt.Sprintf("0000:%02x:00.0", 0x10+i))
+	os.MkdirAll(info, 0o755)
+	text := fmt.Sprintf("Model: \t\t Stand-in H200\nGPU UUID: \t GPU-00000000-0000-0000-0000-%012d\nBus Location: \t 0000:%02x:00.0\nDevice Minor: \t %d\n", i, 0x10+i, i)
+	if err := os.WriteFile(filepath.Join(info, "information"), []byte(text), 0o444); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// CardUUID is stand-in card i's UUID.
+func CardUUID(i int) string { return fmt.Sprintf("GPU-00000000-0000-0000-0000-%012d", i) }
+
+// MakeNode makes a stand-in device node (1:3, like /dev/null), mode 0666.
+func MakeNode(t testing.TB, p string) {
+	t.Helper()
+	if err := syscall.Mknod(p, syscall.S_IFCHR|0o666, 1<<8|3); err != nil {
+		t.Fatalf("mknod %s: %v", p, err)
+	}
+	os.Chmod(p, 0o666)
+}
+
+// FreezeDev bind-mounts the stand-in device tree read-only over itself, so
+// nobody can change its nodes' owners or modes, as in a container that
+// keeps them as they came. It is undone when the test ends.
+func (r *Rig) FreezeDev() {
+	r.T.Helper()
+	dev := filepath.Join(r.Dir, "dev")
+	if err := syscall.Mount(dev, dev, "", syscall.MS_BIND, ""); err != nil {
+		r.T.Fatalf("bind %s: %v", dev, err)
+	}
+	r.T.Cleanup(func() { syscall.Unmount(dev, syscall.MNT_DETACH) })
+	if err := syscall.Mount("", dev, "", syscall.MS_BIND|syscall.MS_REMOUNT|syscall.MS_RDONLY, ""); err != nil {
+		r.T.Fatalf("remount %s read-only: %v", dev, err)
 	}
 }

@@ -1,0 +1,253 @@
+package fence
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
+	"golang.org/x/sys/unix"
+)
+
+// Landlock rights the fence handles: reading and writing files and, from
+// ABI 5, ioctl on devices. Without IOCTL_DEV a node opened with access mode
+// 3 (no read, no write) still reaches the driver's ioctls.
+const (
+	FenceRights = ll.AccessFSReadFile | ll.AccessFSWriteFile | ll.AccessFSIoctlDev
+	// FenceABI is the first ABI with IOCTL_DEV.
+	FenceABI = 5
+)
+
+// fileRights are the rights Landlock accepts on a rule for a non-folder.
+const fileRights = ll.AccessFSExecute | ll.AccessFSWriteFile | ll.AccessFSReadFile | ll.AccessFSTruncate | ll.AccessFSIoctlDev
+
+// abiRights is every filesystem right each ABI knows.
+var abiRights = map[int]uint64{
+	1: (ll.AccessFSMakeSym << 1) - 1,
+	2: (ll.AccessFSRefer << 1) - 1,
+	3: (ll.AccessFSTruncate << 1) - 1,
+	4: (ll.AccessFSTruncate << 1) - 1,
+	5: (ll.AccessFSIoctlDev << 1) - 1,
+	6: (ll.AccessFSIoctlDev << 1) - 1,
+	7: (ll.AccessFSIoctlDev << 1) - 1,
+}
+
+// ABI is the kernel's Landlock ABI, 0 when Landlock is off.
+func ABI() int {
+	v, err := ll.LandlockGetABIVersion()
+	if err != nil {
+		return 0
+	}
+	return v
+}
+
+// CheckABI refuses a kernel older than need, naming what is missing.
+func CheckABI(need int) error {
+	have := ABI()
+	if have >= need {
+		return nil
+	}
+	if have < FenceABI {
+		return fmt.Errorf("fence: landlock ABI %d lacks IOCTL_DEV (need %d)", have, need)
+	}
+	return fmt.Errorf("fence: landlock ABI %d is older than this rig requires (need %d)", have, need)
+}
+
+// Rule grants rights beneath one path.
+type Rule struct {
+	Path   string
+	Access uint64
+}
+
+// Policy is one Landlock rule set: the rights it handles and the rules
+// that grant them back. Everything handled and not granted is denied.
+type Policy struct {
+	HandledFS  uint64
+	Rules      []Rule
+	HandledNet uint64
+	TCPPorts   map[uint16]uint64 // port -> net rights granted
+	Scoped     uint64
+}
+
+// GrantAllExcept grants rights on the whole file system but the paths in
+// deny and what lies beneath them. Landlock rules are hierarchical, so the
+// only way to leave a path out is to grant its siblings one by one, and
+// those of each folder on the way down from /; a folder that holds a
+// denied path is never granted itself, so an entry made in it later (a
+// new device node) is denied. Symlinks are skipped: what they point at is
+// granted, or not, under its own name. It returns the folders it walked,
+// whose changes make the rules stale.
+func GrantAllExcept(rights uint64, deny []string, always []string) (rules []Rule, walked []string, err error) {
+	denied := map[string]bool{}
+	holds := map[string]bool{} // folders that hold a denied path
+	mark := func(p string) {
+		for d := filepath.Dir(p); ; d = filepath.Dir(d) {
+			holds[d] = true
+			if d == "/" {
+				break
+			}
+		}
+	}
+	for _, p := range deny {
+		p = filepath.Clean(p)
+		if !filepath.IsAbs(p) || p == "/" {
+			return nil, nil, fmt.Errorf("fence: cannot leave out %q", p)
+		}
+		denied[p] = true
+		mark(p)
+	}
+	// Folders that are walked even with nothing denied in them, so that
+	// what appears in them later is not granted: the device root.
+	for _, p := range always {
+		p = filepath.Clean(p)
+		holds[p] = true
+		mark(p)
+	}
+	var walk func(dir string) error
+	walk = func(dir string) error {
+		walked = append(walked, dir)
+		ents, err := os.ReadDir(dir)
+		if err != nil {
+			return fmt.Errorf("fence: %w", err)
+		}
+		for _, e := range ents {
+			p := filepath.Join(dir, e.Name())
+			switch {
+			case denied[p]:
+			case holds[p] && e.IsDir():
+				if err := walk(p); err != nil {
+					return err
+				}
+			case e.Type()&os.ModeSymlink != 0:
+			default:
+				a := rights
+				if !e.IsDir() {
+					a &= fileRights
+				}
+				if a != 0 {
+					rules = append(rules, Rule{Path: p, Access: a})
+				}
+			}
+		}
+		return nil
+	}
+	if err := walk("/"); err != nil {
+		return nil, nil, err
+	}
+	return rules, walked, nil
+}
+
+// Build makes the kernel rule set and returns its descriptor: the broker
+// keeps it and hands it to each shim, which only calls restrict_self. It
+// is strict: a right the kernel does not know is an error, never dropped.
+func (p *Policy) Build(minABI int) (*os.File, error) {
+	if err := CheckABI(minABI); err != nil {
+		return nil, err
+	}
+	abi := ABI()
+	known, ok := abiRights[abi]
+	if !ok && abi > 7 {
+		known = abiRights[7]
+	}
+	if extra := p.HandledFS &^ known; extra != 0 {
+		return nil, fmt.Errorf("fence: landlock ABI %d does not know rights %#x", abi, extra)
+	}
+	if p.HandledNet != 0 && abi < 4 {
+		return nil, fmt.Errorf("fence: landlock ABI %d has no network rules (need 4)", abi)
+	}
+	if p.Scoped != 0 && abi < 6 {
+		return nil, fmt.Errorf("fence: landlock ABI %d has no scoping (need 6)", abi)
+	}
+	attr := ll.RulesetAttr{HandledAccessFS: p.HandledFS, HandledAccessNet: p.HandledNet, Scoped: p.Scoped}
+	fd, err := ll.LandlockCreateRuleset(&attr, 0)
+	if err != nil {
+		return nil, fmt.Errorf("fence: create rule set: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), "landlock-ruleset")
+	unix.CloseOnExec(fd)
+	for _, r := range p.Rules {
+		if err := addPath(fd, r); err != nil {
+			f.Close()
+			return nil, err
+		}
+	}
+	ports := make([]int, 0, len(p.TCPPorts))
+	for port := range p.TCPPorts {
+		ports = append(ports, int(port))
+	}
+	sort.Ints(ports)
+	for _, port := range ports {
+		a := ll.NetPortAttr{AllowedAccess: p.TCPPorts[uint16(port)], Port: uint64(port)}
+		if err := ll.LandlockAddNetPortRule(fd, &a, 0); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("fence: TCP port %d: %w", port, err)
+		}
+	}
+	return f, nil
+}
+
+func addPath(ruleset int, r Rule) error {
+	fd, err := unix.Open(r.Path, unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return nil // gone since the walk: nothing to grant
+		}
+		return fmt.Errorf("fence: %s: %w", r.Path, err)
+	}
+	defer unix.Close(fd)
+	attr := ll.PathBeneathAttr{AllowedAccess: r.Access, ParentFd: fd}
+	if err := ll.LandlockAddPathBeneathRule(ruleset, &attr, 0); err != nil {
+		return fmt.Errorf("fence: rule for %s (%#x): %w", r.Path, r.Access, err)
+	}
+	return nil
+}
+
+// Stamp is what a walked folder looked like: a change to its entries
+// changes its mtime and ctime.
+type Stamp struct {
+	Path  string
+	Ino   uint64
+	Mtime unix.Timespec
+	Ctime unix.Timespec
+}
+
+// Stamps records the folders a rule set was built from.
+func Stamps(dirs []string) []Stamp {
+	out := make([]Stamp, 0, len(dirs))
+	for _, d := range dirs {
+		var st unix.Stat_t
+		if unix.Stat(d, &st) == nil {
+			out = append(out, Stamp{d, st.Ino, st.Mtim, st.Ctim})
+		} else {
+			out = append(out, Stamp{Path: d})
+		}
+	}
+	return out
+}
+
+// Stale reports the first folder that changed since its stamp.
+func Stale(stamps []Stamp) string {
+	for _, s := range stamps {
+		var st unix.Stat_t
+		if unix.Stat(s.Path, &st) != nil || st.Ino != s.Ino || st.Mtim != s.Mtime || st.Ctim != s.Ctime {
+			return s.Path
+		}
+	}
+	return ""
+}
+
+// Describe spells a rule set for logs.
+func (p *Policy) Describe() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "handled fs %#x, %d rules", p.HandledFS, len(p.Rules))
+	if p.HandledNet != 0 {
+		fmt.Fprintf(&b, ", net %#x on %d ports", p.HandledNet, len(p.TCPPorts))
+	}
+	if p.Scoped != 0 {
+		fmt.Fprintf(&b, ", scoped %#x", p.Scoped)
+	}
+	return b.String()
+}
