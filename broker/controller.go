@@ -30,7 +30,7 @@ func (b *Broker) startController() (int, int, <-chan exit, error) {
 	}
 	defer bootR.Close()
 	defer bootW.Close()
-	env, err := b.EnvFor(ctl, nil)
+	env, err := b.EnvFor(ctl, b.homeOf(ctl), nil)
 	if err != nil {
 		return 0, -1, nil, err
 	}

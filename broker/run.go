@@ -3,6 +3,7 @@ package broker
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 
 	"thermite/internal/confined"
 	"thermite/internal/rpc"
+	"thermite/roles"
 )
 
 // Run runs one command as a role for a caller on c, and answers how it
@@ -60,12 +62,22 @@ func (b *Broker) prepareRun(req *rpc.RunRequest, stdio []*os.File) (*command, ti
 	} else {
 		cmd.stdio = [3]*os.File{b.devnull, b.devnull, b.devnull}
 	}
-	if cmd.env, err = b.EnvFor(r, req.Env); err != nil {
+	home, err := b.HomeFor(r, req.Home)
+	if err != nil {
+		return nil, 0, err
+	}
+	if cmd.env, err = b.EnvFor(r, home, req.Env); err != nil {
 		return nil, 0, err
 	}
 	rl, timeout, err := b.LimitsFor(req.Limits)
 	if err != nil {
 		return nil, 0, err
+	}
+	if req.NoTimeout {
+		if r.Kind != roles.Lane && r.Kind != roles.Agent {
+			return nil, 0, fmt.Errorf("no_timeout: only a lane's or an agent's helper may run without a timeout, not %s", r.Name)
+		}
+		timeout = 100 * 365 * 24 * time.Hour
 	}
 	cmd.rlimits = rl
 	if cmd.cpus, err = b.CPUsFor(r, req.CPUs); err != nil {
@@ -78,12 +90,34 @@ func (b *Broker) prepareRun(req *rpc.RunRequest, stdio []*os.File) (*command, ti
 	cmd.env = append(cmd.env, fenceEnv...)
 	cwd := req.Cwd
 	if cwd == "" {
-		cwd = b.homeOf(r)
+		cwd = home
 	}
 	if cmd.cwd, err = confined.Open(b.cfg.ScratchDir(), cwd, unix.O_PATH|unix.O_DIRECTORY); err != nil {
 		return nil, 0, fmt.Errorf("cwd %w", err)
 	}
 	return cmd, timeout, nil
+}
+
+// HomeFor is a command's HOME: the role's own folder in scratch, or a
+// folder in scratch/trials that the role's user owns.
+func (b *Broker) HomeFor(r roles.Role, requested string) (string, error) {
+	if requested == "" {
+		return b.homeOf(r), nil
+	}
+	trials := filepath.Join(b.cfg.ScratchDir(), "trials")
+	f, err := confined.Open(trials, requested, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW)
+	if err != nil {
+		return "", fmt.Errorf("home %w", err)
+	}
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return "", fmt.Errorf("home %s: %w", requested, err)
+	}
+	if int(st.Uid) != r.UID {
+		return "", fmt.Errorf("home %s: owned by uid %d, not %s", requested, st.Uid, r.Name)
+	}
+	return requested, nil
 }
 
 // execute runs a prepared command and cleans up after it: for every role

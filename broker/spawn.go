@@ -164,9 +164,9 @@ func validEnvName(k string) bool {
 // gives, then HOME, TMPDIR, USER and LOGNAME for the role, which no request
 // can change, and PATH unless the request sets it. Nothing of the broker's
 // own environment is passed on.
-func (b *Broker) EnvFor(r roles.Role, requested []string) ([]string, error) {
+func (b *Broker) EnvFor(r roles.Role, home string, requested []string) ([]string, error) {
 	fixed := map[string]string{
-		"HOME":    b.homeOf(r),
+		"HOME":    home,
 		"TMPDIR":  b.tmpOf(r),
 		"USER":    r.User,
 		"LOGNAME": r.User,

@@ -32,6 +32,7 @@ func (b *Broker) layout() []folder {
 		{b.cfg.StoreDir(), ctl.UID, ctl.GID, 0o711},
 		{b.cfg.ScratchDir(), 0, 0, 0o755},
 		{b.cfg.ResearchDir(), ctl.UID, ctl.GID, 0o755},
+		{b.cfg.APIDir(), ctl.UID, ctl.GID, 0o755},
 	}
 }
 

@@ -67,8 +67,13 @@ func ReduceAndExec(keep []int, argv []string, env []string) error {
 		if k&(1<<uint(c)) != 0 {
 			continue
 		}
+		// A capability the bounding set no longer holds needs no drop, and
+		// dropping one takes CAP_SETPCAP, which a rig's container lacks.
+		if in, err := unix.PrctlRetInt(unix.PR_CAPBSET_READ, uintptr(c), 0, 0, 0); err == nil && in == 0 {
+			continue
+		}
 		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil {
-			return fmt.Errorf("caps: drop capability %d from the bounding set: %w", c, err)
+			return fmt.Errorf("caps: drop capability %d from the bounding set: %w (the container gives it, but not CAP_SETPCAP to drop it: give the container only %s)", c, err, Names(k))
 		}
 	}
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {

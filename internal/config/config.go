@@ -6,6 +6,8 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -57,6 +59,21 @@ type GPU struct {
 	FenceMinABI int `toml:"fence_min_abi" json:"fence_min_abi"`
 }
 
+// API is the harness API that worker agents' tools call.
+type API struct {
+	// Socket is the API's unix socket ("" is state_dir/api/api.sock).
+	Socket string `toml:"socket" json:"socket"`
+	// TCP is the loopback address it also listens on ("" for none).
+	TCP              string   `toml:"tcp" json:"tcp"`
+	MaxConnsPerToken int      `toml:"max_conns_per_token" json:"max_conns_per_token"`
+	MaxStepBytes     int64    `toml:"max_step_bytes" json:"max_step_bytes"`
+	MaxTrialRecorded int64    `toml:"max_trial_recorded" json:"max_trial_recorded"`
+	MaxBodyBytes     int64    `toml:"max_body_bytes" json:"max_body_bytes"`
+	ExecOutputCap    int64    `toml:"exec_output_cap" json:"exec_output_cap"`
+	FetchMaxBytes    int64    `toml:"fetch_max_bytes" json:"fetch_max_bytes"`
+	FetchTimeout     Duration `toml:"fetch_timeout" json:"fetch_timeout"`
+}
+
 // Config is the whole effective configuration.
 type Config struct {
 	StateDir        string   `toml:"state_dir" json:"state_dir"`
@@ -70,6 +87,7 @@ type Config struct {
 	StartupSelftest string   `toml:"startup_selftest" json:"startup_selftest"`
 	Limits          Limits   `toml:"limits" json:"limits"`
 	GPU             GPU      `toml:"gpu" json:"gpu"`
+	API             API      `toml:"api" json:"api"`
 
 	// Source is the file the configuration came from, or "" for defaults.
 	Source string `toml:"-" json:"source"`
@@ -98,6 +116,16 @@ func Default() Config {
 			ProcRoot:    "/proc",
 			FixInterval: Duration{30 * time.Second},
 			FenceMinABI: 5,
+		},
+		API: API{
+			TCP:              "127.0.0.1:7700",
+			MaxConnsPerToken: 256,
+			MaxStepBytes:     64 << 10,
+			MaxTrialRecorded: 20 << 20,
+			MaxBodyBytes:     16 << 20,
+			ExecOutputCap:    1 << 20,
+			FetchMaxBytes:    5 << 20,
+			FetchTimeout:     Duration{20 * time.Second},
 		},
 	}
 }
@@ -224,6 +252,30 @@ func (c *Config) Validate() error {
 	if c.GPU.FixInterval.Duration < time.Second {
 		return fmt.Errorf("gpu.fix_interval: %s must be at least 1s", c.GPU.FixInterval)
 	}
+	a := c.API
+	switch {
+	case a.Socket != "" && (!filepath.IsAbs(a.Socket) || filepath.Clean(a.Socket) != a.Socket):
+		return fmt.Errorf("api.socket: %q is not a clean absolute path", a.Socket)
+	case a.MaxConnsPerToken < 1:
+		return fmt.Errorf("api.max_conns_per_token: %d must be at least 1", a.MaxConnsPerToken)
+	case a.MaxStepBytes < 1 || a.MaxTrialRecorded < a.MaxStepBytes:
+		return fmt.Errorf("api.max_step_bytes: %d must be at least 1 and at most api.max_trial_recorded (%d)", a.MaxStepBytes, a.MaxTrialRecorded)
+	case a.MaxBodyBytes < 1024:
+		return fmt.Errorf("api.max_body_bytes: %d must be at least 1024", a.MaxBodyBytes)
+	case a.ExecOutputCap < 1:
+		return fmt.Errorf("api.exec_output_cap: %d must be at least 1", a.ExecOutputCap)
+	case a.FetchMaxBytes < 1:
+		return fmt.Errorf("api.fetch_max_bytes: %d must be at least 1", a.FetchMaxBytes)
+	case a.FetchTimeout.Duration <= 0:
+		return fmt.Errorf("api.fetch_timeout: %s must be more than 0", a.FetchTimeout)
+	}
+	if a.TCP != "" {
+		host, port, err := net.SplitHostPort(a.TCP)
+		ip, perr := netip.ParseAddr(host)
+		if err != nil || perr != nil || !ip.IsLoopback() || port == "" {
+			return fmt.Errorf("api.tcp: %q is not a loopback address:port", a.TCP)
+		}
+	}
 	if c.GPU.FenceMinABI < 5 {
 		return fmt.Errorf("gpu.fence_min_abi: %d is below 5, the first ABI with IOCTL_DEV", c.GPU.FenceMinABI)
 	}
@@ -261,7 +313,16 @@ func (c *Config) ControllerDir() string { return filepath.Join(c.StateDir, "cont
 func (c *Config) ControllerSocket() string {
 	return filepath.Join(c.StateDir, "controller", "controller.sock")
 }
-func (c *Config) StoreDir() string    { return filepath.Join(c.StateDir, "store") }
+func (c *Config) StoreDir() string { return filepath.Join(c.StateDir, "store") }
+func (c *Config) APIDir() string   { return filepath.Join(c.StateDir, "api") }
+
+// APISocket is the harness API's unix socket.
+func (c *Config) APISocket() string {
+	if c.API.Socket != "" {
+		return c.API.Socket
+	}
+	return filepath.Join(c.StateDir, "api", "api.sock")
+}
 func (c *Config) ScratchDir() string  { return filepath.Join(c.StateDir, "scratch") }
 func (c *Config) ResearchDir() string { return filepath.Join(c.StateDir, "research") }
 

@@ -77,6 +77,12 @@ type RunRequest struct {
 	Limits Limits   `json:"limits"`
 	CPUs   string   `json:"cpus,omitempty"` // a CPU list; "" is the role's default
 	GPUs   []int    `json:"gpus,omitempty"` // card indexes the command may open
+	// Home replaces the role's HOME: a folder in scratch/trials that the
+	// role's user owns (an agent runs with its trial's folder as HOME).
+	Home string `json:"home,omitempty"`
+	// NoTimeout lifts the wall timeout for a lane's or an agent's
+	// long-lived helper, which lives until its trial ends.
+	NoTimeout bool `json:"no_timeout,omitempty"`
 }
 
 // Why a command stopped.

@@ -1,0 +1,112 @@
+package ledger
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"math"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Event is one entry of the rig's event log. Data is the event's own JSON.
+type Event struct {
+	Seq   uint64          `json:"seq"`
+	At    time.Time       `json:"at"`
+	Kind  string          `json:"kind"`
+	Trial string          `json:"trial,omitempty"`
+	Run   string          `json:"run,omitempty"`
+	Data  json.RawMessage `json:"data,omitempty"`
+}
+
+// Selftest is one stored self-test result, as the broker reported it.
+type Selftest struct {
+	Seq    uint64          `json:"seq"`
+	At     time.Time       `json:"at"`
+	Result json.RawMessage `json:"result"`
+}
+
+// seqKey is big-endian so bbolt's byte order is sequence order.
+func seqKey(n uint64) []byte {
+	var k [8]byte
+	binary.BigEndian.PutUint64(k[:], n)
+	return k[:]
+}
+
+// AddEvent appends e and returns its sequence number, which increases with
+// every event ever added (bbolt's bucket sequence, committed with the event).
+func (l *Ledger) AddEvent(e Event) (uint64, error) {
+	var seq uint64
+	err := l.update("add event "+e.Kind, func(tx *bolt.Tx) error {
+		var err error
+		seq, err = addEventTx(tx, e)
+		return err
+	})
+	return seq, err
+}
+
+func addEventTx(tx *bolt.Tx, e Event) (uint64, error) {
+	if e.Kind == "" {
+		return 0, fmt.Errorf("%w: event without a kind", ErrInvalid)
+	}
+	if len(e.Data) > 0 && !json.Valid(e.Data) {
+		return 0, fmt.Errorf("%w: event %s: data is not JSON", ErrInvalid, e.Kind)
+	}
+	b := tx.Bucket(tEvents.bucket)
+	seq, err := b.NextSequence()
+	if err != nil {
+		return 0, err
+	}
+	e.Seq = seq
+	if e.At.IsZero() {
+		e.At = now()
+	}
+	e.At = utc(e.At)
+	return seq, putJSON(tx, tEvents, seqKey(seq), e)
+}
+
+// Events returns events with Seq > afterSeq in order, at most limit of
+// them (limit <= 0: all).
+func (l *Ledger) Events(afterSeq uint64, limit int) ([]Event, error) {
+	var out []Event
+	if afterSeq == math.MaxUint64 { // nothing can follow, and +1 would wrap to the start
+		return nil, nil
+	}
+	err := l.view("list events", func(tx *bolt.Tx) error {
+		c := tx.Bucket(tEvents.bucket).Cursor()
+		for k, v := c.Seek(seqKey(afterSeq + 1)); k != nil; k, v = c.Next() {
+			if limit > 0 && len(out) >= limit {
+				break
+			}
+			var e Event
+			if err := json.Unmarshal(v, &e); err != nil {
+				return fmt.Errorf("event %d: decode: %w", binary.BigEndian.Uint64(k), err)
+			}
+			out = append(out, e)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// AddSelftest stores one self-test result (the verdict's JSON).
+func (l *Ledger) AddSelftest(res json.RawMessage, at time.Time) error {
+	if !json.Valid(res) {
+		return l.wrap("add self-test", fmt.Errorf("%w: result is not JSON", ErrInvalid))
+	}
+	if at.IsZero() {
+		at = now()
+	}
+	return l.update("add self-test", func(tx *bolt.Tx) error {
+		b := tx.Bucket(tSelftests.bucket)
+		seq, err := b.NextSequence()
+		if err != nil {
+			return err
+		}
+		return putJSON(tx, tSelftests, seqKey(seq), Selftest{Seq: seq, At: utc(at), Result: res})
+	})
+}
+
+// Selftests lists every stored self-test result, oldest first.
+func (l *Ledger) Selftests() ([]Selftest, error) { return list[Selftest](l, tSelftests) }

@@ -1,0 +1,204 @@
+// Package copytree copies a folder: reflinks where the file system can
+// (FICLONE), a real copy otherwise. It never follows a symlink: symlinks
+// are copied as symlinks, and devices, FIFOs and sockets are skipped.
+// Set-id bits never survive the copy.
+package copytree
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+)
+
+// Stats says what a copy did.
+type Stats struct {
+	Files, Dirs, Symlinks, Skipped int
+	Bytes                          int64
+	Reflinked                      int
+}
+
+// Options shape a copy.
+type Options struct {
+	// UID and GID, when not -1, own everything copied (the caller must be
+	// able to chown).
+	UID, GID int
+	// ReadOnly takes every write bit away: files 0444 or 0555, folders 0555.
+	ReadOnly bool
+	// MaxBytes bounds the copy (0: no bound).
+	MaxBytes int64
+}
+
+// Copy copies the folder src to dst, which must not exist.
+func Copy(src, dst string, o Options) (Stats, error) {
+	var st Stats
+	sfd, err := unix.Open(src, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return st, fmt.Errorf("copy: %s: %w", src, err)
+	}
+	defer unix.Close(sfd)
+	var sst unix.Stat_t
+	if err := unix.Fstat(sfd, &sst); err != nil {
+		return st, fmt.Errorf("copy: %s: %w", src, err)
+	}
+	if err := unix.Mkdir(dst, 0o700); err != nil {
+		return st, fmt.Errorf("copy: %s: %w", dst, err)
+	}
+	dfd, err := unix.Open(dst, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return st, fmt.Errorf("copy: %s: %w", dst, err)
+	}
+	defer unix.Close(dfd)
+	if err := copyDir(sfd, dfd, src, dst, o, &st); err != nil {
+		return st, err
+	}
+	if err := finish(dfd, "", dirMode(sst.Mode, o), o); err != nil {
+		return st, fmt.Errorf("copy: %s: %w", dst, err)
+	}
+	st.Dirs++
+	return st, nil
+}
+
+func dirMode(m uint32, o Options) uint32 {
+	mode := m&0o777 | 0o700 // the owner can always walk what it was given
+	if o.ReadOnly {
+		mode = (mode &^ 0o222) | 0o555
+	}
+	return mode
+}
+
+func fileMode(m uint32, o Options) uint32 {
+	mode := m & 0o777
+	if o.ReadOnly {
+		mode = (mode &^ 0o222) | 0o444
+		if m&0o111 != 0 {
+			mode |= 0o111
+		}
+	}
+	return mode
+}
+
+// finish sets owner and mode on an entry of dfd (name "" is dfd itself).
+func finish(dfd int, name string, mode uint32, o Options) error {
+	flags := unix.AT_SYMLINK_NOFOLLOW
+	if name == "" {
+		flags |= unix.AT_EMPTY_PATH
+	}
+	if o.UID >= 0 || o.GID >= 0 {
+		if err := unix.Fchownat(dfd, name, o.UID, o.GID, flags); err != nil {
+			return err
+		}
+	}
+	if name == "" {
+		return unix.Fchmod(dfd, mode)
+	}
+	return unix.Fchmodat(dfd, name, mode, 0)
+}
+
+func copyDir(sfd, dfd int, src, dst string, o Options, st *Stats) error {
+	// Readdirnames on a duplicate, so closing it leaves sfd open.
+	dup, err := unix.Dup(sfd)
+	if err != nil {
+		return err
+	}
+	df := os.NewFile(uintptr(dup), src)
+	names, err := df.Readdirnames(-1)
+	df.Close()
+	if err != nil {
+		return fmt.Errorf("copy: %s: %w", src, err)
+	}
+	for _, n := range names {
+		sp, dp := filepath.Join(src, n), filepath.Join(dst, n)
+		var s unix.Stat_t
+		if err := unix.Fstatat(sfd, n, &s, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			if errors.Is(err, unix.ENOENT) {
+				continue
+			}
+			return fmt.Errorf("copy: %s: %w", sp, err)
+		}
+		switch s.Mode & unix.S_IFMT {
+		case unix.S_IFDIR:
+			if err := unix.Mkdirat(dfd, n, 0o700); err != nil {
+				return fmt.Errorf("copy: %s: %w", dp, err)
+			}
+			csfd, err := unix.Openat(sfd, n, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+			if err != nil {
+				return fmt.Errorf("copy: %s: %w", sp, err)
+			}
+			cdfd, err := unix.Openat(dfd, n, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+			if err != nil {
+				unix.Close(csfd)
+				return fmt.Errorf("copy: %s: %w", dp, err)
+			}
+			err = copyDir(csfd, cdfd, sp, dp, o, st)
+			if err == nil {
+				err = finish(cdfd, "", dirMode(s.Mode, o), o)
+			}
+			unix.Close(csfd)
+			unix.Close(cdfd)
+			if err != nil {
+				return err
+			}
+			st.Dirs++
+		case unix.S_IFREG:
+			if o.MaxBytes > 0 && st.Bytes+s.Size > o.MaxBytes {
+				return fmt.Errorf("copy: %s: the copy would pass its limit of %d bytes", sp, o.MaxBytes)
+			}
+			reflinked, err := copyFile(sfd, dfd, n, sp, dp)
+			if err != nil {
+				return err
+			}
+			if err := finish(dfd, n, fileMode(s.Mode, o), o); err != nil {
+				return fmt.Errorf("copy: %s: %w", dp, err)
+			}
+			st.Files++
+			st.Bytes += s.Size
+			if reflinked {
+				st.Reflinked++
+			}
+		case unix.S_IFLNK:
+			buf := make([]byte, unix.PathMax)
+			k, err := unix.Readlinkat(sfd, n, buf)
+			if err != nil {
+				return fmt.Errorf("copy: %s: %w", sp, err)
+			}
+			if err := unix.Symlinkat(string(buf[:k]), dfd, n); err != nil {
+				return fmt.Errorf("copy: %s: %w", dp, err)
+			}
+			if o.UID >= 0 || o.GID >= 0 {
+				unix.Fchownat(dfd, n, o.UID, o.GID, unix.AT_SYMLINK_NOFOLLOW)
+			}
+			st.Symlinks++
+		default:
+			st.Skipped++
+		}
+	}
+	return nil
+}
+
+// copyFile copies one regular file: FICLONE first, then copy_file_range
+// through io.Copy.
+func copyFile(sfd, dfd int, name, sp, dp string) (bool, error) {
+	in, err := unix.Openat(sfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false, fmt.Errorf("copy: %s: %w", sp, err)
+	}
+	fin := os.NewFile(uintptr(in), sp)
+	defer fin.Close()
+	out, err := unix.Openat(dfd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return false, fmt.Errorf("copy: %s: %w", dp, err)
+	}
+	fout := os.NewFile(uintptr(out), dp)
+	defer fout.Close()
+	if unix.IoctlFileClone(out, in) == nil {
+		return true, nil
+	}
+	if _, err := io.Copy(fout, fin); err != nil {
+		return false, fmt.Errorf("copy: %s: %w", dp, err)
+	}
+	return false, nil
+}

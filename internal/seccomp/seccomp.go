@@ -1,0 +1,359 @@
+//go:build linux && (amd64 || arm64)
+
+// Package seccomp builds and installs the system-call filter that every
+// role command runs under. The shim installs it on its locked OS thread,
+// after no_new_privs and just before execve; the kernel keeps a filter
+// across execve and copies it into every child and thread the task
+// creates, so the role's whole process tree runs under it.
+//
+// The filter is a deny list on top of the role's Unix user, Landlock and
+// rlimits: it closes the kernel interfaces an unprivileged user still
+// reaches (namespaces, io_uring, bpf, keyrings, userfaultfd, terminal
+// injection, set-id files, the network per policy) and those a role would
+// need a capability for, in case one ever leaks. Each decision is one
+// function below, named for what it denies.
+//
+// The program is classic BPF, written with golang.org/x/net/bpf through a
+// small label assembler, so that every argument check compares exactly the
+// bits the kernel reads.
+package seccomp
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"unsafe"
+
+	"golang.org/x/net/bpf"
+	"golang.org/x/sys/unix"
+)
+
+// The filter's answers.
+const (
+	actionAllow = unix.SECCOMP_RET_ALLOW
+	// KILL_PROCESS ends every thread at once with SIGSYS; the role cannot
+	// catch it (KILL_THREAD would leave the other threads running).
+	actionKill   = unix.SECCOMP_RET_KILL_PROCESS
+	actionEPERM  = unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)&unix.SECCOMP_RET_DATA
+	actionENOSYS = unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS)&unix.SECCOMP_RET_DATA
+)
+
+// noSyscall stands for a system call the native ABI does not have.
+const noSyscall = -1
+
+// skippedSyscall is nr -1: what a ptracer writes into a stopped call to
+// skip it. seccomp runs after the ptrace stop and sees it; the kernel
+// answers ENOSYS, so the filter lets it pass rather than kill the tracee.
+const skippedSyscall = 0xFFFFFFFF
+
+// Program builds the filter (for tests and inspection).
+func Program(o Options) ([]unix.SockFilter, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	a := newAssembler()
+	checkArchitecture(a) // first: every later check assumes native numbers
+	denyMounts(a)
+	denyNamespaces(a)
+	denyBPF(a)
+	denyPerf(a, o.AllowPerf)
+	denyKeyrings(a)
+	denyKernelReplacement(a)
+	denyReboot(a)
+	denySwap(a)
+	denyClockSetting(a)
+	denyUserfaultfd(a)
+	denyIOUring(a)
+	denyTerminalInjection(a)
+	denySetIDModes(a)
+	restrictSockets(a, o.Network)
+	a.ret(actionAllow)
+	return a.assemble()
+}
+
+// Install loads the filter on the calling OS thread only (no TSYNC): the
+// shim calls it on its locked thread just before execve, and execve keeps it.
+// It requires no_new_privs to be set already and fails closed (an error) otherwise.
+//
+// The caller must hold its OS thread (runtime.LockOSThread) from before
+// no_new_privs until execve; both are per thread.
+func Install(o Options) error {
+	filter, err := Program(o)
+	if err != nil {
+		return err
+	}
+	// As root the kernel would accept the filter without no_new_privs
+	// (CAP_SYS_ADMIN suffices); the shim's contract is that it is set, and
+	// a filter on a thread without it could be shed through a set-id exec.
+	nnp, err := unix.PrctlRetInt(unix.PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0)
+	if err != nil {
+		return fmt.Errorf("seccomp: reading no_new_privs: %w", err)
+	}
+	if nnp != 1 {
+		return errors.New("seccomp: no_new_privs is not set on this thread; refusing to install the filter")
+	}
+	prog := unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}
+	// Flags 0: this thread only. TSYNC would also filter the shim's other
+	// runtime threads, which never exec a role's command.
+	if _, _, errno := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, 0, uintptr(unsafe.Pointer(&prog))); errno != 0 {
+		return fmt.Errorf("seccomp: installing the filter (%d instructions): %w", len(filter), errno)
+	}
+	runtime.KeepAlive(filter)
+	return nil
+}
+
+// checkArchitecture kills a call made through any ABI but the native one.
+// The numbers in the rest of the filter are native numbers: through
+// another ABI they name other calls, and a deny list would not hold.
+func checkArchitecture(a *assembler) {
+	kill, checked := a.newLabel(), a.newLabel()
+	a.loadArch()
+	a.jumpIf(bpf.JumpEqual, auditArchNative, next, kill)
+	a.loadNr()
+	if hasX32 {
+		a.jumpIf(bpf.JumpEqual, skippedSyscall, checked, next)
+		a.jumpIf(bpf.JumpBitsSet, x32SyscallBit, kill, checked)
+	} else {
+		a.jump(checked)
+	}
+	a.place(kill)
+	a.ret(actionKill)
+	a.place(checked)
+	// From here on the accumulator holds the native system-call number.
+}
+
+// denyMounts keeps the file system as the rig built it: no mount or
+// unmount through the old or the new mount API, no pivot_root, no chroot.
+// An unprivileged user may mount inside its own user namespace; the
+// namespaces are denied too, but this does not rely on that.
+func denyMounts(a *assembler) {
+	a.denyCalls("mounts", actionEPERM,
+		unix.SYS_MOUNT, unix.SYS_UMOUNT2,
+		unix.SYS_FSOPEN, unix.SYS_FSCONFIG, unix.SYS_FSMOUNT, unix.SYS_FSPICK,
+		unix.SYS_MOVE_MOUNT, unix.SYS_OPEN_TREE, unix.SYS_OPEN_TREE_ATTR,
+		unix.SYS_MOUNT_SETATTR,
+		unix.SYS_PIVOT_ROOT, unix.SYS_CHROOT)
+}
+
+// namespaceCloneFlags are the clone flags that create a namespace.
+// CLONE_NEWTIME (0x80) shares its bit with clone's exit-signal byte; the
+// kernel rejects exit signals above 64, so denying the bit costs nothing.
+const namespaceCloneFlags = unix.CLONE_NEWNS | unix.CLONE_NEWCGROUP | unix.CLONE_NEWUTS |
+	unix.CLONE_NEWIPC | unix.CLONE_NEWUSER | unix.CLONE_NEWPID | unix.CLONE_NEWNET |
+	unix.CLONE_NEWTIME
+
+// denyNamespaces keeps a role in the rig's namespaces. A user namespace
+// hands an unprivileged user every capability over its own copies of the
+// kernel's objects, the door to most privilege-escalation bugs; the other
+// namespaces would let a role hide processes, mounts or network from the
+// broker. fork and threads (clone without these flags) keep working.
+func denyNamespaces(a *assembler) {
+	a.denyCalls("namespaces", actionEPERM, unix.SYS_UNSHARE, unix.SYS_SETNS)
+	a.syscallBlock("namespaces", unix.SYS_CLONE, func() {
+		// The flags are clone's first argument on amd64 and arm64, and the
+		// kernel reads only their low 32 bits (lower_32_bits(clone_flags)).
+		a.loadArgLow(0)
+		a.decide(bpf.JumpBitsSet, namespaceCloneFlags, actionEPERM, actionAllow)
+	})
+	// clone3 takes its flags in a struct in memory, which a filter cannot
+	// read. ENOSYS, not EPERM: glibc and Go then fall back to clone,
+	// whose flags are checked above.
+	a.denyCalls("namespaces", actionENOSYS, unix.SYS_CLONE3)
+}
+
+// denyBPF closes the eBPF verifier and JIT, a large attack surface, and
+// the program types that observe other users' processes.
+func denyBPF(a *assembler) {
+	a.denyCalls("bpf", actionEPERM, unix.SYS_BPF)
+}
+
+// denyPerf closes perf_event_open unless the role's options allow it:
+// profilers need it, and it reads hardware counters and kernel events
+// (perf_event_paranoid decides how much).
+func denyPerf(a *assembler, allowPerf bool) {
+	if allowPerf {
+		return
+	}
+	a.denyCalls("perf", actionEPERM, unix.SYS_PERF_EVENT_OPEN)
+}
+
+// denyKeyrings closes the kernel keyrings: they are not namespaced, and
+// the user keyring is shared by every process of a uid, across sessions.
+func denyKeyrings(a *assembler) {
+	a.denyCalls("keyrings", actionEPERM, unix.SYS_KEYCTL, unix.SYS_ADD_KEY, unix.SYS_REQUEST_KEY)
+}
+
+// denyKernelReplacement closes loading a new kernel or kernel modules
+// (these need capabilities a role never has; the filter holds if one
+// leaks).
+func denyKernelReplacement(a *assembler) {
+	a.denyCalls("kernel replacement", actionEPERM,
+		unix.SYS_KEXEC_LOAD, unix.SYS_KEXEC_FILE_LOAD,
+		unix.SYS_INIT_MODULE, unix.SYS_FINIT_MODULE, unix.SYS_DELETE_MODULE)
+}
+
+// denyReboot closes reboot (CAP_SYS_BOOT; the filter holds if it leaks).
+func denyReboot(a *assembler) {
+	a.denyCalls("reboot", actionEPERM, unix.SYS_REBOOT)
+}
+
+// denySwap closes swapon and swapoff (CAP_SYS_ADMIN; likewise).
+func denySwap(a *assembler) {
+	a.denyCalls("swap", actionEPERM, unix.SYS_SWAPON, unix.SYS_SWAPOFF)
+}
+
+// denyClockSetting keeps the clock the judge times with: no setting or
+// slewing it. adjtimex and clock_adjtime are denied even for a read-only
+// query (modes 0), as systemd's ProtectClock does.
+func denyClockSetting(a *assembler) {
+	a.denyCalls("clock", actionEPERM,
+		unix.SYS_SETTIMEOFDAY, unix.SYS_CLOCK_SETTIME, unix.SYS_CLOCK_ADJTIME, unix.SYS_ADJTIMEX)
+}
+
+// denyUserfaultfd closes userfaultfd: it lets a process stall the kernel
+// in the middle of a copy from user memory, the usual way to win a race
+// in a kernel bug.
+func denyUserfaultfd(a *assembler) {
+	a.denyCalls("userfaultfd", actionEPERM, unix.SYS_USERFAULTFD)
+}
+
+// denyIOUring closes io_uring: its operations (open, socket, connect...)
+// run in the kernel without a system call, so this filter never sees
+// them, and it has been a steady source of kernel bugs.
+func denyIOUring(a *assembler) {
+	a.denyCalls("io_uring", actionEPERM,
+		unix.SYS_IO_URING_SETUP, unix.SYS_IO_URING_ENTER, unix.SYS_IO_URING_REGISTER)
+}
+
+// denyTerminalInjection closes the two ioctls that write into a terminal's
+// input: TIOCSTI types commands into whatever shell reads the terminal (an
+// operator's, if a role ever holds one), TIOCLINUX pastes a console's
+// selection. Every other ioctl passes.
+func denyTerminalInjection(a *assembler) {
+	a.syscallBlock("terminal injection", unix.SYS_IOCTL, func() {
+		// The request is declared unsigned int in the kernel's ioctl: only
+		// its low 32 bits count, so only they are compared.
+		a.loadArgLow(1)
+		injection := a.newLabel()
+		a.jumpIf(bpf.JumpEqual, unix.TIOCSTI, injection, next)
+		a.decide(bpf.JumpEqual, unix.TIOCLINUX, actionEPERM, actionAllow)
+		a.place(injection)
+		a.ret(actionEPERM)
+	})
+}
+
+// setIDBits are the mode bits that make an executable run as its owner or
+// group.
+const setIDBits = unix.S_ISUID | unix.S_ISGID
+
+// createFlags are the open flags under which the kernel uses the mode
+// argument: O_CREAT, and O_TMPFILE's own bit (O_TMPFILE includes
+// O_DIRECTORY, which alone creates nothing).
+const createFlags = unix.O_CREAT | (unix.O_TMPFILE &^ unix.O_DIRECTORY)
+
+// denySetIDModes keeps a role from making a set-user-ID or set-group-ID
+// file or folder at all, as systemd's RestrictSUIDSGID does: a set-id
+// program the role leaves behind would run with the role's uid for anyone
+// who starts it outside no_new_privs. Every call that takes a mode is
+// checked (the set-id bits sit in the low 16 bits, which the kernel's
+// umode_t keeps); a plain chmod 0644 still works.
+func denySetIDModes(a *assembler) {
+	modeArgument := []struct {
+		nr   int
+		mode int // which argument holds the mode
+	}{
+		{sysChmod, 1}, {unix.SYS_FCHMOD, 1}, {unix.SYS_FCHMODAT, 2}, {unix.SYS_FCHMODAT2, 2},
+		{sysCreat, 1},
+		{sysMkdir, 1}, {unix.SYS_MKDIRAT, 2},
+		{sysMknod, 1}, {unix.SYS_MKNODAT, 2},
+	}
+	for _, c := range modeArgument {
+		if c.nr == noSyscall {
+			continue
+		}
+		a.syscallBlock("set-id modes", uint32(c.nr), func() {
+			a.loadArgLow(c.mode)
+			a.decide(bpf.JumpBitsSet, setIDBits, actionEPERM, actionAllow)
+		})
+	}
+	// open and openat use the mode only when they create.
+	flagsThenMode := []struct {
+		nr, flags, mode int
+	}{
+		{sysOpen, 1, 2}, {unix.SYS_OPENAT, 2, 3},
+	}
+	for _, c := range flagsThenMode {
+		if c.nr == noSyscall {
+			continue
+		}
+		a.syscallBlock("set-id modes", uint32(c.nr), func() {
+			creates := a.newLabel()
+			a.loadArgLow(c.flags)
+			a.jumpIf(bpf.JumpBitsSet, createFlags, creates, next)
+			a.ret(actionAllow)
+			a.place(creates)
+			a.loadArgLow(c.mode)
+			a.decide(bpf.JumpBitsSet, setIDBits, actionEPERM, actionAllow)
+		})
+	}
+	// openat2 takes its flags and mode in a struct in memory, which a
+	// filter cannot read. ENOSYS, as for clone3: callers fall back to
+	// openat, checked above (systemd's RestrictSUIDSGID does the same).
+	a.denyCalls("set-id modes", actionENOSYS, unix.SYS_OPENAT2)
+}
+
+// restrictSockets applies the role's network policy to socket and
+// socketpair, the only calls that create a socket (x86_64 and arm64 have
+// no socketcall; io_uring's socket operation is closed by denyIOUring).
+//
+//   - none: AF_UNIX only.
+//   - api: AF_UNIX, and TCP over AF_INET or AF_INET6: type SOCK_STREAM
+//     (SOCK_NONBLOCK and SOCK_CLOEXEC allowed) with protocol 0 or
+//     IPPROTO_TCP. Other stream protocols (MPTCP, SCTP, SMC) are refused
+//     because Landlock's TCP port rules, which decide where a role may
+//     connect, do not apply to them.
+//   - open: no check.
+//
+// Everything refused gets EPERM. socketpair is AF_UNIX only under none and
+// api (no other family implements it).
+func restrictSockets(a *assembler, policy string) {
+	switch policy {
+	case NetworkOpen:
+		return
+	case NetworkNone:
+		a.syscallBlock("network", unix.SYS_SOCKET, func() {
+			a.loadArgLow(0) // domain, an int
+			a.decide(bpf.JumpEqual, unix.AF_UNIX, actionAllow, actionEPERM)
+		})
+	case NetworkAPI:
+		a.syscallBlock("network", unix.SYS_SOCKET, func() {
+			inet, deny := a.newLabel(), a.newLabel()
+			a.loadArgLow(0) // domain, an int
+			a.jumpIf(bpf.JumpEqual, unix.AF_UNIX, next, inet)
+			a.ret(actionAllow)
+			a.place(inet)
+			ipFamily := a.newLabel()
+			a.jumpIf(bpf.JumpEqual, unix.AF_INET, ipFamily, next)
+			a.jumpIf(bpf.JumpEqual, unix.AF_INET6, ipFamily, deny)
+			a.place(ipFamily)
+			a.loadArgLow(1) // type, an int: the socket type plus creation flags
+			a.and(^uint32(unix.SOCK_NONBLOCK | unix.SOCK_CLOEXEC))
+			a.jumpIf(bpf.JumpEqual, unix.SOCK_STREAM, next, deny)
+			a.loadArgLow(2) // protocol, an int; 0 picks TCP for a stream
+			tcp := a.newLabel()
+			a.jumpIf(bpf.JumpEqual, 0, tcp, next)
+			a.jumpIf(bpf.JumpEqual, unix.IPPROTO_TCP, tcp, deny)
+			a.place(tcp)
+			a.ret(actionAllow)
+			a.place(deny)
+			a.ret(actionEPERM)
+		})
+	default:
+		a.fail(fmt.Errorf("seccomp: no socket rules for network policy %q", policy))
+		return
+	}
+	a.syscallBlock("network", unix.SYS_SOCKETPAIR, func() {
+		a.loadArgLow(0) // domain, an int
+		a.decide(bpf.JumpEqual, unix.AF_UNIX, actionAllow, actionEPERM)
+	})
+}
