@@ -52,7 +52,7 @@ func (b *Broker) HandFolder(req *rpc.HandFolderRequest) (*rpc.HandFolderResult, 
 	}
 	defer top.Close()
 	uids := b.uidSet()
-	changed, skipped, err := confined.ChownTree(top, r.UID, r.GID, func(uid int) bool { return uids[uid] }, req.ReadOnly, req.Mode)
+	changed, skipped, err := confined.ChownTree(top, r.UID, r.GID, func(uid int) bool { return uids[uid] }, req.ReadOnly, req.Publish, req.Mode)
 	if err != nil {
 		return nil, fmt.Errorf("hand_folder: %w", err)
 	}

@@ -14,10 +14,14 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"thermite/controller/fetch"
+	"thermite/controller/ledger"
 	"thermite/internal/config"
 	"thermite/internal/rpc"
 	"thermite/roles"
@@ -29,7 +33,15 @@ type Controller struct {
 	table   *roles.Table
 	log     *slog.Logger
 	secrets map[string]string
-	broker  string
+	broker  *brokerClient
+	ledger  *ledger.Ledger
+	fetcher *fetch.Fetcher
+	devnull *os.File
+
+	mu      sync.Mutex
+	trials  map[string]*trialRT
+	apiAddr string // the harness API's TCP address, once it listens
+	lastST  string // the time of the last self-test recorded
 }
 
 // Main runs the controller as the broker starts it: its bootstrap on
@@ -38,6 +50,9 @@ func Main() error {
 	// Not dumpable: no other process, not even one of the controller's own
 	// user such as a kit's check, may read its memory and so its secrets.
 	unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+	// The broker's umask is 077; the research folder the controller writes
+	// is for every lane to read, and each mode below is given explicitly.
+	unix.Umask(0o022)
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("proc", "controller")
 	boot := os.NewFile(rpc.BootstrapFD, "bootstrap")
 	data, err := io.ReadAll(io.LimitReader(boot, 16<<20))
@@ -57,42 +72,177 @@ func Main() error {
 	if err != nil {
 		return err
 	}
-	c := &Controller{cfg: cfg, table: table, log: log, secrets: b.Secrets, broker: cfg.BrokerSocket()}
+	c := &Controller{
+		cfg: cfg, table: table, log: log, secrets: b.Secrets,
+		broker:  &brokerClient{socket: cfg.BrokerSocket()},
+		trials:  map[string]*trialRT{},
+		fetcher: &fetch.Fetcher{MaxBytes: cfg.API.FetchMaxBytes, Timeout: cfg.API.FetchTimeout.Duration},
+	}
 	return c.serve()
 }
 
 func (c *Controller) serve() error {
-	if _, err := rpc.Call(c.broker, &rpc.Request{Op: rpc.OpPing}); err != nil {
+	if _, err := rpc.Call(c.broker.socket, &rpc.Request{Op: rpc.OpPing}); err != nil {
 		return fmt.Errorf("controller: %w", err)
 	}
-	path := c.cfg.ControllerSocket()
-	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+	var err error
+	if c.devnull, err = os.OpenFile("/dev/null", os.O_RDWR, 0); err != nil {
 		return fmt.Errorf("controller: %w", err)
+	}
+	if c.ledger, err = ledger.Open(filepath.Join(c.cfg.ControllerDir(), "ledger.db")); err != nil {
+		return fmt.Errorf("controller: %w", err)
+	}
+	defer c.ledger.Close()
+	for _, d := range []string{filepath.Join(c.cfg.ControllerDir(), "projects")} {
+		if err := os.Mkdir(d, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("controller: %w", err)
+		}
+	}
+
+	opL, err := listenUnix(c.cfg.ControllerSocket(), 0o600)
+	if err != nil {
+		return err
+	}
+	opSrv := &http.Server{Handler: c.operatorRoutes(), ReadHeaderTimeout: 10 * time.Second}
+	opL = &peerListener{Listener: opL, allow: c.OperatorAllowed, log: c.log}
+
+	apiL, err := listenUnix(c.cfg.APISocket(), 0o666)
+	if err != nil {
+		return err
+	}
+	apiSrv := &http.Server{Handler: c.apiRoutes(), ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10}
+	var tcpL net.Listener
+	if c.cfg.API.TCP != "" {
+		if tcpL, err = net.Listen("tcp", c.cfg.API.TCP); err != nil {
+			return fmt.Errorf("controller: api tcp %s: %w", c.cfg.API.TCP, err)
+		}
+		c.mu.Lock()
+		c.apiAddr = tcpL.Addr().String()
+		c.mu.Unlock()
+	}
+	c.resumeTrials()
+	c.recordSelftest()
+	go func() {
+		t := time.NewTicker(30 * time.Second)
+		for range t.C {
+			c.recordSelftest()
+		}
+	}()
+
+	errc := make(chan error, 3)
+	go func() { errc <- opSrv.Serve(opL) }()
+	go func() { errc <- apiSrv.Serve(apiL) }()
+	if tcpL != nil {
+		go func() { errc <- apiSrv.Serve(tcpL) }()
+	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, unix.SIGTERM, unix.SIGINT)
+	c.log.Info("controller serving", "socket", c.cfg.ControllerSocket(), "api", c.cfg.APISocket(), "api_tcp", c.apiAddr, "pid", os.Getpid(), "secrets", len(c.secrets))
+	select {
+	case <-sig:
+	case err := <-errc:
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
+			c.log.Error("server", "err", err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	opSrv.Shutdown(ctx)
+	apiSrv.Shutdown(ctx)
+	c.mu.Lock()
+	for _, rt := range c.trials {
+		if rt.stopFS != nil {
+			go rt.stopFS()
+		}
+	}
+	c.mu.Unlock()
+	return nil
+}
+
+func listenUnix(path string, mode os.FileMode) (net.Listener, error) {
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("controller: %w", err)
 	}
 	l, err := net.Listen("unix", path)
 	if err != nil {
-		return fmt.Errorf("controller: %w", err)
+		return nil, fmt.Errorf("controller: %w", err)
 	}
-	if err := os.Chmod(path, 0o600); err != nil {
-		return fmt.Errorf("controller: %w", err)
+	if err := os.Chmod(path, mode); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("controller: %w", err)
 	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET "+rpc.ControllerPing, func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(map[string]any{"ok": true, "pid": os.Getpid(), "secrets": len(c.secrets)})
-	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		sig := make(chan os.Signal, 1)
-		signal.Notify(sig, unix.SIGTERM, unix.SIGINT)
-		<-sig
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
-	}()
-	c.log.Info("controller serving", "socket", path, "pid", os.Getpid(), "secrets", len(c.secrets))
-	if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("controller: %w", err)
+	return l, nil
+}
+
+// OperatorAllowed decides who may use the controller's operator socket:
+// root (the operator's commands) and the controller's own user.
+func (c *Controller) OperatorAllowed(cred *unix.Ucred) bool {
+	return cred.Uid == 0 || int(cred.Uid) == c.table.Controller().UID
+}
+
+// peerListener closes every connection whose peer allow refuses, by
+// SO_PEERCRED, before a byte is read.
+type peerListener struct {
+	net.Listener
+	allow func(*unix.Ucred) bool
+	log   *slog.Logger
+}
+
+func (l *peerListener) Accept() (net.Conn, error) {
+	for {
+		conn, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		uc, ok := conn.(*net.UnixConn)
+		if !ok {
+			conn.Close()
+			continue
+		}
+		raw, err := uc.SyscallConn()
+		var cred *unix.Ucred
+		if err == nil {
+			raw.Control(func(fd uintptr) { cred, err = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) })
+		}
+		if err != nil || cred == nil || !l.allow(cred) {
+			if cred != nil {
+				l.log.Warn("refused a peer on the operator socket", "uid", cred.Uid, "pid", cred.Pid)
+			}
+			conn.Close()
+			continue
+		}
+		return conn, nil
 	}
-	return nil
+}
+
+// recordSelftest copies a self-test result the broker has not yet had
+// recorded into the ledger.
+func (c *Controller) recordSelftest() {
+	st, err := c.broker.status()
+	if err != nil || st.Selftest == nil {
+		return
+	}
+	c.mu.Lock()
+	seen := c.lastST == st.Selftest.At
+	c.lastST = st.Selftest.At
+	c.mu.Unlock()
+	if seen {
+		return
+	}
+	raw, _ := json.Marshal(st.Selftest)
+	at, _ := time.Parse(time.RFC3339, st.Selftest.At)
+	if err := c.ledger.AddSelftest(raw, at); err != nil {
+		c.log.Error("record self-test", "err", err)
+	}
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	json.NewEncoder(w).Encode(v)
+}
+
+// writeError answers one line naming what is wrong.
+func writeError(w http.ResponseWriter, code int, msg string) {
+	writeJSON(w, code, map[string]string{"error": msg})
 }

@@ -1,6 +1,7 @@
 package selftest
 
 import (
+	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -60,6 +62,7 @@ const (
 	OpCards     = "cards"      // how many card nodes (nvidia[0-9]+) in the folder Path open read-write
 	OpGetenv    = "getenv"     // the value of the variable Arg
 	OpNVML      = "nvml"       // how many devices NVML reports
+	OpAPI       = "api"        // GET /v1/trial on the harness API socket Path with the token Arg: the HTTP status
 )
 
 // ProbeMain runs the probe. With `try OP PATH|PID` it runs one attempt and
@@ -348,6 +351,23 @@ func runAttempt(a Attempt, fds []int) Outcome {
 			return Outcome{ID: a.ID, Got: "unset"}
 		}
 		return Outcome{ID: a.ID, Got: "ok", Detail: v}
+	case OpAPI:
+		c, err := net.Dial("unix", a.Path)
+		if err != nil {
+			return result(a.ID, err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		fmt.Fprintf(c, "GET /v1/trial HTTP/1.0\r\nHost: api\r\nAuthorization: Bearer %s\r\n\r\n", a.Arg)
+		line, err := bufio.NewReader(c).ReadString('\n')
+		if err != nil {
+			return result(a.ID, err)
+		}
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			return Outcome{ID: a.ID, Got: "error: bad answer " + strconv.Quote(line)}
+		}
+		return Outcome{ID: a.ID, Got: f[1]}
 	case OpNVML:
 		n, note := fence.NVMLUsable()
 		return Outcome{ID: a.ID, Got: "ok", Detail: strconv.Itoa(n) + " " + note}

@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"thermite/fence"
@@ -61,6 +62,7 @@ func Run(h Host) *rpc.SelftestResult {
 	c := &Context{
 		Cfg: h.Config(), Table: h.Table(), BrokerPID: h.BrokerPID(),
 		OtherPID: map[string]int{}, Workspace: map[int]string{}, RunKit: map[int]string{}, RunOut: map[int]string{},
+		AgentDir: map[int]string{}, LaneArea: map[int]string{},
 		EnvAllowed: map[string]bool{}, Given: map[string][]int{},
 	}
 	c.GPU = h.GPULayout()
@@ -351,6 +353,46 @@ func placeCanaries(h Host, c *Context, undo *[]func()) error {
 		c.Workspace[r.Index] = ws
 		*undo = append(*undo, func() { h.HandFolder(&rpc.HandFolderRequest{Path: ws, Role: ctl.Name}) })
 	}
+	// An agent folder with a token for each agent, handed to it as a
+	// trial's is; a research run with an area handed to each lane.
+	for _, r := range c.Table.Roles {
+		if r.Kind != roles.Agent {
+			continue
+		}
+		ad := filepath.Join(trials, r.Name)
+		if err := dir(ad, ctl.UID, ctl.GID, 0o700); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		errs = append(errs, file(filepath.Join(ad, "token"), ctl.UID, ctl.GID, 0o600))
+		if _, err := h.HandFolder(&rpc.HandFolderRequest{Path: ad, Role: r.Name, Mode: 0o700}); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		c.AgentDir[r.Index] = ad
+		*undo = append(*undo, func() { h.HandFolder(&rpc.HandFolderRequest{Path: ad, Role: ctl.Name}) })
+	}
+	c.ResearchRun = filepath.Join(c.Cfg.ResearchDir(), randomName("selftest-"))
+	errs = append(errs, dir(c.ResearchRun, ctl.UID, ctl.GID, 0o755))
+	lanes := filepath.Join(c.ResearchRun, "lanes")
+	errs = append(errs, dir(lanes, ctl.UID, ctl.GID, 0o755))
+	for _, r := range c.Table.Roles {
+		if r.Kind != roles.Lane {
+			continue
+		}
+		area := filepath.Join(lanes, r.Name)
+		if err := dir(area, ctl.UID, ctl.GID, 0o700); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if _, err := h.HandFolder(&rpc.HandFolderRequest{Path: area, Role: r.Name, Mode: 0o700}); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		c.LaneArea[r.Index] = area
+		*undo = append(*undo, func() { h.HandFolder(&rpc.HandFolderRequest{Path: area, Role: ctl.Name}) })
+	}
+	c.EndedToken = endedToken(c)
 	// A timed run's folder for each timing user: a read-only kit copy owned
 	// by the controller and an out/ of the timing user's own.
 	for _, r := range c.Table.Roles {
@@ -375,6 +417,24 @@ func placeCanaries(h Host, c *Context, undo *[]func()) error {
 		*undo = append(*undo, func() { h.HandFolder(&rpc.HandFolderRequest{Path: out, Role: ctl.Name}) })
 	}
 	return errors.Join(errs...)
+}
+
+// endedToken finds the token of a trial that has ended: its agent folder
+// is back in the controller's hands.
+func endedToken(c *Context) string {
+	trials := filepath.Join(c.Cfg.ScratchDir(), "trials")
+	ids, _ := readNames(trials)
+	for _, id := range ids {
+		ad := filepath.Join(trials, id, "agent")
+		st, err := os.Lstat(ad)
+		if err != nil || !st.IsDir() || int(st.Sys().(*syscall.Stat_t).Uid) != c.Table.Controller().UID {
+			continue
+		}
+		if b, err := os.ReadFile(filepath.Join(ad, "token")); err == nil {
+			return strings.TrimSpace(string(b))
+		}
+	}
+	return ""
 }
 
 func readNames(dir string) ([]string, error) {

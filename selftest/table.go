@@ -31,6 +31,10 @@ type Context struct {
 	RunKit        map[int]string   // timing card -> a file of its run's kit copy
 	RunOut        map[int]string   // timing card -> its run's out/
 	EnvAllowed    map[string]bool  // the variables a role's command may have
+	AgentDir      map[int]string   // agent number -> an agent folder (with a token) handed to it
+	LaneArea      map[int]string   // lane number -> a research area handed to it
+	ResearchRun   string           // a run\'s research folder, the controller\'s
+	EndedToken    string           // a token of an ended trial, when one exists
 	GPU           *fence.Layout    // nil without a GPU layout
 	Given         map[string][]int // role name -> the cards its probe runs with
 }
@@ -137,6 +141,37 @@ var Policy = []Row{
 		Want: []string{"ok", "EPERM"}, Check: setIDGone},
 	{Who: Every, Attempt: "open another lane's workspace", Make: at(OpList, func(c *Context, r roles.Role) string { return c.Workspace[otherLane(c, r)] }), Want: refused},
 	{Who: Except(roles.Timing), Attempt: "write a timed run's out/", Make: at(OpCreateIn, func(c *Context, _ roles.Role) string { return c.RunOut[1] }), Want: refused},
+
+	// Trials: lanes and agents apart from each other and from the judge.
+	{Who: Only(roles.Lane), Attempt: "read another lane's agent folder", Make: at(OpList, func(c *Context, r roles.Role) string { return c.AgentDir[otherLane(c, r)] }), Want: refused},
+	{Who: Except(roles.Controller), Attempt: "read another trial's token", Make: at(OpRead, func(c *Context, r roles.Role) string {
+		n := otherLane(c, r)
+		if r.Kind == roles.Agent {
+			n = r.Index%c.Cfg.Lanes + 1
+			if n == r.Index {
+				return ""
+			}
+		}
+		if c.AgentDir[n] == "" {
+			return ""
+		}
+		return filepath.Join(c.AgentDir[n], "token")
+	}), Want: refused},
+	{Who: Only(roles.Lane), Attempt: "read another lane's research area", Make: at(OpList, func(c *Context, r roles.Role) string { return c.LaneArea[otherLane(c, r)] }), Want: refused},
+	{Who: Except(roles.Controller), Attempt: "write the research folder", Make: at(OpCreateIn, func(c *Context, _ roles.Role) string { return c.ResearchRun }), Want: refused},
+	{Who: Only(roles.Agent), Attempt: "read its lane's workspace", Make: at(OpList, func(c *Context, r roles.Role) string { return c.Workspace[r.Index] }), Want: refused},
+	{Who: Only(roles.Agent), Attempt: "read its own token", Make: at(OpRead, func(c *Context, r roles.Role) string {
+		if c.AgentDir[r.Index] == "" {
+			return ""
+		}
+		return filepath.Join(c.AgentDir[r.Index], "token")
+	}), Want: succeeds},
+	{Who: Only(roles.Lane, roles.Agent), Attempt: "use a token of an ended trial", Make: func(c *Context, r roles.Role) []Attempt {
+		if c.EndedToken == "" {
+			return nil
+		}
+		return []Attempt{{Op: OpAPI, Path: c.Cfg.APISocket(), Arg: c.EndedToken}}
+	}, Want: []string{"401"}},
 
 	// What must hold for every role.
 	{Who: Every, Attempt: "CapEff, CapPrm, CapAmb and CapInh are 0", Make: one(OpStatus, ""), Want: succeeds, Check: capsZero},

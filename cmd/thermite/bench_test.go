@@ -1,11 +1,23 @@
 package main
 
 import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"sort"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"thermite/controller"
 	"thermite/internal/rpc"
 	"thermite/internal/testrig"
 )
@@ -117,4 +129,107 @@ func BenchmarkFence(b *testing.B) {
 	}
 	b.Run("unfenced", func(b *testing.B) { run(b, unfenced) })
 	b.Run("fenced", func(b *testing.B) { run(b, fenced) })
+}
+
+// latencies runs op n times on each of conc goroutines and reports the
+// p50 and p99 of one call, in microseconds.
+func latencies(b *testing.B, conc int, op func(worker int) error) {
+	var mu sync.Mutex
+	var all []time.Duration
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	for w := 0; w < conc; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			mine := make([]time.Duration, 0, b.N)
+			for i := 0; i < b.N; i++ {
+				t0 := time.Now()
+				if err := op(w); err != nil {
+					b.Error(err)
+					return
+				}
+				mine = append(mine, time.Since(t0))
+			}
+			mu.Lock()
+			all = append(all, mine...)
+			mu.Unlock()
+		}(w)
+	}
+	wg.Wait()
+	b.StopTimer()
+	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
+	if len(all) == 0 {
+		return
+	}
+	b.ReportMetric(float64(all[len(all)/2].Microseconds()), "p50-µs")
+	b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "p99-µs")
+}
+
+// BenchmarkAPI is the harness API against the same operation done directly
+// by a local process: a read of a 4 KiB file, and an exec of /bin/true,
+// with one client and with 16 lanes at once.
+func BenchmarkAPI(b *testing.B) {
+	r := testrig.New(b, testrig.Options{Lanes: 16})
+	p := filepath.Join(r.Dir, "project")
+	os.MkdirAll(p, 0o755)
+	os.WriteFile(filepath.Join(p, "f4k"), bytes.Repeat([]byte("x"), 4096), 0o644)
+	var clients []*http.Client
+	var tokens []string
+	var workspace string
+	for lane := 1; lane <= 16; lane++ {
+		out, stderr, code := r.Thermite("trial", "start", "--lane", strconv.Itoa(lane), "--project", p, "--json")
+		if code != 0 {
+			b.Fatalf("trial start: %s", stderr)
+		}
+		var info controller.TrialInfo
+		testrig.JSON(b, out, &info)
+		tok, _ := os.ReadFile(info.TokenFile)
+		tokens = append(tokens, strings.TrimSpace(string(tok)))
+		sock := info.APISocket
+		clients = append(clients, &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", sock)
+		}}})
+		if lane == 1 {
+			workspace = info.Workspace
+		}
+	}
+	call := func(w int, route, body string) error {
+		req, _ := http.NewRequest("POST", "http://api"+route, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+tokens[w])
+		resp, err := clients[w].Do(req)
+		if err != nil {
+			return err
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			return fmt.Errorf("%s: %s", route, resp.Status)
+		}
+		return nil
+	}
+	direct := filepath.Join(workspace, "f4k")
+	b.Run("read/direct", func(b *testing.B) {
+		latencies(b, 1, func(int) error { _, err := os.ReadFile(direct); return err })
+	})
+	b.Run("read/api-1", func(b *testing.B) {
+		latencies(b, 1, func(w int) error { return call(w, "/v1/fs/read", `{"path":"f4k"}`) })
+	})
+	b.Run("read/api-16", func(b *testing.B) {
+		latencies(b, 16, func(w int) error { return call(w, "/v1/fs/read", `{"path":"f4k"}`) })
+	})
+	run := &rpc.Request{Op: rpc.OpRun, Run: &rpc.RunRequest{Role: "lane-1", Argv: []string{"/bin/true"}}}
+	b.Run("exec/direct", func(b *testing.B) {
+		latencies(b, 1, func(int) error { return exec.Command("/bin/true").Run() })
+	})
+	b.Run("exec/bare-run", func(b *testing.B) {
+		latencies(b, 1, func(int) error { _, err := rpc.Call(r.Cfg.BrokerSocket(), run); return err })
+	})
+	b.Run("exec/api-1", func(b *testing.B) {
+		latencies(b, 1, func(w int) error { return call(w, "/v1/exec", `{"argv":["/bin/true"]}`) })
+	})
+	b.Run("exec/api-16", func(b *testing.B) {
+		latencies(b, 16, func(w int) error { return call(w, "/v1/exec", `{"argv":["/bin/true"]}`) })
+	})
 }

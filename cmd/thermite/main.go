@@ -17,6 +17,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"thermite/controller"
+	"thermite/internal/lanefs"
 	"thermite/internal/spawn"
 	"thermite/selftest"
 )
@@ -38,6 +40,8 @@ func main() {
 			spawn.Main()
 		case selftest.ProbeArg:
 			os.Exit(selftest.ProbeMain(os.Args[2:]))
+		case controller.LaneFSArg:
+			os.Exit(lanefs.ServeMain(os.Args[2:]))
 		}
 	}
 	root := newRoot()
@@ -71,7 +75,7 @@ func newRoot() *cobra.Command {
 		serveCmd(), brokerCmd(), controllerCmd(),
 		rolesCmd(), configCmd(),
 		runAsCmd(), stopCmd(), statusCmd(),
-		selftestCmd(), gpusCmd(),
+		selftestCmd(), gpusCmd(), trialCmd(), ledgerCmd(),
 	)
 	return root
 }

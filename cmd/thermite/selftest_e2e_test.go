@@ -80,8 +80,13 @@ func TestSelftestHolds(t *testing.T) {
 			t.Errorf("%s holds %d entries after the self-test", d, len(ents))
 		}
 	}
-	if _, err := os.Stat(filepath.Join(r.Cfg.ControllerDir(), "ledger.db")); err == nil {
-		t.Errorf("canary ledger left behind")
+	for _, d := range []string{r.Cfg.ResearchDir(), filepath.Join(r.Cfg.ControllerDir(), "kits")} {
+		ents, _ := os.ReadDir(d)
+		for _, e := range ents {
+			if strings.HasPrefix(e.Name(), "selftest-") {
+				t.Errorf("canary %s left in %s", e.Name(), d)
+			}
+		}
 	}
 }
 

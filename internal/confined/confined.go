@@ -233,6 +233,15 @@ func chownFD(fd, uid, gid int) error {
 
 const setIDBits = unix.S_ISUID | unix.S_ISGID
 
+// published is a mode everyone can read and nobody can write: folders
+// 0555, files 0444, or 0555 when the owner could run them.
+func published(mode uint32, dir bool) uint32 {
+	if dir || mode&0o100 != 0 {
+		return 0o555
+	}
+	return 0o444
+}
+
 // ClearSetID takes set-user and set-group bits off every file and folder
 // beneath top (and top itself) that uid owns. It never follows a symlink
 // and changes a file only through a descriptor of the entry it checked. It
@@ -299,7 +308,8 @@ func reopenDir(top *os.File) (int, error) {
 // hard link a role made to a file elsewhere) is skipped and reported, so
 // that the broker never gives away a file that was not in the tree. With
 // readOnly, every write bit is taken away too. Set-id bits always go.
-func ChownTree(top *os.File, uid, gid int, allowed func(uid int) bool, readOnly bool, topMode uint32) (changed int, skipped []string, err error) {
+func ChownTree(top *os.File, uid, gid int, allowed func(uid int) bool, readOnly, publish bool, topMode uint32) (changed int, skipped []string, err error) {
+	readOnly = readOnly || publish
 	apply := func(fd int, st Stat, path string) {
 		typ := st.Mode & unix.S_IFMT
 		switch {
@@ -319,6 +329,9 @@ func ChownTree(top *os.File, uid, gid int, allowed func(uid int) bool, readOnly 
 		mode := st.Mode & 0o7777 &^ setIDBits
 		if readOnly {
 			mode &^= 0o222
+		}
+		if publish {
+			mode = published(mode, typ == unix.S_IFDIR)
 		}
 		if typ == unix.S_IFDIR || typ == unix.S_IFREG {
 			if e := chmodFD(fd, mode); e != nil {
@@ -373,6 +386,9 @@ func ChownTree(top *os.File, uid, gid int, allowed func(uid int) bool, readOnly 
 	}
 	if readOnly {
 		mode &^= 0o222
+	}
+	if publish {
+		mode = published(mode, true)
 	}
 	if err := chmodFD(int(top.Fd()), mode); err != nil {
 		return changed, skipped, fmt.Errorf("%s: %w", top.Name(), err)

@@ -139,7 +139,7 @@ func TestChownTree(t *testing.T) {
 	}
 	defer top.Close()
 	allowed := func(uid int) bool { return uid == from || uid == to }
-	changed, skipped, err := ChownTree(top, to, to, allowed, true, 0o750)
+	changed, skipped, err := ChownTree(top, to, to, allowed, true, false, 0o750)
 	if err != nil {
 		t.Fatal(err)
 	}

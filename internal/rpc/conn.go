@@ -214,13 +214,8 @@ func (c *Conn) recvResponse() (*Response, error) {
 	return &out, nil
 }
 
-// Call sends req with fds and waits for the answer. An answer with Error
-// set comes back as an error carrying that line.
-func (c *Conn) Call(req *Request, fds ...int) (*Response, error) {
-	req.V = Version
-	if err := c.Send(req, fds...); err != nil {
-		return nil, err
-	}
+// Answer reads the answer to a request already sent.
+func (c *Conn) Answer() (*Response, error) {
 	resp, err := c.recvResponse()
 	if err != nil {
 		if IsClosed(err) {
@@ -232,6 +227,16 @@ func (c *Conn) Call(req *Request, fds ...int) (*Response, error) {
 		return resp, errors.New(resp.Error)
 	}
 	return resp, nil
+}
+
+// Call sends req with fds and waits for the answer. An answer with Error
+// set comes back as an error carrying that line.
+func (c *Conn) Call(req *Request, fds ...int) (*Response, error) {
+	req.V = Version
+	if err := c.Send(req, fds...); err != nil {
+		return nil, err
+	}
+	return c.Answer()
 }
 
 // SetDeadline bounds the next reads and writes.

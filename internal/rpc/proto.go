@@ -128,6 +128,9 @@ type HandFolderRequest struct {
 	Role     string `json:"role"`
 	Mode     uint32 `json:"mode,omitempty"` // the top folder's mode; 0 keeps it
 	ReadOnly bool   `json:"read_only,omitempty"`
+	// Publish makes everything readable by all too (files 0444 or 0555,
+	// folders 0555): a lane's research area when its trial ends.
+	Publish bool `json:"publish,omitempty"`
 }
 
 // HandFolderResult counts what changed hands and what was skipped.

@@ -121,6 +121,9 @@ func Main() {
 	if err := unix.Fchdir(FDCwd); err != nil {
 		fail("cwd", err)
 	}
+	// The broker works with umask 077; a role's command gets the usual 022
+	// (its own folders are 0700 whatever it makes in them).
+	unix.Umask(0o022)
 	path, err := lookPath(s.Argv[0], s.Env)
 	if err != nil {
 		fail("exec", err)

@@ -89,6 +89,7 @@ type Options struct {
 	GPUs      int
 	GPULayout string // "shared" or "dedicated" (default dedicated)
 	GPUExtra  string // more keys for the [gpu] section
+	APIExtra  string // more keys for the [api] section
 }
 
 // Rig is one throwaway rig.
@@ -144,6 +145,8 @@ func New(t testing.TB, o Options) *Rig {
 		StandInGPUs(t, dir, o.GPUs)
 		gpu = fmt.Sprintf("[gpu]\nlayout = %q\ndev_root = %q\nproc_root = %q\n%s\n", o.GPULayout, filepath.Join(dir, "dev"), filepath.Join(dir, "proc"), o.GPUExtra)
 	}
+	// A free loopback port, so that rigs in parallel do not collide.
+	gpu += fmt.Sprintf("[api]\ntcp = \"127.0.0.1:0\"\n%s\n", o.APIExtra)
 	cfgText := fmt.Sprintf(`state_dir = %q
 secrets_dir = %q
 role_prefix = %q

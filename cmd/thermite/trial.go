@@ -1,0 +1,292 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"thermite/controller"
+	"thermite/controller/ledger"
+	"thermite/internal/config"
+	"thermite/internal/copytree"
+	"thermite/roles"
+)
+
+// ctlClient speaks to the controller's operator socket.
+func ctlClient(cfg config.Config) *http.Client {
+	return &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", cfg.ControllerSocket())
+	}}}
+}
+
+// ctlCall posts (or gets, when body is nil) and decodes a JSON answer; a
+// non-200 answer is an error carrying the controller's one line.
+func ctlCall(cfg config.Config, method, path string, body, out any) error {
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, "http://controller"+path, rd)
+	resp, err := ctlClient(cfg).Do(req)
+	if err != nil {
+		return fmt.Errorf("controller socket %s: %w", cfg.ControllerSocket(), err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		var e struct{ Error string }
+		json.NewDecoder(resp.Body).Decode(&e)
+		return fmt.Errorf("%s", e.Error)
+	}
+	if out == nil {
+		_, err = io.Copy(os.Stdout, resp.Body)
+		return err
+	}
+	return json.NewDecoder(resp.Body).Decode(out)
+}
+
+// ctlStream posts an exec and copies its output frames to stdout and
+// stderr; it exits the way the command did.
+func ctlStream(cfg config.Config, path string, body any, what string) error {
+	b, _ := json.Marshal(body)
+	req, _ := http.NewRequest("POST", "http://controller"+path, bytes.NewReader(b))
+	resp, err := ctlClient(cfg).Do(req)
+	if err != nil {
+		return fmt.Errorf("controller socket %s: %w", cfg.ControllerSocket(), err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		var e struct{ Error string }
+		json.NewDecoder(resp.Body).Decode(&e)
+		return fmt.Errorf("%s: %s", what, e.Error)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 8<<20)
+	for sc.Scan() {
+		var f controller.ExecFrame
+		if err := json.Unmarshal(sc.Bytes(), &f); err != nil {
+			return fmt.Errorf("%s: bad frame: %w", what, err)
+		}
+		switch {
+		case f.Stream == "stdout":
+			os.Stdout.WriteString(f.Data)
+		case f.Stream == "stderr":
+			os.Stderr.WriteString(f.Data)
+		case f.Done:
+			if f.Truncated {
+				fmt.Fprintf(os.Stderr, "thermite: %s: output truncated at %d of %d bytes\n", what, f.OutputCap, f.OutputBytes)
+			}
+			switch {
+			case f.Error != "" && f.ExitCode == -1 && f.Signal == 0:
+				return &exitError{code: 127, msg: what + ": " + f.Error}
+			case f.Stopped == "timeout":
+				return &exitError{code: 124, msg: fmt.Sprintf("%s: timed out after %d ms", what, f.WallMS)}
+			case f.Signal != 0:
+				return &exitError{code: 128 + f.Signal, msg: fmt.Sprintf("%s: %s (%s)", what, sigName(f.Signal), f.Stopped)}
+			case f.ExitCode != 0:
+				return &exitError{code: f.ExitCode}
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("%s: the controller's answer ended early", what)
+}
+
+// importProject copies an operator's project into the controller's own
+// folder, owned by the controller's user, so that only the controller
+// reads it.
+func importProject(cfg config.Config, t *roles.Table, src string) (string, error) {
+	st, err := os.Stat(src)
+	if err != nil || !st.IsDir() {
+		return "", fmt.Errorf("project %s: not a folder", src)
+	}
+	ctl := t.Controller()
+	dir := filepath.Join(cfg.ControllerDir(), "projects")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	os.Chown(dir, ctl.UID, ctl.GID)
+	dst := filepath.Join(dir, time.Now().UTC().Format("20060102T150405")+"-"+randomHex(6))
+	if _, err := copytree.Copy(src, dst, copytree.Options{UID: ctl.UID, GID: ctl.GID}); err != nil {
+		os.RemoveAll(dst)
+		return "", err
+	}
+	return dst, nil
+}
+
+func trialCmd() *cobra.Command {
+	c := &cobra.Command{Use: "trial", Short: "Trials: a lane's fresh copy of a project, its agent, its token (root)"}
+	var lane int
+	var project, run string
+	var asJSON bool
+	start := &cobra.Command{
+		Use:   "start --lane N --project DIR [--run RUN]",
+		Short: "Start a trial on a lane: prints its id, workspace and token file",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := requireRoot("trial start"); err != nil {
+				return err
+			}
+			cfg, t, err := loadTable()
+			if err != nil {
+				return err
+			}
+			if project == "" {
+				return fmt.Errorf("trial start: --project is required")
+			}
+			copyDir, err := importProject(cfg, t, project)
+			if err != nil {
+				return fmt.Errorf("trial start: %w", err)
+			}
+			var info controller.TrialInfo
+			err = ctlCall(cfg, "POST", "/v1/trials", controller.StartRequest{Lane: lane, Project: copyDir, Run: run}, &info)
+			os.RemoveAll(copyDir)
+			if err != nil {
+				return fmt.Errorf("trial start: %w", err)
+			}
+			if asJSON {
+				return printJSON(info)
+			}
+			fmt.Printf("trial      %s\nlane       %d\nrun        %s\nworkspace  %s\ntoken file %s\n", info.ID, info.Lane, info.Run, info.Workspace, info.TokenFile)
+			return nil
+		},
+	}
+	start.Flags().IntVar(&lane, "lane", 0, "the lane (1..lanes)")
+	start.Flags().StringVar(&project, "project", "", "the project folder to copy")
+	start.Flags().StringVar(&run, "run", "", "the research run (default \"default\")")
+	start.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+
+	var timeout time.Duration
+	execCmd := &cobra.Command{
+		Use:   "exec TRIAL [--timeout D] -- CMD [ARGS...]",
+		Short: "Run a command as the trial's lane in its workspace, and exit with its code",
+		Args:  cobra.MinimumNArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := requireRoot("trial exec"); err != nil {
+				return err
+			}
+			cfg, err := loadConfig()
+			if err != nil {
+				return err
+			}
+			return ctlStream(cfg, "/v1/trials/"+args[0]+"/exec", controller.ExecRequest{Argv: args[1:], TimeoutMS: timeout.Milliseconds()}, "trial exec")
+		},
+	}
+	execCmd.Flags().DurationVar(&timeout, "timeout", 0, "wall-clock limit (default: the rig's)")
+	agentCmd := &cobra.Command{
+		Use:   "agent TRIAL -- CMD [ARGS...]",
+		Short: "Run the trial's worker agent as agent-N, with the trial's folder as its home",
+		Args:  cobra.MinimumNArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := requireRoot("trial agent"); err != nil {
+				return err
+			}
+			cfg, err := loadConfig()
+			if err != nil {
+				return err
+			}
+			return ctlStream(cfg, "/v1/trials/"+args[0]+"/agent", controller.ExecRequest{Argv: args[1:], TimeoutMS: timeout.Milliseconds()}, "trial agent")
+		},
+	}
+	agentCmd.Flags().DurationVar(&timeout, "timeout", 0, "wall-clock limit (default: the rig's)")
+	var reason string
+	end := &cobra.Command{
+		Use:   "end TRIAL",
+		Short: "End a trial: revoke its token, stop its processes, publish its research area",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := requireRoot("trial end"); err != nil {
+				return err
+			}
+			cfg, err := loadConfig()
+			if err != nil {
+				return err
+			}
+			var t ledger.Trial
+			if err := ctlCall(cfg, "POST", "/v1/trials/"+args[0]+"/end", controller.EndRequest{Reason: reason}, &t); err != nil {
+				return fmt.Errorf("trial end: %w", err)
+			}
+			fmt.Printf("trial %s ended: %s\n", t.ID, t.EndReason)
+			return nil
+		},
+	}
+	end.Flags().StringVar(&reason, "reason", "", "why it ended")
+	var listJSON bool
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List the trials",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := requireRoot("trial list"); err != nil {
+				return err
+			}
+			cfg, err := loadConfig()
+			if err != nil {
+				return err
+			}
+			var ts []ledger.Trial
+			if err := ctlCall(cfg, "GET", "/v1/trials", nil, &ts); err != nil {
+				return fmt.Errorf("trial list: %w", err)
+			}
+			if listJSON {
+				return printJSON(ts)
+			}
+			w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "TRIAL\tLANE\tRUN\tSTATE\tSTARTED\tENDED\tREASON")
+			for _, t := range ts {
+				ended := "-"
+				if !t.Ended.IsZero() {
+					ended = t.Ended.Format(time.RFC3339)
+				}
+				fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%s\t%s\n", t.ID, t.Lane, t.Run, t.State, t.Started.Format(time.RFC3339), ended, t.EndReason)
+			}
+			return w.Flush()
+		},
+	}
+	list.Flags().BoolVar(&listJSON, "json", false, "print JSON")
+	c.AddCommand(start, execCmd, agentCmd, end, list)
+	return c
+}
+
+func ledgerCmd() *cobra.Command {
+	c := &cobra.Command{Use: "ledger", Short: "The controller's ledger"}
+	var asJSON bool
+	export := &cobra.Command{
+		Use:   "export [--json]",
+		Short: "Write everything in the ledger but the hidden test results, as JSON (root)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := requireRoot("ledger export"); err != nil {
+				return err
+			}
+			cfg, err := loadConfig()
+			if err != nil {
+				return err
+			}
+			return ctlCall(cfg, "GET", "/v1/ledger/export", nil, nil)
+		},
+	}
+	export.Flags().BoolVar(&asJSON, "json", true, "JSON (the only form)")
+	c.AddCommand(export)
+	return c
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,296 @@
+package controller
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"thermite/controller/fetch"
+	"thermite/internal/lanefs"
+)
+
+// The harness API: what a worker agent's tools call, with its trial's
+// token. Every file request runs as the lane's user, inside the trial's
+// workspace (root 0) or, read-only, the run's research folder (root 1),
+// through the trial's file helper.
+const (
+	rootWorkspace = 0
+	rootResearch  = 1
+)
+
+// unauthorized is the one answer for no token, a wrong one and an ended
+// trial's: nothing tells them apart.
+const unauthorized = "a valid trial token is required"
+
+// apiRoutes is the harness API's router.
+func (c *Controller) apiRoutes() http.Handler {
+	mux := http.NewServeMux()
+	h := func(pattern string, f func(http.ResponseWriter, *http.Request, *trialRT)) {
+		mux.HandleFunc(pattern, c.authed(f))
+	}
+	h("GET /v1/trial", func(w http.ResponseWriter, r *http.Request, rt *trialRT) {
+		writeJSON(w, 200, c.info(rt.t))
+	})
+	fsRoute := func(name string, root int, ro bool) {
+		h("POST /v1/"+name, func(w http.ResponseWriter, r *http.Request, rt *trialRT) {
+			c.fsCall(w, r, rt, strings.TrimPrefix(strings.TrimPrefix(name, "fs/"), "research/"), root)
+		})
+	}
+	for _, op := range []string{"read", "write", "edit", "list", "stat", "delete", "mkdir", "grep", "find"} {
+		fsRoute("fs/"+op, rootWorkspace, false)
+	}
+	for _, op := range []string{"read", "list", "stat", "grep", "find"} {
+		fsRoute("research/"+op, rootResearch, true)
+	}
+	h("POST /v1/research/search", func(w http.ResponseWriter, r *http.Request, rt *trialRT) {
+		c.fsCall(w, r, rt, "grep", rootResearch)
+	})
+	h("POST /v1/research/note", c.apiNote)
+	h("POST /v1/steps", c.apiStep)
+	h("POST /v1/exec", func(w http.ResponseWriter, r *http.Request, rt *trialRT) {
+		var req ExecRequest
+		if !decode(w, r, c.cfg.API.MaxBodyBytes, &req) {
+			return
+		}
+		c.execInTrial(w, r, rt, req)
+	})
+	h("POST /v1/fetch", c.apiFetch)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "no route "+r.Method+" "+r.URL.Path)
+	})
+	return mux
+}
+
+// authed finds the open trial a request's token belongs to, or answers
+// 401, the same for every kind of bad token. It also holds the token's
+// share of concurrent requests.
+func (c *Controller) authed(f func(http.ResponseWriter, *http.Request, *trialRT)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		rt := c.TrialForToken(r.Header.Get("Authorization"))
+		if rt == nil {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="thermite"`)
+			writeError(w, http.StatusUnauthorized, unauthorized)
+			return
+		}
+		if n := rt.inflight.Add(1); n > int64(c.cfg.API.MaxConnsPerToken) {
+			rt.inflight.Add(-1)
+			writeError(w, http.StatusTooManyRequests, fmt.Sprintf("more than %d requests at once on this token", c.cfg.API.MaxConnsPerToken))
+			return
+		}
+		defer rt.inflight.Add(-1)
+		f(w, r, rt)
+	}
+}
+
+// TrialForToken decides whether a request's Authorization header belongs
+// to an open trial: "Bearer <token>", whose hash the ledger holds for an
+// open trial only.
+func (c *Controller) TrialForToken(header string) *trialRT {
+	token, ok := strings.CutPrefix(header, "Bearer ")
+	if !ok || token == "" || len(token) > 256 {
+		return nil
+	}
+	t, ok, err := c.ledger.TrialByToken(strings.TrimSpace(token))
+	if err != nil || !ok {
+		return nil
+	}
+	c.mu.Lock()
+	rt := c.trials[t.ID]
+	c.mu.Unlock()
+	return rt
+}
+
+// fsCall decodes a file request, pins it to the trial's root, and asks the
+// trial's file helper, which runs as the lane.
+func (c *Controller) fsCall(w http.ResponseWriter, r *http.Request, rt *trialRT, op string, root int) {
+	var (
+		res any
+		err error
+	)
+	fs := rt.files()
+	switch op {
+	case "read":
+		var q lanefs.ReadRequest
+		if !decode(w, r, c.cfg.API.MaxBodyBytes, &q) {
+			return
+		}
+		q.Root = root
+		res, err = fs.Read(r.Context(), q)
+	case "write":
+		var q lanefs.WriteRequest
+		if !decode(w, r, c.cfg.API.MaxBodyBytes, &q) {
+			return
+		}
+		q.Root = root
+		res, err = fs.Write(r.Context(), q)
+	case "edit":
+		var q lanefs.EditRequest
+		if !decode(w, r, c.cfg.API.MaxBodyBytes, &q) {
+			return
+		}
+		q.Root = root
+		res, err = fs.Edit(r.Context(), q)
+	case "list":
+		var q lanefs.ListRequest
+		if !decode(w, r, c.cfg.API.MaxBodyBytes, &q) {
+			return
+		}
+		q.Root = root
+		res, err = fs.List(r.Context(), q)
+	case "stat":
+		var q lanefs.StatRequest
+		if !decode(w, r, c.cfg.API.MaxBodyBytes, &q) {
+			return
+		}
+		q.Root = root
+		res, err = fs.Stat(r.Context(), q)
+	case "delete":
+		var q lanefs.DeleteRequest
+		if !decode(w, r, c.cfg.API.MaxBodyBytes, &q) {
+			return
+		}
+		q.Root = root
+		res, err = fs.Delete(r.Context(), q)
+	case "mkdir":
+		var q lanefs.MkdirRequest
+		if !decode(w, r, c.cfg.API.MaxBodyBytes, &q) {
+			return
+		}
+		q.Root = root
+		res, err = fs.Mkdir(r.Context(), q)
+	case "grep":
+		var q lanefs.GrepRequest
+		if !decode(w, r, c.cfg.API.MaxBodyBytes, &q) {
+			return
+		}
+		q.Root = root
+		res, err = fs.Grep(r.Context(), q)
+	case "find":
+		var q lanefs.FindRequest
+		if !decode(w, r, c.cfg.API.MaxBodyBytes, &q) {
+			return
+		}
+		q.Root = root
+		res, err = fs.Find(r.Context(), q)
+	default:
+		writeError(w, http.StatusNotFound, "no route "+r.URL.Path)
+		return
+	}
+	if err != nil {
+		var le *lanefs.Error
+		if errors.As(err, &le) {
+			writeError(w, le.HTTPStatus(), le.Msg)
+			return
+		}
+		writeError(w, http.StatusBadGateway, "the trial's file helper: "+err.Error())
+		return
+	}
+	writeJSON(w, 200, res)
+}
+
+// StepRequest records one step of the agent's work.
+type StepRequest struct {
+	Kind string `json:"kind"`
+	Text string `json:"text"`
+}
+
+// NoteRequest records a research note.
+type NoteRequest struct {
+	Title string `json:"title"`
+	Body  string `json:"body"`
+}
+
+// record takes n bytes from the trial's recording budget: at most
+// max_step_bytes at once and max_trial_recorded in all.
+func (c *Controller) record(w http.ResponseWriter, rt *trialRT, n int64) bool {
+	if n > c.cfg.API.MaxStepBytes {
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("a recorded step is at most %d bytes; this one is %d", c.cfg.API.MaxStepBytes, n))
+		return false
+	}
+	if total := rt.recorded.Add(n); total > c.cfg.API.MaxTrialRecorded {
+		rt.recorded.Add(-n)
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the trial has recorded its limit of %d bytes", c.cfg.API.MaxTrialRecorded))
+		return false
+	}
+	return true
+}
+
+func (c *Controller) apiStep(w http.ResponseWriter, r *http.Request, rt *trialRT) {
+	var req StepRequest
+	if !decode(w, r, c.cfg.API.MaxStepBytes+4096, &req) {
+		return
+	}
+	if req.Kind == "" {
+		writeError(w, http.StatusBadRequest, "missing field kind")
+		return
+	}
+	if !c.record(w, rt, int64(len(req.Text)+len(req.Kind))) {
+		return
+	}
+	c.event("step", rt.t, req)
+	writeJSON(w, 200, map[string]any{"recorded": len(req.Text)})
+}
+
+// apiNote writes a research note into the run's research folder, as the
+// controller: every lane can read it, none can change it.
+func (c *Controller) apiNote(w http.ResponseWriter, r *http.Request, rt *trialRT) {
+	var req NoteRequest
+	if !decode(w, r, c.cfg.API.MaxStepBytes+4096, &req) {
+		return
+	}
+	if req.Body == "" {
+		writeError(w, http.StatusBadRequest, "missing field body")
+		return
+	}
+	if !c.record(w, rt, int64(len(req.Title)+len(req.Body))) {
+		return
+	}
+	n := rt.notes.Add(1)
+	name := fmt.Sprintf("%s-%03d.md", rt.t.ID, n)
+	text := fmt.Sprintf("# %s\n\nlane %d, trial %s, %s\n\n%s\n", req.Title, rt.t.Lane, rt.t.ID, time.Now().UTC().Format(time.RFC3339), req.Body)
+	p := filepath.Join(rt.t.ResearchDir, "notes", name)
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		writeError(w, 500, "note: "+err.Error())
+		return
+	}
+	f.WriteString(text)
+	f.Close()
+	c.event("research.note", rt.t, map[string]any{"path": p, "title": req.Title})
+	writeJSON(w, 200, map[string]any{"path": p})
+}
+
+// FetchRequest asks the controller to fetch a page for the run.
+type FetchRequest struct {
+	URL string `json:"url"`
+}
+
+// apiFetch fetches a page as the controller, refusing private and local
+// addresses at dial time, and archives it in the run's research folder.
+func (c *Controller) apiFetch(w http.ResponseWriter, r *http.Request, rt *trialRT) {
+	var req FetchRequest
+	if !decode(w, r, 64<<10, &req) {
+		return
+	}
+	if req.URL == "" {
+		writeError(w, http.StatusBadRequest, "missing field url")
+		return
+	}
+	page, err := c.fetcher.Fetch(r.Context(), req.URL)
+	if err != nil {
+		c.event("fetch.refused", rt.t, map[string]any{"url": req.URL, "error": err.Error()})
+		writeError(w, fetch.HTTPStatus(err), err.Error())
+		return
+	}
+	path, err := fetch.Archive(filepath.Join(rt.t.ResearchDir, "pages"), page)
+	if err != nil {
+		writeError(w, 500, "archive: "+err.Error())
+		return
+	}
+	c.event("fetch", rt.t, map[string]any{"url": page.URL, "status": page.Status, "bytes": len(page.Body)})
+	writeJSON(w, 200, map[string]any{"url": page.URL, "status": page.Status, "content_type": page.ContentType, "size": len(page.Body), "path": path})
+}

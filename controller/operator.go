@@ -1,0 +1,177 @@
+package controller
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+
+	"thermite/internal/rpc"
+)
+
+// StartRequest asks for a trial. Project is one of the controller's
+// imported projects (the operator's command imports it first).
+type StartRequest struct {
+	Lane    int    `json:"lane"`
+	Project string `json:"project"`
+	Run     string `json:"run,omitempty"`
+}
+
+// EndRequest ends a trial.
+type EndRequest struct {
+	Reason string `json:"reason,omitempty"`
+}
+
+// decode reads a JSON body with a size limit and no unknown fields.
+func decode(w http.ResponseWriter, r *http.Request, limit int64, v any) bool {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var tooBig *http.MaxBytesError
+		if ok := asMaxBytes(err, &tooBig); ok {
+			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body over the %d-byte limit", limit))
+			return false
+		}
+		writeError(w, http.StatusBadRequest, "bad JSON: "+err.Error())
+		return false
+	}
+	if dec.More() {
+		writeError(w, http.StatusBadRequest, "bad JSON: trailing data")
+		return false
+	}
+	return true
+}
+
+func asMaxBytes(err error, target **http.MaxBytesError) bool {
+	for err != nil {
+		if e, ok := err.(*http.MaxBytesError); ok {
+			*target = e
+			return true
+		}
+		u, ok := err.(interface{ Unwrap() error })
+		if !ok {
+			return false
+		}
+		err = u.Unwrap()
+	}
+	return false
+}
+
+// operatorRoutes is the operator's door to the controller, on a socket
+// that only root and the controller's user can reach.
+func (c *Controller) operatorRoutes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET "+rpc.ControllerPing, func(w http.ResponseWriter, r *http.Request) {
+		c.mu.Lock()
+		addr := c.apiAddr
+		c.mu.Unlock()
+		writeJSON(w, 200, map[string]any{"ok": true, "pid": os.Getpid(), "secrets": len(c.secrets), "api_tcp": addr, "api_socket": c.cfg.APISocket()})
+	})
+	mux.HandleFunc("POST /v1/trials", func(w http.ResponseWriter, r *http.Request) {
+		var req StartRequest
+		if !decode(w, r, 1<<20, &req) {
+			return
+		}
+		info, err := c.StartTrial(req.Lane, req.Project, req.Run)
+		if err != nil {
+			writeError(w, http.StatusConflict, err.Error())
+			return
+		}
+		writeJSON(w, 200, info)
+	})
+	mux.HandleFunc("GET /v1/trials", func(w http.ResponseWriter, r *http.Request) {
+		ts, err := c.ledger.Trials()
+		if err != nil {
+			writeError(w, 500, err.Error())
+			return
+		}
+		writeJSON(w, 200, ts)
+	})
+	mux.HandleFunc("POST /v1/trials/{id}/exec", func(w http.ResponseWriter, r *http.Request) {
+		var req ExecRequest
+		if !decode(w, r, 1<<20, &req) {
+			return
+		}
+		rt, err := c.trial(r.PathValue("id"))
+		if err != nil {
+			writeError(w, http.StatusNotFound, err.Error())
+			return
+		}
+		c.execInTrial(w, r, rt, req)
+	})
+	mux.HandleFunc("POST /v1/trials/{id}/agent", func(w http.ResponseWriter, r *http.Request) {
+		var req ExecRequest
+		if !decode(w, r, 1<<20, &req) {
+			return
+		}
+		rt, err := c.trial(r.PathValue("id"))
+		if err != nil {
+			writeError(w, http.StatusNotFound, err.Error())
+			return
+		}
+		c.runAgent(w, r, rt, req)
+	})
+	mux.HandleFunc("POST /v1/trials/{id}/end", func(w http.ResponseWriter, r *http.Request) {
+		var req EndRequest
+		if !decode(w, r, 1<<20, &req) {
+			return
+		}
+		if err := c.EndTrial(r.PathValue("id"), req.Reason); err != nil {
+			writeError(w, http.StatusConflict, err.Error())
+			return
+		}
+		t, _, _ := c.ledger.Trial(r.PathValue("id"))
+		writeJSON(w, 200, t)
+	})
+	mux.HandleFunc("GET /v1/ledger/export", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if err := c.ledger.Export(w); err != nil {
+			c.log.Error("export", "err", err)
+		}
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "no route "+r.Method+" "+r.URL.Path)
+	})
+	return mux
+}
+
+// execInTrial runs a command as the trial's lane, in its workspace.
+func (c *Controller) execInTrial(w http.ResponseWriter, r *http.Request, rt *trialRT, req ExecRequest) ExecFrame {
+	if len(req.Argv) == 0 {
+		writeError(w, http.StatusBadRequest, "argv is empty")
+		return ExecFrame{}
+	}
+	lane, _ := c.table.Lane(rt.t.Lane)
+	run := &rpc.RunRequest{Role: lane.Name, Argv: req.Argv, Env: req.Env, Cwd: rt.t.Workspace, Limits: rpc.Limits{TimeoutMS: req.TimeoutMS}}
+	f := c.streamCommand(r.Context(), w, run, c.cfg.API.ExecOutputCap)
+	c.event("trial.exec", rt.t, map[string]any{"argv0": filepath.Base(req.Argv[0]), "exit_code": f.ExitCode, "stopped": f.Stopped, "wall_ms": f.WallMS})
+	return f
+}
+
+// runAgent runs the trial's worker agent as agent-N, with the trial's
+// folder as its home: it can read none of the lane's files and reaches the
+// workspace only through the API, with its token.
+func (c *Controller) runAgent(w http.ResponseWriter, r *http.Request, rt *trialRT, req ExecRequest) {
+	if len(req.Argv) == 0 {
+		writeError(w, http.StatusBadRequest, "argv is empty")
+		return
+	}
+	agent, _ := c.table.Agent(rt.t.Lane)
+	info := c.info(rt.t)
+	env := append([]string{
+		"THERMITE_TRIAL=" + rt.t.ID,
+		"THERMITE_API_SOCKET=" + info.APISocket,
+		"THERMITE_TOKEN_FILE=" + info.TokenFile,
+	}, req.Env...)
+	if info.APIURL != "" {
+		env = append(env, "THERMITE_API_URL="+info.APIURL)
+	}
+	run := &rpc.RunRequest{Role: agent.Name, Argv: req.Argv, Env: env, Home: rt.t.AgentDir, Cwd: rt.t.AgentDir, Limits: rpc.Limits{TimeoutMS: req.TimeoutMS}}
+	f := c.streamCommand(r.Context(), w, run, c.cfg.API.ExecOutputCap)
+	c.event("trial.agent", rt.t, map[string]any{"argv0": filepath.Base(req.Argv[0]), "exit_code": f.ExitCode, "stopped": f.Stopped})
+}
+
+// drain reads and drops a body, so the connection can be reused.
+func drain(r io.Reader) { io.Copy(io.Discard, io.LimitReader(r, 1<<20)) }
