@@ -18,7 +18,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"thermite/fence"
 	"thermite/internal/caps"
+	"thermite/internal/cgroup"
 	"thermite/internal/config"
 	"thermite/internal/cpuset"
 	"thermite/internal/procs"
@@ -44,6 +46,15 @@ type Broker struct {
 	judgeCPUs cpuset.Set
 
 	gpu gpuState
+
+	// The harness API's TCP listener, made here so its port is known for
+	// the lanes' rule sets, and handed to every controller.
+	apiListener *net.TCPListener
+	apiPort     int
+
+	cg       *cgroup.Tree // nil where no writable tree exists
+	cgWhy    string       // why there is none
+	cgGroups map[int]*cgroup.Group
 
 	stopping atomic.Bool
 	stopCh   chan struct{}
@@ -137,6 +148,14 @@ func (b *Broker) Serve() error {
 	if err := b.initFence(); err != nil {
 		return err
 	}
+	if err := fence.CheckABI(fence.PolicyABI); err != nil {
+		return fmt.Errorf("broker: %w: the policy every role command runs under needs Landlock ABI %d", err, fence.PolicyABI)
+	}
+	b.initCgroups()
+	defer b.closeCgroups()
+	if err := b.listenAPI(); err != nil {
+		return err
+	}
 	l, err := b.listen()
 	if err != nil {
 		return err
@@ -175,6 +194,26 @@ func (b *Broker) shutdown(l *net.UnixListener) {
 	}
 	os.Remove(b.cfg.BrokerSocket())
 	b.reopenTmp()
+}
+
+// listenAPI makes the harness API's TCP listener on loopback: the broker
+// holds it, so the port (even one the kernel picked) is known for the
+// lanes' rule sets, and hands it to every controller it starts.
+func (b *Broker) listenAPI() error {
+	if b.cfg.API.TCP == "" {
+		return nil
+	}
+	addr, err := net.ResolveTCPAddr("tcp", b.cfg.API.TCP)
+	if err != nil {
+		return fmt.Errorf("api.tcp: %w", err)
+	}
+	l, err := net.ListenTCP("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("api.tcp %s: %w", b.cfg.API.TCP, err)
+	}
+	b.apiListener = l
+	b.apiPort = l.Addr().(*net.TCPAddr).Port
+	return nil
 }
 
 // checkUsers refuses to start when the role users are not what the table
@@ -225,7 +264,7 @@ func (b *Broker) status() *rpc.Status {
 		Socket:    b.cfg.BrokerSocket(),
 	}
 	st.LandlockABI = landlockABI()
-	st.Cgroup = "none: no per-trial cgroups (rlimits only)"
+	st.Cgroup = b.cgroupStatus()
 	counts, _ := procs.CountByUID("/proc", b.uidSet())
 	for _, r := range b.table.Roles {
 		st.Roles = append(st.Roles, rpc.RoleStatus{Name: r.Name, User: r.User, UID: r.UID, Processes: len(counts[r.UID])})

@@ -34,11 +34,22 @@ func (b *Broker) startController() (int, int, <-chan exit, error) {
 	if err != nil {
 		return 0, -1, nil, err
 	}
+	files := []uintptr{b.devnull.Fd(), os.Stderr.Fd(), os.Stderr.Fd(), bootR.Fd()}
+	apiAddr := ""
+	if b.apiListener != nil {
+		lf, err := b.apiListener.File()
+		if err != nil {
+			return 0, -1, nil, fmt.Errorf("controller: api listener: %w", err)
+		}
+		defer lf.Close()
+		files = append(files, lf.Fd())
+		apiAddr = b.apiListener.Addr().String()
+	}
 	pidfd := -1
 	attr := &syscall.ProcAttr{
 		Dir:   b.homeOf(ctl),
 		Env:   env,
-		Files: []uintptr{b.devnull.Fd(), os.Stderr.Fd(), os.Stderr.Fd(), bootR.Fd()},
+		Files: files,
 		Sys: &syscall.SysProcAttr{
 			Credential: &syscall.Credential{Uid: uint32(ctl.UID), Gid: uint32(ctl.GID), Groups: []uint32{}},
 			Setsid:     true,
@@ -52,7 +63,7 @@ func (b *Broker) startController() (int, int, <-chan exit, error) {
 		return 0, -1, nil, fmt.Errorf("controller: start: %w", err)
 	}
 	cfg, _ := json.Marshal(b.cfg)
-	boot, _ := json.Marshal(rpc.Bootstrap{Config: cfg, Secrets: b.secrets, BrokerPID: os.Getpid()})
+	boot, _ := json.Marshal(rpc.Bootstrap{Config: cfg, Secrets: b.secrets, BrokerPID: os.Getpid(), APITCP: apiAddr})
 	if _, err := bootW.Write(boot); err != nil {
 		unix.PidfdSendSignal(pidfd, unix.SIGKILL, nil, 0)
 		<-exited

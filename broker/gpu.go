@@ -94,72 +94,58 @@ func (b *Broker) groupGID(name string) (int, bool) {
 	return 0, false
 }
 
-// FenceFor decides a role command's GPU access: the Landlock rule set that
-// leaves out every GPU device file it may not open, the GPU groups it gets
-// for this run, and its CUDA_VISIBLE_DEVICES. Every command gets a rule
-// set; one that asks for cards is refused unless the layout gives them to
-// its role and the fence can be built.
-func (b *Broker) FenceFor(r roles.Role, requested []int) (*os.File, []int, []string, error) {
+// gpuFor decides a command's GPU access: the cards it may open, the GPU
+// groups it gets for this run, and its CUDA_VISIBLE_DEVICES. A command that
+// asks for cards is refused unless the layout gives them to its role.
+func (b *Broker) gpuFor(r roles.Role, requested []int) (l *fence.Layout, cards []int, groups []int, env []string, err error) {
 	if len(requested) > 0 {
 		// Before every run that involves GPUs: what is there now, and the
 		// device files as the layout wants them.
 		b.refreshGPUs()
 	}
 	b.gpu.mu.Lock()
-	l, abiErr, fixed, devs := b.gpu.layout, b.gpu.abiErr, b.gpu.permsFixed, b.gpu.devices
+	l = b.gpu.layout
 	b.gpu.mu.Unlock()
-	cards, err := l.CardsFor(r, requested)
-	if err != nil {
-		return nil, nil, nil, err
+	if cards, err = l.CardsFor(r, requested); err != nil {
+		return nil, nil, nil, nil, err
 	}
-	groups := append([]int(nil), r.Groups...)
+	groups = append([]int(nil), r.Groups...)
 	for _, g := range l.Groups(cards) {
 		gid, ok := b.groupGID(g)
 		if !ok {
-			return nil, nil, nil, fmt.Errorf("gpus: group %s is not in the role table", g)
+			return nil, nil, nil, nil, fmt.Errorf("gpus: group %s is not in the role table", g)
 		}
 		groups = append(groups, gid)
 	}
-	groups = uniqueInts(groups)
-	env := l.Env(cards)
-	if abiErr != nil {
-		// Without the fence, a command may run only where no GPU device
-		// file is open to it anyway.
-		if len(devs.Paths()) > 0 && !fixed {
-			return nil, nil, nil, fmt.Errorf("%w, and %s is open to every user: no command can be kept off it", abiErr, devs.Paths()[0])
-		}
-		return nil, groups, env, nil
-	}
-	rs, err := b.ruleSet(l, cards)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	return rs, groups, env, nil
+	return l, cards, uniqueInts(groups), l.Env(cards), nil
 }
 
-// ruleSet returns the built rule set for a set of cards, building it the
-// first time and again whenever a folder it was built from has changed
-// (a node appeared in /dev).
-func (b *Broker) ruleSet(l *fence.Layout, cards []int) (*os.File, error) {
-	key := l.Kind + ":" + joinInts(cards) + ":" + strings.Join(l.Deny(cards), ",")
+// ruleSet returns the built rule set for a spec, building it the first
+// time and again whenever a folder it was built from has changed (a node
+// appeared in /dev). Old descriptors are closed a minute later: a shim may
+// be starting with one.
+func (b *Broker) ruleSet(spec fence.RoleSpec) (*os.File, error) {
+	key := fmt.Sprintf("%v", spec)
 	b.gpu.mu.Lock()
 	defer b.gpu.mu.Unlock()
 	if bf, ok := b.gpu.built[key]; ok {
 		if fence.Stale(bf.stamps) == "" {
 			return bf.fd, nil
 		}
-		// A shim may be starting with the old descriptor: close it later.
 		old := bf.fd
 		time.AfterFunc(time.Minute, func() { old.Close() })
 		delete(b.gpu.built, key)
 	}
-	rules, walked, err := fence.GrantAllExcept(fence.FenceRights, l.Deny(cards), []string{b.cfg.GPU.DevRoot})
+	p, walked, err := fence.RolePolicy(spec)
 	if err != nil {
 		return nil, err
 	}
 	stamps := fence.Stamps(walked)
-	p := &fence.Policy{HandledFS: fence.FenceRights, Rules: rules}
-	fd, err := p.Build(b.cfg.GPU.FenceMinABI)
+	minABI := fence.PolicyABI
+	if spec.FenceOnly {
+		minABI = fence.FenceABI
+	}
+	fd, err := p.Build(minABI)
 	if err != nil {
 		return nil, err
 	}

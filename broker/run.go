@@ -83,11 +83,15 @@ func (b *Broker) prepareRun(req *rpc.RunRequest, stdio []*os.File) (*command, ti
 	if cmd.cpus, err = b.CPUsFor(r, req.CPUs); err != nil {
 		return nil, 0, err
 	}
-	var fenceEnv []string
-	if cmd.landlock, cmd.groups, fenceEnv, err = b.FenceFor(r, req.GPUs); err != nil {
+	conf, err := b.ConfineFor(r, req.GPUs, home)
+	if err != nil {
 		return nil, 0, err
 	}
-	cmd.env = append(cmd.env, fenceEnv...)
+	cmd.landlock, cmd.groups, cmd.seccomp = conf.ruleSet, conf.groups, conf.seccomp
+	cmd.env = append(cmd.env, conf.env...)
+	if cmd.cgroup, err = b.groupFor(r); err != nil {
+		return nil, 0, err
+	}
 	cwd := req.Cwd
 	if cwd == "" {
 		cwd = home

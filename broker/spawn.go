@@ -11,8 +11,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"thermite/internal/cgroup"
 	"thermite/internal/cpuset"
 	"thermite/internal/rpc"
+	"thermite/internal/seccomp"
 	"thermite/internal/spawn"
 	"thermite/internal/weaken"
 	"thermite/roles"
@@ -32,6 +34,8 @@ type command struct {
 	rlimits  []spawn.Rlimit
 	landlock *os.File // the role's rule set, or nil
 	groups   []int
+	seccomp  *seccomp.Options // the role's system-call filter, or nil
+	cgroup   *cgroup.Group    // the role's cgroup, or nil where none is writable
 }
 
 // child is a started command.
@@ -45,7 +49,7 @@ type child struct {
 
 // execSpec is the shim's spec for a prepared command.
 func (b *Broker) execSpec(c *command) *spawn.Spec {
-	return &spawn.Spec{Mode: spawn.ModeExec, Argv: c.argv, Env: c.env, CPUs: c.cpus, Rlimits: c.rlimits}
+	return &spawn.Spec{Mode: spawn.ModeExec, Argv: c.argv, Env: c.env, CPUs: c.cpus, Rlimits: c.rlimits, Seccomp: c.seccomp}
 }
 
 // startShim forks `/proc/self/exe __spawn` as the role's user with its
@@ -90,6 +94,15 @@ func (b *Broker) startShim(c *command, spec *spawn.Spec) (*child, error) {
 			PidFD:      &pidfd,
 		},
 	}
+	cgFD := -1
+	if c.cgroup != nil && spec.Mode == spawn.ModeExec {
+		// cgroup v2: the child is born in its group (clone3 CLONE_INTO_CGROUP).
+		if fd, err := c.cgroup.FD(); err == nil {
+			cgFD = fd
+			attr.Sys.UseCgroupFD = true
+			attr.Sys.CgroupFD = fd
+		}
+	}
 	if weaken.Enabled && spec.Mode == spawn.ModeExec {
 		if weaken.Has("cap-amb") {
 			attr.Sys.AmbientCaps = []uintptr{unix.CAP_CHOWN}
@@ -105,6 +118,16 @@ func (b *Broker) startShim(c *command, spec *spawn.Spec) (*child, error) {
 		return nil, fmt.Errorf("start %s: %w", c.role.Name, err)
 	}
 	ch := &child{pid: pid, pidfd: pidfd, started: started, exited: exited}
+	if c.cgroup != nil && spec.Mode == spawn.ModeExec && cgFD < 0 {
+		// cgroup v1: the shim waits for its spec, so it is placed in its
+		// group before the command exists, never moved in after it ran.
+		if err := c.cgroup.Add(pid); err != nil {
+			unix.Kill(pid, unix.SIGKILL)
+			<-exited
+			ch.close()
+			return nil, fmt.Errorf("start %s: %w", c.role.Name, err)
+		}
+	}
 	data, _ := json.Marshal(spec)
 	if _, err := specW.Write(data); err != nil {
 		unix.Kill(pid, unix.SIGKILL)
@@ -300,6 +323,7 @@ func (b *Broker) heldCPUs() cpuset.Set {
 // runCommand starts a command, waits for it under its timeout (or until
 // cancel closes), and fills in how it ended.
 func (b *Broker) runCommand(c *command, timeout time.Duration, cancel <-chan struct{}) (*rpc.RunResult, error) {
+	oomBefore := oomKills(c.cgroup)
 	ch, err := b.startShim(c, b.execSpec(c))
 	if err != nil {
 		return nil, err
@@ -340,6 +364,9 @@ func (b *Broker) runCommand(c *command, timeout time.Duration, cancel <-chan str
 			res.Stopped = rpc.StoppedLimitCPU
 		case e.ws.Signal() == unix.SIGXFSZ:
 			res.Stopped = rpc.StoppedLimitFSZ
+		case e.ws.Signal() == unix.SIGKILL && oomBefore >= 0 && oomKills(c.cgroup) > oomBefore:
+			// The kernel's OOM killer ended it inside its role's cgroup.
+			res.Stopped = rpc.StoppedLimitMem
 		}
 	}
 	if why != "" {

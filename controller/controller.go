@@ -41,6 +41,7 @@ type Controller struct {
 	mu      sync.Mutex
 	trials  map[string]*trialRT
 	apiAddr string // the harness API's TCP address, once it listens
+	apiTCP  string // the address of the listener the broker handed over
 	lastST  string // the time of the last self-test recorded
 }
 
@@ -73,7 +74,7 @@ func Main() error {
 		return err
 	}
 	c := &Controller{
-		cfg: cfg, table: table, log: log, secrets: b.Secrets,
+		cfg: cfg, table: table, log: log, secrets: b.Secrets, apiTCP: b.APITCP,
 		broker:  &brokerClient{socket: cfg.BrokerSocket()},
 		trials:  map[string]*trialRT{},
 		fetcher: &fetch.Fetcher{MaxBytes: cfg.API.FetchMaxBytes, Timeout: cfg.API.FetchTimeout.Duration},
@@ -112,9 +113,11 @@ func (c *Controller) serve() error {
 	}
 	apiSrv := &http.Server{Handler: c.apiRoutes(), ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10}
 	var tcpL net.Listener
-	if c.cfg.API.TCP != "" {
-		if tcpL, err = net.Listen("tcp", c.cfg.API.TCP); err != nil {
-			return fmt.Errorf("controller: api tcp %s: %w", c.cfg.API.TCP, err)
+	if c.apiTCP != "" {
+		// The broker made the listener, so it knows the port for the
+		// lanes' rule sets; the controller only serves it.
+		if tcpL, err = net.FileListener(os.NewFile(rpc.APIListenerFD, "api-tcp")); err != nil {
+			return fmt.Errorf("controller: api tcp %s: %w", c.apiTCP, err)
 		}
 		c.mu.Lock()
 		c.apiAddr = tcpL.Addr().String()

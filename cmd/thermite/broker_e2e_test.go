@@ -265,49 +265,14 @@ func TestBrokerAsOperator(t *testing.T) {
 		t.Logf("fork loop held and stopped in %s", time.Since(start))
 	})
 
-	t.Run("set-id bits do not outlive a lane command", func(t *testing.T) {
-		home := filepath.Join(r.Cfg.ScratchDir(), "home", "lane-1")
-		_, _, code := r.RunAs("lane-1", nil, "sh", "-c", "cp /bin/true $HOME/su && chmod 4755 $HOME/su && mkdir -p $HOME/d && chmod 2755 $HOME/d && cp /bin/true $HOME/d/sg && chmod 2755 $HOME/d/sg")
-		if code != 0 {
-			t.Fatalf("exit %d", code)
+	t.Run("no role can make a set-id file", func(t *testing.T) {
+		_, stderr, code := r.RunAs("lane-1", nil, "sh", "-c", "cp /bin/true $HOME/su && chmod 4755 $HOME/su")
+		if code == 0 || !strings.Contains(stderr, "Operation not permitted") {
+			t.Fatalf("chmod 4755 as lane-1: exit %d %q", code, stderr)
 		}
-		for _, p := range []string{"su", "d", "d/sg"} {
-			st, err := os.Lstat(filepath.Join(home, p))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if st.Mode()&(os.ModeSetuid|os.ModeSetgid) != 0 {
-				t.Errorf("%s keeps its set-id bit: %v", p, st.Mode())
-			}
-		}
-	})
-
-	t.Run("a symlink swapped in during the sweep changes nothing outside", func(t *testing.T) {
-		outside := filepath.Join(r.Dir, "outside")
-		os.MkdirAll(outside, 0o755)
-		victim := filepath.Join(outside, "victim")
-		os.WriteFile(victim, []byte("x"), 0o755)
-		// The lane's own uid owns it, so only the walk's refusal to follow
-		// a symlink keeps the sweep off it.
-		os.Chown(victim, lane.UID, lane.GID)
-		os.Chmod(victim, 0o755|os.ModeSetuid)
-		if st, _ := os.Stat(victim); st.Mode()&os.ModeSetuid == 0 {
-			t.Fatal("victim has no setuid bit to lose")
-		}
-		setup := fmt.Sprintf(`cd $HOME && mkdir -p w && i=0; while [ $i -lt 300 ]; do : > w/f$i; i=$((i+1)); done
-setsid -f sh -c 'cd $HOME; while :; do mv w w.real 2>/dev/null; ln -s %s w 2>/dev/null; rm -f w; mv w.real w 2>/dev/null; done' </dev/null >/dev/null 2>&1`, outside)
-		if _, stderr, code := r.RunAs("lane-1", nil, "sh", "-c", setup); code != 0 {
-			t.Fatalf("exit %d %s", code, stderr)
-		}
-		// Each command sets the bits again, and each sweep after it walks
-		// the folder while the swapper runs.
-		for i := 0; i < 20; i++ {
-			r.RunAs("lane-1", nil, "sh", "-c", "chmod 4755 $HOME/w/f* $HOME/w.real/f* 2>/dev/null; true")
-		}
-		r.Thermite("stop", "lane-1")
-		st, _ := os.Stat(victim)
-		if st.Mode()&os.ModeSetuid == 0 {
-			t.Fatalf("the sweep followed a symlink out of the lane's folder and cleared %s", victim)
+		_, stderr, code = r.RunAs("builder", nil, "sh", "-c", "mkdir $HOME/d && chmod g+s $HOME/d")
+		if code == 0 || !strings.Contains(stderr, "Operation not permitted") {
+			t.Fatalf("chmod g+s as builder: exit %d %q", code, stderr)
 		}
 	})
 
@@ -481,3 +446,58 @@ func TestBrokerCapabilities(t *testing.T) {
 }
 
 func jsonDecode(s string, v any) error { return json.Unmarshal([]byte(s), v) }
+
+// Behind the filter, the sweep after each command is a second lock: with
+// the filter switched off (a test build), set-id bits a lane makes are gone
+// once its command ends, and a symlink swapped in during the sweep changes
+// nothing outside.
+func TestSetIDSweepBehindTheFilter(t *testing.T) {
+	r := testrig.New(t, testrig.Options{Tags: "thermite_weaken", Env: []string{"THERMITE_WEAKEN=no-landlock"}, Extra: `startup_selftest = "warn"`})
+	lane := r.Role("lane-1")
+	t.Run("set-id bits do not outlive a lane command", func(t *testing.T) {
+		home := filepath.Join(r.Cfg.ScratchDir(), "home", "lane-1")
+		_, _, code := r.RunAs("lane-1", nil, "sh", "-c", "cp /bin/true $HOME/su && chmod 4755 $HOME/su && mkdir -p $HOME/d && chmod 2755 $HOME/d && cp /bin/true $HOME/d/sg && chmod 2755 $HOME/d/sg")
+		if code != 0 {
+			t.Fatalf("exit %d", code)
+		}
+		for _, p := range []string{"su", "d", "d/sg"} {
+			st, err := os.Lstat(filepath.Join(home, p))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Mode()&(os.ModeSetuid|os.ModeSetgid) != 0 {
+				t.Errorf("%s keeps its set-id bit: %v", p, st.Mode())
+			}
+		}
+	})
+
+	t.Run("a symlink swapped in during the sweep changes nothing outside", func(t *testing.T) {
+		outside := filepath.Join(r.Dir, "outside")
+		os.MkdirAll(outside, 0o755)
+		victim := filepath.Join(outside, "victim")
+		os.WriteFile(victim, []byte("x"), 0o755)
+		// The lane's own uid owns it, so only the walk's refusal to follow
+		// a symlink keeps the sweep off it.
+		os.Chown(victim, lane.UID, lane.GID)
+		os.Chmod(victim, 0o755|os.ModeSetuid)
+		if st, _ := os.Stat(victim); st.Mode()&os.ModeSetuid == 0 {
+			t.Fatal("victim has no setuid bit to lose")
+		}
+		setup := fmt.Sprintf(`cd $HOME && mkdir -p w && i=0; while [ $i -lt 300 ]; do : > w/f$i; i=$((i+1)); done
+setsid -f sh -c 'cd $HOME; while :; do mv w w.real 2>/dev/null; ln -s %s w 2>/dev/null; rm -f w; mv w.real w 2>/dev/null; done' </dev/null >/dev/null 2>&1`, outside)
+		if _, stderr, code := r.RunAs("lane-1", nil, "sh", "-c", setup); code != 0 {
+			t.Fatalf("exit %d %s", code, stderr)
+		}
+		// Each command sets the bits again, and each sweep after it walks
+		// the folder while the swapper runs.
+		for i := 0; i < 20; i++ {
+			r.RunAs("lane-1", nil, "sh", "-c", "chmod 4755 $HOME/w/f* $HOME/w.real/f* 2>/dev/null; true")
+		}
+		r.Thermite("stop", "lane-1")
+		st, _ := os.Stat(victim)
+		if st.Mode()&os.ModeSetuid == 0 {
+			t.Fatalf("the sweep followed a symlink out of the lane's folder and cleared %s", victim)
+		}
+	})
+
+}

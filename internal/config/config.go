@@ -74,6 +74,21 @@ type API struct {
 	FetchTimeout     Duration `toml:"fetch_timeout" json:"fetch_timeout"`
 }
 
+// Cgroup is the per-role cgroup every command of a role runs in.
+type Cgroup struct {
+	// Enabled false runs commands without cgroups (rlimits only); the
+	// broker says so in its status and its self-test.
+	Enabled  bool  `toml:"enabled" json:"enabled"`
+	MemoryMB int64 `toml:"memory_mb" json:"memory_mb"` // a role's processes together, no swap
+	Pids     int64 `toml:"pids" json:"pids"`           // a role's tasks together
+}
+
+// Trial bounds a trial's disk.
+type Trial struct {
+	DiskCapMB int64    `toml:"disk_cap_mb" json:"disk_cap_mb"`
+	DiskCheck Duration `toml:"disk_check" json:"disk_check"`
+}
+
 // Config is the whole effective configuration.
 type Config struct {
 	StateDir        string   `toml:"state_dir" json:"state_dir"`
@@ -88,6 +103,12 @@ type Config struct {
 	Limits          Limits   `toml:"limits" json:"limits"`
 	GPU             GPU      `toml:"gpu" json:"gpu"`
 	API             API      `toml:"api" json:"api"`
+	// Network overrides a kind of role's network policy (none, api, open).
+	Network map[string]string `toml:"network" json:"network"`
+	// Perf lists the kinds of role that may use perf_event_open.
+	Perf   []string `toml:"perf" json:"perf"`
+	Cgroup Cgroup   `toml:"cgroup" json:"cgroup"`
+	Trial  Trial    `toml:"trial" json:"trial"`
 
 	// Source is the file the configuration came from, or "" for defaults.
 	Source string `toml:"-" json:"source"`
@@ -117,6 +138,10 @@ func Default() Config {
 			FixInterval: Duration{30 * time.Second},
 			FenceMinABI: 5,
 		},
+		Network: map[string]string{},
+		Perf:    []string{},
+		Cgroup:  Cgroup{Enabled: true, MemoryMB: 4096, Pids: 1024},
+		Trial:   Trial{DiskCapMB: 5120, DiskCheck: Duration{2 * time.Second}},
 		API: API{
 			TCP:              "127.0.0.1:7700",
 			MaxConnsPerToken: 256,
@@ -275,6 +300,29 @@ func (c *Config) Validate() error {
 		if err != nil || perr != nil || !ip.IsLoopback() || port == "" {
 			return fmt.Errorf("api.tcp: %q is not a loopback address:port", a.TCP)
 		}
+	}
+	kinds := map[string]bool{"controller": true, "builder": true, "timing": true, "planner": true, "model-check": true, "lane": true, "agent": true, "supervisor": true}
+	for k, v := range c.Network {
+		if !kinds[k] {
+			return fmt.Errorf("network.%s: no such kind of role (controller, builder, timing, planner, model-check, lane, agent, supervisor)", k)
+		}
+		if v != "none" && v != "api" && v != "open" {
+			return fmt.Errorf("network.%s: %q is not one of none, api, open", k, v)
+		}
+	}
+	for _, k := range c.Perf {
+		if !kinds[k] {
+			return fmt.Errorf("perf: %q is no kind of role", k)
+		}
+	}
+	if c.Cgroup.MemoryMB < 0 || c.Cgroup.Pids < 0 {
+		return fmt.Errorf("cgroup.memory_mb and cgroup.pids: must be 0 (no limit) or more")
+	}
+	if c.Trial.DiskCapMB < 1 {
+		return fmt.Errorf("trial.disk_cap_mb: %d must be at least 1", c.Trial.DiskCapMB)
+	}
+	if c.Trial.DiskCheck.Duration < 100*time.Millisecond {
+		return fmt.Errorf("trial.disk_check: %s must be at least 100ms", c.Trial.DiskCheck)
 	}
 	if c.GPU.FenceMinABI < 5 {
 		return fmt.Errorf("gpu.fence_min_abi: %d is below 5, the first ABI with IOCTL_DEV", c.GPU.FenceMinABI)

@@ -364,6 +364,9 @@ func TestWriteMkdirDelete(t *testing.T) {
 		t.Fatal(err)
 	}
 	assertDir(t, filepath.Join(f.ws, "sub/made"), 0o755)
+	_, err = c.Mkdir(ctx, MkdirRequest{Path: "new1/new2/../../../x", Parents: true})
+	wantCode(t, err, CodeEscape, "leaves the workspace")
+	gone(t, filepath.Join(f.ws, "new1")) // nothing made on the way out
 	_, err = c.Mkdir(ctx, MkdirRequest{Path: "file/x", Parents: true})
 	wantCode(t, err, CodeBadRequest, "not a folder")
 

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -465,14 +466,11 @@ func (r *root) mkdirAll(path string, mode uint32, name string) (bool, *Error) {
 	defer func() { unix.Close(prev) }()
 	created := false
 	start := 0
-	if strings.HasPrefix(path, "/") {
-		// Let the kernel refuse an absolute path by name.
-		fd, err := openBeneath(r.fd, path, unix.O_PATH, 0)
-		if err == nil {
-			unix.Close(fd)
-			err = unix.EXDEV
-		}
-		return false, r.fail(name, err)
+	// An absolute path, or one whose dots alone climb out, is refused
+	// before anything is made. (One that leaves through a symlink is
+	// refused by the kernel when its prefix is opened.)
+	if c := filepath.Clean(path); strings.HasPrefix(path, "/") || c == ".." || strings.HasPrefix(c, "../") {
+		return false, r.fail(name, unix.EXDEV)
 	}
 	for start < len(path) {
 		end := strings.IndexByte(path[start:], '/')

@@ -21,7 +21,7 @@ const testUID = 45990
 
 // helperBinary copies the test binary into dir, where any user can run
 // it; TestMain makes it the helper when LANEFS_TEST_HELPER=1.
-func helperBinary(t *testing.T, dir string) string {
+func helperBinary(t testing.TB, dir string) string {
 	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
@@ -49,7 +49,7 @@ func helperBinary(t *testing.T, dir string) string {
 // startHelper runs the helper binary on roots with cred (nil: as we
 // are), its stdin and stdout one end of a socketpair, as the broker
 // will. It returns our end and the command.
-func startHelper(t *testing.T, bin string, cred *syscall.Credential, dir string, roots ...string) (net.Conn, *exec.Cmd, *bytes.Buffer) {
+func startHelper(t testing.TB, bin string, cred *syscall.Credential, dir string, roots ...string) (net.Conn, *exec.Cmd, *bytes.Buffer) {
 	t.Helper()
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {

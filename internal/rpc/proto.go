@@ -92,6 +92,7 @@ const (
 	StoppedTimeout  = "timeout"
 	StoppedLimitCPU = "limit:cpu"
 	StoppedLimitFSZ = "limit:file_size"
+	StoppedLimitMem = "limit:memory" // the role's cgroup memory limit
 	StoppedCanceled = "canceled" // the caller went away or the broker is stopping
 )
 
@@ -238,7 +239,13 @@ type Bootstrap struct {
 	Config    json.RawMessage   `json:"config"`
 	Secrets   map[string]string `json:"secrets"`
 	BrokerPID int               `json:"broker_pid"`
+	// APITCP is the address of the harness API's TCP listener, which the
+	// controller inherits as descriptor APIListenerFD.
+	APITCP string `json:"api_tcp,omitempty"`
 }
+
+// APIListenerFD is the controller's descriptor for the API's TCP listener.
+const APIListenerFD = 4
 
 // BootstrapFD is the controller's descriptor for its Bootstrap.
 const BootstrapFD = 3

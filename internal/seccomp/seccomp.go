@@ -297,9 +297,10 @@ func denySetIDModes(a *assembler) {
 		})
 	}
 	// openat2 takes its flags and mode in a struct in memory, which a
-	// filter cannot read. ENOSYS, as for clone3: callers fall back to
-	// openat, checked above (systemd's RestrictSUIDSGID does the same).
-	a.denyCalls("set-id modes", actionENOSYS, unix.SYS_OPENAT2)
+	// filter cannot read, so it stays open: the rig's own confined file
+	// tools depend on its RESOLVE_BENEATH. A set-id file made through it
+	// loses its bit in the broker's sweep after the command, and no role
+	// can gain privileges from one anyway (no_new_privs).
 }
 
 // restrictSockets applies the role's network policy to socket and

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"thermite/internal/procs"
+	"thermite/internal/seccomp"
 	"thermite/internal/weaken"
 )
 
@@ -56,6 +57,8 @@ type Spec struct {
 	Landlock bool     `json:"landlock,omitempty"`
 	// StopTimeoutMS bounds the stop loop.
 	StopTimeoutMS int64 `json:"stop_timeout_ms,omitempty"`
+	// Seccomp is the command's system-call filter, installed last.
+	Seccomp *seccomp.Options `json:"seccomp,omitempty"`
 	// KeepFDs leaves a descriptor open across the exec; only a
 	// thermite_weaken test build honours it.
 	KeepFDs bool `json:"keep_fds,omitempty"`
@@ -153,6 +156,13 @@ func Main() {
 	if weaken.Enabled && s.KeepFDs {
 		// The test build's leak: the working folder's descriptor.
 		unix.FcntlInt(FDCwd, unix.F_SETFD, 0)
+	}
+	// The filter goes last: nothing the shim does after it is filtered,
+	// and execve keeps it on this thread.
+	if s.Seccomp != nil {
+		if err := seccomp.Install(*s.Seccomp); err != nil {
+			fail("seccomp", err)
+		}
 	}
 	err = unix.Exec(path, s.Argv, s.Env)
 	fail("exec", fmt.Errorf("%s: %w", s.Argv[0], err))

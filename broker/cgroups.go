@@ -1,0 +1,85 @@
+package broker
+
+import (
+	"fmt"
+	"strings"
+
+	"thermite/internal/cgroup"
+	"thermite/roles"
+)
+
+// initCgroups finds a writable cgroup tree and makes the broker's parent
+// group in it. Where there is none, commands run under their rlimits
+// alone, and the status and the self-test say why.
+func (b *Broker) initCgroups() {
+	b.cgGroups = map[int]*cgroup.Group{}
+	if !b.cfg.Cgroup.Enabled {
+		b.cgWhy = "cgroups are off in the configuration (cgroup.enabled = false)"
+		b.note("no per-role cgroups: " + b.cgWhy + "; rlimits are the floor")
+		return
+	}
+	parent := "thermite"
+	if p := strings.TrimSuffix(b.cfg.RolePrefix, "-"); p != "" {
+		parent += "-" + p
+	}
+	t, err := cgroup.Detect("/sys/fs/cgroup", parent)
+	if err != nil {
+		b.cgWhy = "no writable cgroup tree: " + err.Error()
+		b.note("no per-role cgroups: " + b.cgWhy + "; rlimits are the floor")
+		return
+	}
+	b.cg = t
+	b.log.Info("cgroups", "tree", t.String())
+}
+
+// groupFor is the cgroup every command of a role runs in: memory (no swap)
+// and pids limits over everything the role's user runs. nil when there is
+// no writable tree.
+func (b *Broker) groupFor(r roles.Role) (*cgroup.Group, error) {
+	if b.cg == nil {
+		return nil, nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if g := b.cgGroups[r.UID]; g != nil {
+		return g, nil
+	}
+	g, err := b.cg.Create(r.Name, cgroup.Limits{MemoryBytes: b.cfg.Cgroup.MemoryMB << 20, Pids: b.cfg.Cgroup.Pids})
+	if err != nil {
+		return nil, fmt.Errorf("cgroup for %s: %w", r.Name, err)
+	}
+	b.cgGroups[r.UID] = g
+	return g, nil
+}
+
+// oomKills is how many processes the OOM killer has ended in a group.
+func oomKills(g *cgroup.Group) int64 {
+	if g == nil {
+		return -1
+	}
+	st, err := g.Stats()
+	if err != nil {
+		return -1
+	}
+	return st.OOMKills
+}
+
+func (b *Broker) closeCgroups() {
+	if b.cg == nil {
+		return
+	}
+	b.mu.Lock()
+	for _, g := range b.cgGroups {
+		g.Remove()
+	}
+	b.cgGroups = map[int]*cgroup.Group{}
+	b.mu.Unlock()
+	b.cg.Close()
+}
+
+func (b *Broker) cgroupStatus() string {
+	if b.cg == nil {
+		return "none: " + b.cgWhy + " (rlimits only)"
+	}
+	return fmt.Sprintf("%s; per role: memory %d MiB (no swap), %d tasks", b.cg.String(), b.cfg.Cgroup.MemoryMB, b.cfg.Cgroup.Pids)
+}

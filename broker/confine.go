@@ -1,0 +1,99 @@
+package broker
+
+import (
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+
+	"thermite/fence"
+	"thermite/internal/seccomp"
+	"thermite/internal/weaken"
+	"thermite/roles"
+)
+
+// confinement is everything that keeps one command in its place, beyond
+// its user: the rule set, the filter, the groups and variables for GPUs.
+type confinement struct {
+	ruleSet *os.File
+	seccomp *seccomp.Options
+	groups  []int
+	env     []string
+}
+
+// ConfineFor decides a role command's confinement. Its Landlock rule set
+// lets it read everything but the GPU device files it may not open, write
+// only its own places (HOME, TMPDIR, the folders handed to its user) and
+// the safe devices, reach TCP as its role's network policy says, and
+// scopes abstract unix sockets and signals to its own domain. Its seccomp
+// filter refuses mounts, namespaces, set-id modes and the rest, and
+// sockets its network policy forbids. Where the kernel cannot do all of
+// it, the command is refused, saying why: never a weaker sandbox.
+func (b *Broker) ConfineFor(r roles.Role, requested []int, home string) (*confinement, error) {
+	l, cards, groups, env, err := b.gpuFor(r, requested)
+	if err != nil {
+		return nil, err
+	}
+	pol, err := roles.PolicyFor(r, b.cfg.Network, b.cfg.Perf)
+	if err != nil {
+		return nil, err
+	}
+	c := &confinement{groups: groups, env: env, seccomp: &seccomp.Options{Network: pol.Network, AllowPerf: pol.AllowPerf}}
+	if weaken.Enabled && weaken.Has("no-landlock") {
+		c.seccomp = nil
+		return c, nil
+	}
+	var gpu []string
+	if len(cards) > 0 {
+		for _, i := range cards {
+			card, _ := l.Card(i)
+			gpu = append(gpu, card.Path)
+		}
+		gpu = append(gpu, l.Control...)
+	}
+	spec := fence.RoleSpec{
+		DenyGPU: l.Deny(cards), GPU: gpu, Writable: b.writableFor(r, home),
+		DevRoot: b.cfg.GPU.DevRoot, Network: pol.Network, APIPort: b.apiPort,
+	}
+	if weaken.Enabled && weaken.Has("fence-only") {
+		spec = fence.RoleSpec{DenyGPU: l.Deny(cards), DevRoot: b.cfg.GPU.DevRoot, FenceOnly: true}
+		c.seccomp = nil
+	}
+	if c.ruleSet, err = b.ruleSet(spec); err != nil {
+		return nil, fmt.Errorf("%w: no command of %s can be confined", err, r.Name)
+	}
+	return c, nil
+}
+
+// writableFor is where a role's command may write: its HOME, its TMPDIR and
+// every folder handed to its user.
+func (b *Broker) writableFor(r roles.Role, home string) []string {
+	set := map[string]bool{b.homeOf(r): true, b.tmpOf(r): true, home: true}
+	b.mu.Lock()
+	for p := range b.handed[r.UID] {
+		set[p] = true
+	}
+	b.mu.Unlock()
+	var out []string
+	for p := range set {
+		if p == "" {
+			continue
+		}
+		if _, err := os.Lstat(p); err == nil {
+			out = append(out, p)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func describeConfinement(c *confinement) string {
+	var parts []string
+	if c.ruleSet != nil {
+		parts = append(parts, "landlock")
+	}
+	if c.seccomp != nil {
+		parts = append(parts, "seccomp("+c.seccomp.Network+")")
+	}
+	return strings.Join(parts, "+")
+}
