@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -201,4 +202,18 @@ func (b *Broker) StartCanary(r roles.Role) (int, func(), error) {
 		ch.close()
 	}
 	return ch.pid, stop, nil
+}
+
+// APIPort is the harness API's TCP port, 0 without one.
+func (b *Broker) APIPort() int { return b.apiPort }
+
+// CgroupOf is the end of a role's cgroup path ("<parent>/<role>") as
+// /proc/<pid>/cgroup shows it, or "" without cgroups.
+func (b *Broker) CgroupOf(r roles.Role) string {
+	g, err := b.groupFor(r)
+	if err != nil || g == nil {
+		return ""
+	}
+	p := g.Path()
+	return filepath.Base(filepath.Dir(p)) + "/" + filepath.Base(p)
 }

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -63,6 +64,14 @@ const (
 	OpGetenv    = "getenv"     // the value of the variable Arg
 	OpNVML      = "nvml"       // how many devices NVML reports
 	OpAPI       = "api"        // GET /v1/trial on the harness API socket Path with the token Arg: the HTTP status
+	OpUnshare   = "unshare"    // unshare(CLONE_NEWUSER)
+	OpMount     = "mount"      // mount a tmpfs on the folder Path
+	OpIOUring   = "io-uring"   // io_uring_setup
+	OpTIOCSTI   = "tiocsti"    // ioctl(TIOCSTI) on a new pseudo-terminal
+	OpChmodSUID = "chmod-suid" // create Path and chmod it 04755
+	OpAbstract  = "abstract"   // connect to the abstract unix socket named Arg
+	OpTCP       = "tcp"        // connect to 127.0.0.1 port Arg
+	OpCgroup    = "cgroup"     // this process's /proc/self/cgroup
 )
 
 // ProbeMain runs the probe. With `try OP PATH|PID` it runs one attempt and
@@ -368,6 +377,59 @@ func runAttempt(a Attempt, fds []int) Outcome {
 			return Outcome{ID: a.ID, Got: "error: bad answer " + strconv.Quote(line)}
 		}
 		return Outcome{ID: a.ID, Got: f[1]}
+	case OpUnshare:
+		return result(a.ID, unix.Unshare(unix.CLONE_NEWUSER))
+	case OpMount:
+		return result(a.ID, unix.Mount("thermite-probe", a.Path, "tmpfs", 0, ""))
+	case OpIOUring:
+		params := make([]byte, 120)
+		fd, _, errno := unix.Syscall(unix.SYS_IO_URING_SETUP, 1, uintptr(unsafe.Pointer(&params[0])), 0)
+		if errno != 0 {
+			return result(a.ID, errno)
+		}
+		unix.Close(int(fd))
+		return result(a.ID, nil)
+	case OpTIOCSTI:
+		fd, err := unix.Open("/dev/ptmx", unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return Outcome{ID: a.ID, Got: "error: /dev/ptmx: " + err.Error()}
+		}
+		defer unix.Close(fd)
+		c := byte('x')
+		_, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.TIOCSTI, uintptr(unsafe.Pointer(&c)))
+		if errno != 0 {
+			return result(a.ID, errno)
+		}
+		return result(a.ID, nil)
+	case OpChmodSUID:
+		fd, err := unix.Open(a.Path, unix.O_CREAT|unix.O_WRONLY|unix.O_CLOEXEC, 0o755)
+		if err != nil {
+			return Outcome{ID: a.ID, Got: "error: create " + a.Path + ": " + err.Error()}
+		}
+		unix.Close(fd)
+		defer unix.Unlink(a.Path)
+		return result(a.ID, unix.Chmod(a.Path, 0o4755))
+	case OpAbstract:
+		fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return result(a.ID, err)
+		}
+		defer unix.Close(fd)
+		return result(a.ID, unix.Connect(fd, &unix.SockaddrUnix{Name: "@" + a.Arg}))
+	case OpTCP:
+		port, _ := strconv.Atoi(a.Arg)
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return result(a.ID, err)
+		}
+		defer unix.Close(fd)
+		return result(a.ID, unix.Connect(fd, &unix.SockaddrInet4{Port: port, Addr: [4]byte{127, 0, 0, 1}}))
+	case OpCgroup:
+		data, err := os.ReadFile("/proc/self/cgroup")
+		if err != nil {
+			return result(a.ID, err)
+		}
+		return Outcome{ID: a.ID, Got: "ok", Detail: string(data)}
 	case OpNVML:
 		n, note := fence.NVMLUsable()
 		return Outcome{ID: a.ID, Got: "ok", Detail: strconv.Itoa(n) + " " + note}

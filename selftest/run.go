@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"sort"
@@ -36,6 +37,8 @@ type Host interface {
 	StopUser(role roles.Role) (int, error)
 	HandFolder(req *rpc.HandFolderRequest) (*rpc.HandFolderResult, error)
 	GPULayout() *fence.Layout
+	APIPort() int
+	CgroupOf(role roles.Role) string
 }
 
 // Sentence is the verdict, worded as the seed words it.
@@ -67,6 +70,13 @@ func Run(h Host) *rpc.SelftestResult {
 	}
 	c.GPU = h.GPULayout()
 	givenCards(c)
+	c.APIPort = h.APIPort()
+	c.Network, c.Cgroup = map[string]string{}, map[string]string{}
+	for _, r := range c.Table.Roles {
+		pol, _ := roles.PolicyFor(r, c.Cfg.Network, c.Cfg.Perf)
+		c.Network[r.Name] = pol.Network
+		c.Cgroup[r.Name] = h.CgroupOf(r)
+	}
 	for _, n := range h.EnvAllowed() {
 		c.EnvAllowed[n] = true
 	}
@@ -83,6 +93,9 @@ func Run(h Host) *rpc.SelftestResult {
 	}()
 	if err := placeCanaries(h, c, &undo); err != nil {
 		fail("rig", "place canary targets", "placed", err.Error())
+	}
+	if err := listenCanaries(c, &undo); err != nil {
+		fail("rig", "listen on a canary socket", "listening", err.Error())
 	}
 	c.ControllerPID = h.ControllerPID()
 	if c.ControllerPID == 0 {
@@ -222,14 +235,18 @@ func probeRole(h Host, c *Context, r roles.Role) []rpc.Probe {
 		} else if p.attempt.PID != 0 {
 			label += fmt.Sprintf(" (pid %d)", p.attempt.PID)
 		}
-		row := rpc.Probe{Role: r.Name, Attempt: label, Expect: strings.Join(p.row.Want, " or ")}
+		want := p.row.Want
+		if p.row.WantFor != nil {
+			want = p.row.WantFor(c, r)
+		}
+		row := rpc.Probe{Role: r.Name, Attempt: label, Expect: strings.Join(want, " or ")}
 		if !ok {
 			row.Got = "no answer from the probe"
 			out = append(out, row)
 			continue
 		}
 		row.Got = o.Got
-		row.OK = contains(p.row.Want, o.Got)
+		row.OK = contains(want, o.Got)
 		if !row.OK && o.Got == "ENOENT" {
 			row.Got = "ENOENT: the target was not there, so nothing was tried"
 		}
@@ -353,6 +370,10 @@ func placeCanaries(h Host, c *Context, undo *[]func()) error {
 		c.Workspace[r.Index] = ws
 		*undo = append(*undo, func() { h.HandFolder(&rpc.HandFolderRequest{Path: ws, Role: ctl.Name}) })
 	}
+	// A folder whose mode lets everyone write: only the rule set keeps a
+	// role out of it.
+	c.OpenDir = filepath.Join(c.Cfg.ScratchDir(), randomName("selftest-open-"))
+	errs = append(errs, dir(c.OpenDir, 0, 0, 0o777))
 	// An agent folder with a token for each agent, handed to it as a
 	// trial's is; a research run with an area handed to each lane.
 	for _, r := range c.Table.Roles {
@@ -417,6 +438,35 @@ func placeCanaries(h Host, c *Context, undo *[]func()) error {
 		*undo = append(*undo, func() { h.HandFolder(&rpc.HandFolderRequest{Path: out, Role: ctl.Name}) })
 	}
 	return errors.Join(errs...)
+}
+
+// listenCanaries opens, for the probes to aim at, an abstract unix socket
+// and a TCP port on loopback, both accepting and closing at once.
+func listenCanaries(c *Context, undo *[]func()) error {
+	c.Abstract = randomName("thermite-selftest-")
+	ul, err := net.Listen("unix", "@"+c.Abstract)
+	if err != nil {
+		return err
+	}
+	tl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		ul.Close()
+		return err
+	}
+	c.TCPPort = tl.Addr().(*net.TCPAddr).Port
+	for _, l := range []net.Listener{ul, tl} {
+		go func(l net.Listener) {
+			for {
+				conn, err := l.Accept()
+				if err != nil {
+					return
+				}
+				conn.Close()
+			}
+		}(l)
+	}
+	*undo = append(*undo, func() { ul.Close(); tl.Close() })
+	return nil
 }
 
 // endedToken finds the token of a trial that has ended: its agent folder

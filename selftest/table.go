@@ -25,18 +25,24 @@ type Context struct {
 	Kit           string
 	Secret        string
 	SecretValues  []string
-	StoredFile    string           // a file of a stored build
-	OtherPID      map[string]int   // role name -> a process of another role
-	Workspace     map[int]string   // lane number -> a workspace handed to it
-	RunKit        map[int]string   // timing card -> a file of its run's kit copy
-	RunOut        map[int]string   // timing card -> its run's out/
-	EnvAllowed    map[string]bool  // the variables a role's command may have
-	AgentDir      map[int]string   // agent number -> an agent folder (with a token) handed to it
-	LaneArea      map[int]string   // lane number -> a research area handed to it
-	ResearchRun   string           // a run\'s research folder, the controller\'s
-	EndedToken    string           // a token of an ended trial, when one exists
-	GPU           *fence.Layout    // nil without a GPU layout
-	Given         map[string][]int // role name -> the cards its probe runs with
+	StoredFile    string            // a file of a stored build
+	OtherPID      map[string]int    // role name -> a process of another role
+	Workspace     map[int]string    // lane number -> a workspace handed to it
+	RunKit        map[int]string    // timing card -> a file of its run's kit copy
+	RunOut        map[int]string    // timing card -> its run's out/
+	EnvAllowed    map[string]bool   // the variables a role's command may have
+	AgentDir      map[int]string    // agent number -> an agent folder (with a token) handed to it
+	LaneArea      map[int]string    // lane number -> a research area handed to it
+	ResearchRun   string            // a run\'s research folder, the controller\'s
+	EndedToken    string            // a token of an ended trial, when one exists
+	OpenDir       string            // a folder every user may write by its mode (0777)
+	Abstract      string            // an abstract unix socket the broker listens on
+	TCPPort       int               // a TCP port on 127.0.0.1 that is not the API's
+	APIPort       int               // the harness API's TCP port (0: none)
+	Network       map[string]string // role name -> its network policy
+	Cgroup        map[string]string // role name -> its cgroup's path, "" without cgroups
+	GPU           *fence.Layout     // nil without a GPU layout
+	Given         map[string][]int  // role name -> the cards its probe runs with
 }
 
 // Who says which roles a row applies to.
@@ -73,6 +79,8 @@ type Row struct {
 	Make func(c *Context, r roles.Role) []Attempt
 	// Want lists the outcomes that are right (EACCES, EPERM, ok, ...).
 	Want []string
+	// WantFor, when set, decides Want for each role.
+	WantFor func(c *Context, r roles.Role) []string
 	// Check, when set, looks at the outcome's detail (or at what the run
 	// left behind) and says what is wrong, or "" when nothing is.
 	Check func(c *Context, r roles.Role, o Outcome) string
@@ -172,6 +180,49 @@ var Policy = []Row{
 		}
 		return []Attempt{{Op: OpAPI, Path: c.Cfg.APISocket(), Arg: c.EndedToken}}
 	}, Want: []string{"401"}},
+
+	// The hardening: only its own places are writable, namespaces, mounts,
+	// set-id modes, io_uring and terminal injection are refused, abstract
+	// sockets are scoped, and the network is the role's policy.
+	{Who: Every, Attempt: "write a folder whose mode lets everyone write", Make: at(OpCreateIn, func(c *Context, _ roles.Role) string { return c.OpenDir }), Want: refused},
+	{Who: Every, Attempt: "make a user namespace, as unshare -U does", Make: one(OpUnshare, ""), Want: notPerm},
+	{Who: Every, Attempt: "mount a file system", Make: at(OpMount, func(c *Context, r roles.Role) string { return tmpOf(c, r.Name) }), Want: notPerm},
+	{Who: Every, Attempt: "chmod a file set-uid", Make: at(OpChmodSUID, func(c *Context, r roles.Role) string { return filepath.Join(tmpOf(c, r.Name), ".selftest-suid") }), Want: notPerm},
+	{Who: Every, Attempt: "set up io_uring", Make: one(OpIOUring, ""), Want: notPerm},
+	{Who: Every, Attempt: "inject terminal input with TIOCSTI", Make: one(OpTIOCSTI, ""), Want: notPerm},
+	{Who: Every, Attempt: "connect to the broker's abstract unix socket", Make: func(c *Context, _ roles.Role) []Attempt {
+		return []Attempt{{Op: OpAbstract, Arg: c.Abstract}}
+	}, Want: notPerm},
+	{Who: Every, Attempt: "connect to a TCP port that is not the API's", Make: func(c *Context, r roles.Role) []Attempt {
+		return []Attempt{{Op: OpTCP, Arg: strconv.Itoa(c.TCPPort)}}
+	}, WantFor: func(c *Context, r roles.Role) []string {
+		// none: no AF_INET socket at all (seccomp); api: Landlock refuses
+		// the connect; open: it connects.
+		switch c.Network[r.Name] {
+		case "none":
+			return notPerm
+		case "api":
+			return refused
+		}
+		return succeeds
+	}},
+	{Who: Every, Attempt: "connect to the harness API's TCP port", Make: func(c *Context, r roles.Role) []Attempt {
+		if c.APIPort == 0 || c.Network[r.Name] == "none" {
+			return nil
+		}
+		return []Attempt{{Op: OpTCP, Arg: strconv.Itoa(c.APIPort)}}
+	}, Want: succeeds},
+	{Who: Every, Attempt: "run inside its role's cgroup", Make: func(c *Context, r roles.Role) []Attempt {
+		if c.Cgroup[r.Name] == "" {
+			return nil
+		}
+		return []Attempt{{Op: OpCgroup}}
+	}, Want: succeeds, Check: func(c *Context, r roles.Role, o Outcome) string {
+		if !strings.Contains(o.Detail, c.Cgroup[r.Name]) {
+			return fmt.Sprintf("not in %s: %s", c.Cgroup[r.Name], strings.ReplaceAll(strings.TrimSpace(o.Detail), "\n", "; "))
+		}
+		return ""
+	}},
 
 	// What must hold for every role.
 	{Who: Every, Attempt: "CapEff, CapPrm, CapAmb and CapInh are 0", Make: one(OpStatus, ""), Want: succeeds, Check: capsZero},

@@ -153,6 +153,21 @@ func TestSelftestCatchesBreakage(t *testing.T) {
 			roles: "every",
 		},
 		{
+			// Without the rule set and the filter, what only they refuse
+			// comes through, and the self-test names each. (A plain user's
+			// mount, and TIOCSTI on a terminal that is not the caller's
+			// controlling one, the kernel refuses by itself: those rows hold
+			// either way.)
+			name: "no rule set and no filter",
+			opts: testrig.Options{Tags: "thermite_weaken", Env: []string{"THERMITE_WEAKEN=no-landlock"}, Extra: `startup_selftest = "warn"`},
+			want: []string{
+				"write a folder whose mode lets everyone write", "make a user namespace, as unshare -U does",
+				"chmod a file set-uid", "set up io_uring",
+				"connect to the broker's abstract unix socket", "connect to a TCP port that is not the API's",
+			},
+			roles: "lane-1",
+		},
+		{
 			name:  "an ambient capability",
 			opts:  testrig.Options{Tags: "thermite_weaken", Env: []string{"THERMITE_WEAKEN=cap-amb"}, Extra: `startup_selftest = "warn"`},
 			want:  []string{"CapEff, CapPrm, CapAmb and CapInh are 0"},
