@@ -65,6 +65,7 @@ type Broker struct {
 	userLocks  map[int]*sync.Mutex
 	handed     map[int]map[string]bool // folders handed to each role's uid
 	cpuHolds   map[string]cpuset.Set   // judge CPUs held by timed runs
+	cardHolds  map[string][]int        // cards held by timed runs
 	ctlPID     int
 	ctlStarts  int
 	selftest   *rpc.SelftestResult
@@ -86,6 +87,7 @@ func New(cfg config.Config, log *slog.Logger) (*Broker, error) {
 		userLocks: map[int]*sync.Mutex{},
 		handed:    map[int]map[string]bool{},
 		cpuHolds:  map[string]cpuset.Set{},
+		cardHolds: map[string][]int{},
 	}, nil
 }
 

@@ -109,6 +109,15 @@ func (b *Broker) gpuFor(r roles.Role, requested []int) (l *fence.Layout, cards [
 	if cards, err = l.CardsFor(r, requested); err != nil {
 		return nil, nil, nil, nil, err
 	}
+	if r.Kind != roles.Timing {
+		// A timed run has its card to itself: development runs take turns.
+		held := b.heldCards()
+		for _, i := range cards {
+			if held[i] {
+				return nil, nil, nil, nil, fmt.Errorf("gpus: card %d is held by a timed run; try again when it ends", i)
+			}
+		}
+	}
 	groups = append([]int(nil), r.Groups...)
 	for _, g := range l.Groups(cards) {
 		gid, ok := b.groupGID(g)

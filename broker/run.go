@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"thermite/internal/confined"
+	"thermite/internal/cpuset"
 	"thermite/internal/rpc"
 	"thermite/roles"
 )
@@ -99,7 +100,26 @@ func (b *Broker) prepareRun(req *rpc.RunRequest, stdio []*os.File) (*command, ti
 	if cmd.cwd, err = confined.Open(b.cfg.ScratchDir(), cwd, unix.O_PATH|unix.O_DIRECTORY); err != nil {
 		return nil, 0, fmt.Errorf("cwd %w", err)
 	}
+	if r.Kind == roles.Timing {
+		cmd.unhold = b.hold(cmd.cpus, req.GPUs)
+	}
 	return cmd, timeout, nil
+}
+
+// hold reserves a timed run's CPUs and cards while it runs: no other
+// role is given them until it ends.
+func (b *Broker) hold(cpus cpuset.Set, cards []int) func() {
+	key := fmt.Sprintf("%p", &cpus)
+	b.mu.Lock()
+	b.cpuHolds[key] = cpus
+	b.cardHolds[key] = cards
+	b.mu.Unlock()
+	return func() {
+		b.mu.Lock()
+		delete(b.cpuHolds, key)
+		delete(b.cardHolds, key)
+		b.mu.Unlock()
+	}
 }
 
 // HomeFor is a command's HOME: the role's own folder in scratch, or a

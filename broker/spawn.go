@@ -36,6 +36,7 @@ type command struct {
 	groups   []int
 	seccomp  *seccomp.Options // the role's system-call filter, or nil
 	cgroup   *cgroup.Group    // the role's cgroup, or nil where none is writable
+	unhold   func()           // a timed run's release of its CPUs and cards
 }
 
 // child is a started command.
@@ -147,6 +148,10 @@ func (b *Broker) startShim(c *command, spec *spawn.Spec) (*child, error) {
 func (c *command) release() {
 	if c.cwd != nil {
 		c.cwd.Close()
+	}
+	if c.unhold != nil {
+		c.unhold()
+		c.unhold = nil
 	}
 }
 
@@ -293,6 +298,11 @@ func (b *Broker) CPUsFor(r roles.Role, requested string) (cpuset.Set, error) {
 	if len(allowed) == 0 {
 		return nil, fmt.Errorf("cpus: no CPU is free for %s (judge CPUs %s are held by a timed run)", r.Name, b.judgeCPUs)
 	}
+	if held := b.heldCPUs(); r.Kind != roles.Timing && requested != "" {
+		if want, err := cpuset.Parse(requested); err == nil && want.Intersects(held) {
+			return nil, fmt.Errorf("cpus: CPUs %s are held by a timed run; %s may use %s now", held, r.Name, allowed)
+		}
+	}
 	if requested == "" {
 		return allowed, nil
 	}
@@ -307,6 +317,19 @@ func (b *Broker) CPUsFor(r roles.Role, requested string) (cpuset.Set, error) {
 		return nil, fmt.Errorf("cpus: %s may not use CPUs %s (it may use %s)", r.Name, want.Minus(allowed), allowed)
 	}
 	return want, nil
+}
+
+// heldCards is the cards a timed run holds now.
+func (b *Broker) heldCards() map[int]bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := map[int]bool{}
+	for _, cs := range b.cardHolds {
+		for _, c := range cs {
+			out[c] = true
+		}
+	}
+	return out
 }
 
 // heldCPUs is the judge CPUs a timed run holds now.

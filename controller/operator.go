@@ -125,6 +125,66 @@ func (c *Controller) operatorRoutes() http.Handler {
 		t, _, _ := c.ledger.Trial(r.PathValue("id"))
 		writeJSON(w, 200, t)
 	})
+	mux.HandleFunc("POST /v1/judge/builds", func(w http.ResponseWriter, r *http.Request) {
+		var req BuildRequest
+		if !decode(w, r, 1<<20, &req) {
+			return
+		}
+		b, err := c.Build(r.Context(), req)
+		if err != nil && b.ID == "" {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		if err != nil {
+			writeJSON(w, http.StatusUnprocessableEntity, map[string]any{"error": err.Error(), "build": b})
+			return
+		}
+		writeJSON(w, 200, b)
+	})
+	mux.HandleFunc("POST /v1/judge/runs", func(w http.ResponseWriter, r *http.Request) {
+		var req TimeRequest
+		if !decode(w, r, 1<<20, &req) {
+			return
+		}
+		tr, err := c.Time(r.Context(), req)
+		if err != nil && tr.ID == "" {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		if err != nil {
+			writeJSON(w, http.StatusUnprocessableEntity, map[string]any{"error": err.Error(), "run": tr})
+			return
+		}
+		writeJSON(w, 200, tr)
+	})
+	mux.HandleFunc("GET /v1/judge", func(w http.ResponseWriter, r *http.Request) {
+		bs, err := c.ledger.Builds()
+		if err != nil {
+			writeError(w, 500, err.Error())
+			return
+		}
+		rs, err := c.ledger.TimedRuns()
+		if err != nil {
+			writeError(w, 500, err.Error())
+			return
+		}
+		for i := range bs {
+			bs[i].Log = ""
+		}
+		writeJSON(w, 200, map[string]any{"builds": bs, "runs": rs})
+	})
+	mux.HandleFunc("GET /v1/judge/{id}", func(w http.ResponseWriter, r *http.Request) {
+		id := r.PathValue("id")
+		if b, ok, _ := c.ledger.Build(id); ok {
+			writeJSON(w, 200, map[string]any{"build": b})
+			return
+		}
+		if tr, ok, _ := c.ledger.TimedRun(id); ok {
+			writeJSON(w, 200, map[string]any{"run": tr})
+			return
+		}
+		writeError(w, http.StatusNotFound, "no build or timed run "+id)
+	})
 	mux.HandleFunc("GET /v1/ledger/export", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		if err := c.ledger.Export(w); err != nil {

@@ -370,6 +370,18 @@ func placeCanaries(h Host, c *Context, undo *[]func()) error {
 		c.Workspace[r.Index] = ws
 		*undo = append(*undo, func() { h.HandFolder(&rpc.HandFolderRequest{Path: ws, Role: ctl.Name}) })
 	}
+	// A build folder handed to the builder, as a build's is.
+	builds := filepath.Join(c.Cfg.ScratchDir(), "builds", randomName("selftest-"))
+	errs = append(errs, dir(builds, ctl.UID, ctl.GID, 0o711))
+	c.BuildDir = filepath.Join(builds, "src")
+	if err := dir(c.BuildDir, ctl.UID, ctl.GID, 0o700); err != nil {
+		errs = append(errs, err)
+	} else if _, err := h.HandFolder(&rpc.HandFolderRequest{Path: c.BuildDir, Role: "builder", Mode: 0o700}); err != nil {
+		errs = append(errs, err)
+	} else {
+		bd := c.BuildDir
+		*undo = append(*undo, func() { h.HandFolder(&rpc.HandFolderRequest{Path: bd, Role: ctl.Name}) })
+	}
 	// A folder whose mode lets everyone write: only the rule set keeps a
 	// role out of it.
 	c.OpenDir = filepath.Join(c.Cfg.ScratchDir(), randomName("selftest-open-"))

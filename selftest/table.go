@@ -25,6 +25,7 @@ type Context struct {
 	Kit           string
 	Secret        string
 	SecretValues  []string
+	BuildDir      string            // a build folder handed to the builder
 	StoredFile    string            // a file of a stored build
 	OtherPID      map[string]int    // role name -> a process of another role
 	Workspace     map[int]string    // lane number -> a workspace handed to it
@@ -325,7 +326,14 @@ var Policy = []Row{
 	{Who: Only(roles.Controller), Attempt: "reach the broker socket", Make: at(OpConnect, func(c *Context, _ roles.Role) string { return c.Cfg.BrokerSocket() }), Want: succeeds},
 	{Who: Only(roles.Lane), Attempt: "write its workspace", Make: at(OpCreateIn, func(c *Context, r roles.Role) string { return c.Workspace[r.Index] }), Want: succeeds},
 	{Who: Only(roles.Timing), Attempt: "read its run's copy of the kit", Make: at(OpRead, func(c *Context, r roles.Role) string { return c.RunKit[r.Index] }), Want: succeeds},
-	{Who: Only(roles.Timing), Attempt: "write its run's copy of the kit", Make: at(OpWrite, func(c *Context, r roles.Role) string { return c.RunKit[r.Index] }), Want: refused},
+	{Who: Every, Attempt: "write a timed run's copy of the kit", Make: at(OpWrite, func(c *Context, r roles.Role) string {
+		if r.Kind == roles.Timing {
+			return c.RunKit[r.Index]
+		}
+		return c.RunKit[1]
+	}), Want: refused},
+	{Who: Only(roles.Builder), Attempt: "write the build folder it was given", Make: at(OpCreateIn, func(c *Context, _ roles.Role) string { return c.BuildDir }), Want: succeeds},
+	{Who: Except(roles.Builder, roles.Controller), Attempt: "open the builder's build folder", Make: at(OpList, func(c *Context, _ roles.Role) string { return c.BuildDir }), Want: refused},
 	{Who: Only(roles.Timing), Attempt: "write its run's out/", Make: at(OpCreateIn, func(c *Context, r roles.Role) string { return c.RunOut[r.Index] }), Want: succeeds},
 }
 

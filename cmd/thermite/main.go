@@ -75,7 +75,7 @@ func newRoot() *cobra.Command {
 		serveCmd(), brokerCmd(), controllerCmd(),
 		rolesCmd(), configCmd(),
 		runAsCmd(), stopCmd(), statusCmd(),
-		selftestCmd(), gpusCmd(), trialCmd(), ledgerCmd(),
+		selftestCmd(), gpusCmd(), trialCmd(), ledgerCmd(), kitCmd(), judgeCmd(),
 	)
 	return root
 }

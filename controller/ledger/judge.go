@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
+	"strings"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -37,6 +38,12 @@ type TimedRun struct {
 	CheckOutput  string    `json:"check_output"`
 	Created      time.Time `json:"created"`
 	Status       string    `json:"status"`
+	// Role and CPUs say who timed it, and where.
+	Role string `json:"role,omitempty"`
+	CPUs string `json:"cpus,omitempty"`
+	// CVPercent is the coefficient of variation of the wall times.
+	CVPercent float64 `json:"cv_percent"`
+	Error     string  `json:"error,omitempty"`
 }
 
 // Repeat is one repetition of a timed run.
@@ -49,8 +56,8 @@ type Repeat struct {
 }
 
 // PutBuild records or replaces a build (a build's status changes as it
-// runs). Manifest paths must stay inside the store path and every hash must
-// be a hex SHA-256.
+// runs). Manifest paths must stay inside the store path and every value
+// must be a hex SHA-256, "dir" (an empty folder) or "symlink:<target>".
 func (l *Ledger) PutBuild(b Build) error {
 	op := "put build " + b.ID
 	if b.ID == "" {
@@ -60,8 +67,8 @@ func (l *Ledger) PutBuild(b Build) error {
 		if !filepath.IsLocal(p) {
 			return l.wrap(op, fmt.Errorf("%w: manifest path %q is not inside the store path", ErrInvalid, p))
 		}
-		if !validHash(h) {
-			return l.wrap(op, fmt.Errorf("%w: manifest %q: %q is not a hex SHA-256", ErrInvalid, p, h))
+		if !validHash(h) && h != "dir" && !strings.HasPrefix(h, "symlink:") {
+			return l.wrap(op, fmt.Errorf("%w: manifest %q: %q is not a hex SHA-256, dir or symlink:<target>", ErrInvalid, p, h))
 		}
 	}
 	if b.Created.IsZero() {

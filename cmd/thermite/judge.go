@@ -1,0 +1,262 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"fmt"
+	"os"
+	"path/filepath"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"thermite/controller"
+	"thermite/controller/kit"
+	"thermite/controller/ledger"
+	"thermite/internal/config"
+	"thermite/internal/copytree"
+)
+
+func kitCmd() *cobra.Command {
+	c := &cobra.Command{Use: "kit", Short: "Kits: how to build, run and check a project"}
+	c.AddCommand(&cobra.Command{
+		Use:   "import DIR",
+		Short: "Check a kit's manifest and copy the kit into the controller's folder, which no role can open (root)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := requireRoot("kit import"); err != nil {
+				return err
+			}
+			cfg, t, err := loadTable()
+			if err != nil {
+				return err
+			}
+			k, err := kit.Load(args[0])
+			if err != nil {
+				return err
+			}
+			ctl := t.Controller()
+			kits := filepath.Join(cfg.ControllerDir(), "kits")
+			if err := os.MkdirAll(kits, 0o700); err != nil {
+				return fmt.Errorf("kit import: %w", err)
+			}
+			os.Chown(kits, ctl.UID, ctl.GID)
+			tmp := filepath.Join(kits, ".import-"+randomHex(6))
+			if _, err := copytree.Copy(args[0], tmp, copytree.Options{UID: ctl.UID, GID: ctl.GID}); err != nil {
+				os.RemoveAll(tmp)
+				return fmt.Errorf("kit import: %w", err)
+			}
+			os.Chmod(tmp, 0o700)
+			// The copy is what the judge will use: check it again.
+			if _, err := kit.Load(tmp); err != nil {
+				os.RemoveAll(tmp)
+				return fmt.Errorf("kit import: the copy: %w", err)
+			}
+			dst := filepath.Join(kits, k.Name)
+			old := ""
+			if _, err := os.Lstat(dst); err == nil {
+				old = filepath.Join(kits, ".old-"+randomHex(6))
+				if err := os.Rename(dst, old); err != nil {
+					os.RemoveAll(tmp)
+					return fmt.Errorf("kit import: %w", err)
+				}
+			}
+			if err := os.Rename(tmp, dst); err != nil {
+				os.RemoveAll(tmp)
+				return fmt.Errorf("kit import: %w", err)
+			}
+			if old != "" {
+				os.RemoveAll(old)
+			}
+			fmt.Printf("kit %s imported: %s\n", k.Name, dst)
+			return nil
+		},
+	})
+	return c
+}
+
+func judgeCmd() *cobra.Command {
+	c := &cobra.Command{Use: "judge", Short: "The judge: builds, the store, timed runs and the kit's check (root)"}
+	var kitName, project string
+	var asJSON bool
+	build := &cobra.Command{
+		Use:   "build --kit KIT --project DIR",
+		Short: "Build a project under a kit as builder and store its outputs; prints the build id",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := requireRoot("judge build"); err != nil {
+				return err
+			}
+			cfg, t, err := loadTable()
+			if err != nil {
+				return err
+			}
+			copyDir, err := importProject(cfg, t, project)
+			if err != nil {
+				return fmt.Errorf("judge build: %w", err)
+			}
+			defer os.RemoveAll(copyDir)
+			var b ledger.Build
+			if err := ctlJudge(cfg, "/v1/judge/builds", controller.BuildRequest{Kit: kitName, Project: copyDir}, "build", &b); err != nil {
+				if b.Log != "" {
+					os.Stderr.WriteString(b.Log)
+				}
+				return fmt.Errorf("judge build: %w", err)
+			}
+			if asJSON {
+				return printJSON(b)
+			}
+			fmt.Printf("build %s stored: %d files\n", b.ID, len(b.Manifest))
+			return nil
+		},
+	}
+	build.Flags().StringVar(&kitName, "kit", "", "the kit's name")
+	build.Flags().StringVar(&project, "project", "", "the project folder")
+	build.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	var card int
+	timeCmd := &cobra.Command{
+		Use:   "time BUILD --kit KIT [--card N]",
+		Short: "Time a stored build: check its hashes, run it as the timing user on the judge CPUs, run the kit's check",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := requireRoot("judge time"); err != nil {
+				return err
+			}
+			cfg, err := loadConfig()
+			if err != nil {
+				return err
+			}
+			var tr ledger.TimedRun
+			if err := ctlJudge(cfg, "/v1/judge/runs", controller.TimeRequest{Build: args[0], Kit: kitName, Card: card}, "run", &tr); err != nil {
+				return fmt.Errorf("judge time: %w", err)
+			}
+			if asJSON {
+				return printJSON(tr)
+			}
+			printRun(tr)
+			return nil
+		},
+	}
+	timeCmd.Flags().StringVar(&kitName, "kit", "", "the kit's name")
+	timeCmd.Flags().IntVar(&card, "card", -1, "the card to time on (default: none, or card 0 when the kit asks for one)")
+	timeCmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	var listJSON bool
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "Builds and timed runs, with their hashes, times and public scores",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := requireRoot("judge list"); err != nil {
+				return err
+			}
+			cfg, err := loadConfig()
+			if err != nil {
+				return err
+			}
+			var all struct {
+				Builds []ledger.Build    `json:"builds"`
+				Runs   []ledger.TimedRun `json:"runs"`
+			}
+			if err := ctlCall(cfg, "GET", "/v1/judge", nil, &all); err != nil {
+				return fmt.Errorf("judge list: %w", err)
+			}
+			if listJSON {
+				return printJSON(all)
+			}
+			w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "BUILD\tKIT\tSTATUS\tFILES\tCREATED")
+			for _, b := range all.Builds {
+				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\n", b.ID, b.Kit, b.Status, len(b.Manifest), b.Created.Format(time.RFC3339))
+			}
+			fmt.Fprintln(w, "\nRUN\tBUILD\tSTATUS\tMEDIAN\tCV\tSCORE")
+			for _, r := range all.Runs {
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%.2f%%\t%s\n", r.ID, r.Build, r.Status, time.Duration(r.MedianWallNS), r.CVPercent, score(r.PublicScore))
+			}
+			return w.Flush()
+		},
+	}
+	list.Flags().BoolVar(&listJSON, "json", false, "print JSON")
+	var showJSON bool
+	show := &cobra.Command{
+		Use:   "show ID",
+		Short: "One build or timed run",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := requireRoot("judge show"); err != nil {
+				return err
+			}
+			cfg, err := loadConfig()
+			if err != nil {
+				return err
+			}
+			var one struct {
+				Build *ledger.Build    `json:"build"`
+				Run   *ledger.TimedRun `json:"run"`
+			}
+			if err := ctlCall(cfg, "GET", "/v1/judge/"+args[0], nil, &one); err != nil {
+				return fmt.Errorf("judge show: %w", err)
+			}
+			if showJSON {
+				return printJSON(one)
+			}
+			if one.Run != nil {
+				printRun(*one.Run)
+				return nil
+			}
+			b := one.Build
+			fmt.Printf("build   %s\nkit     %s\nstatus  %s (exit %d)\nstore   %s\n", b.ID, b.Kit, b.Status, b.ExitCode, b.StorePath)
+			for p, h := range b.Manifest {
+				fmt.Printf("  %s  %s\n", h, p)
+			}
+			return nil
+		},
+	}
+	show.Flags().BoolVar(&showJSON, "json", false, "print JSON")
+	c.AddCommand(build, timeCmd, list, show)
+	return c
+}
+
+func score(s *float64) string {
+	if s == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%g", *s)
+}
+
+func printRun(r ledger.TimedRun) {
+	fmt.Printf("run     %s\nbuild   %s\nkit     %s\nstatus  %s\nas      %s on CPUs %s\nmedian  %s (spread %s, cv %.2f%%)\nscore   %s\n",
+		r.ID, r.Build, r.Kit, r.Status, r.Role, r.CPUs, time.Duration(r.MedianWallNS), time.Duration(r.SpreadWallNS), r.CVPercent, score(r.PublicScore))
+	for i, x := range r.Repeats {
+		fmt.Printf("  %2d  wall %s  user %s  sys %s  rss %d KiB  exit %d\n", i+1, time.Duration(x.WallNS), time.Duration(x.UserNS), time.Duration(x.SysNS), x.MaxRSSKB, x.ExitCode)
+	}
+	if r.Error != "" {
+		fmt.Printf("error   %s\n", r.Error)
+	}
+}
+
+// ctlJudge posts a judge request; a 422 answer carries the record (a
+// failed build with its log, a refused run) beside the error.
+func ctlJudge(cfg config.Config, path string, body any, field string, out any) error {
+	b, _ := json.Marshal(body)
+	req, _ := http.NewRequest("POST", "http://controller"+path, bytes.NewReader(b))
+	resp, err := ctlClient(cfg).Do(req)
+	if err != nil {
+		return fmt.Errorf("controller socket %s: %w", cfg.ControllerSocket(), err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode == 200 {
+		return json.Unmarshal(raw, out)
+	}
+	var e map[string]json.RawMessage
+	json.Unmarshal(raw, &e)
+	if rec, ok := e[field]; ok {
+		json.Unmarshal(rec, out)
+	}
+	var msg string
+	json.Unmarshal(e["error"], &msg)
+	return fmt.Errorf("%s", msg)
+}

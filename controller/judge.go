@@ -1,0 +1,432 @@
+package controller
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"thermite/controller/kit"
+	"thermite/controller/ledger"
+	"thermite/internal/copytree"
+	"thermite/internal/hashtree"
+	"thermite/internal/rpc"
+)
+
+// The judge: builds of a project under a kit, the store, timed runs and
+// the kit's check. It runs as the controller; builds run as builder and
+// timed runs as the card's timing user, through the broker.
+
+// BuildRequest asks for a build of an imported project under a kit.
+type BuildRequest struct {
+	Kit     string `json:"kit"`
+	Project string `json:"project"`
+}
+
+// TimeRequest asks for a timed run of a stored build. Card -1: no card.
+type TimeRequest struct {
+	Build string `json:"build"`
+	Kit   string `json:"kit"`
+	Card  int    `json:"card"`
+}
+
+// MaxLog bounds a build's recorded log.
+const MaxLog = 256 << 10
+
+func (c *Controller) kitDir(name string) string {
+	return filepath.Join(c.cfg.ControllerDir(), "kits", name)
+}
+
+func (c *Controller) loadKit(name string) (*kit.Kit, error) {
+	if !runName.MatchString(name) {
+		return nil, fmt.Errorf("judge: kit %q is not a kit name", name)
+	}
+	dir := c.kitDir(name)
+	if _, err := os.Stat(dir); err != nil {
+		return nil, fmt.Errorf("judge: no kit %q imported (thermite kit import DIR)", name)
+	}
+	return kit.Load(dir)
+}
+
+// capture runs a command through the broker with stdout and stderr into
+// one buffer, capped.
+func (c *Controller) capture(ctx context.Context, req *rpc.RunRequest, limit int) (*rpc.RunResult, []byte, []byte, error) {
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return nil, nil, nil, err
+	}
+	var stdout, stderr bytes.Buffer
+	done := make(chan struct{}, 2)
+	drainTo := func(b *bytes.Buffer, f *os.File) {
+		io.Copy(b, io.LimitReader(f, int64(limit)))
+		io.Copy(io.Discard, f)
+		f.Close()
+		done <- struct{}{}
+	}
+	go drainTo(&stdout, outR)
+	go drainTo(&stderr, errR)
+	res, err := c.broker.run(ctx, req, []*os.File{c.devnull, outW, errW}, func() { outW.Close(); errW.Close() })
+	outW.Close()
+	errW.Close()
+	// A leftover of the role may hold the pipes; the broker stops those
+	// of every role but a lane after the command, so the reads end.
+	<-done
+	<-done
+	return res, stdout.Bytes(), stderr.Bytes(), err
+}
+
+// Build copies the project into a folder owned by builder, runs the kit's
+// build there as builder, and moves the outputs into the store under a
+// random name, read-only, each file hashed. A failed build keeps nothing.
+func (c *Controller) Build(ctx context.Context, req BuildRequest) (ledger.Build, error) {
+	k, err := c.loadKit(req.Kit)
+	if err != nil {
+		return ledger.Build{}, err
+	}
+	if err := c.importedProject(req.Project); err != nil {
+		return ledger.Build{}, err
+	}
+	b := ledger.Build{ID: randomID("b", 8), Kit: k.Name, Project: filepath.Base(req.Project), Created: time.Now().UTC(), Status: "building"}
+	dir := filepath.Join(c.cfg.ScratchDir(), "builds", b.ID)
+	if err := os.Mkdir(dir, 0o711); err != nil {
+		return b, fmt.Errorf("judge: %w", err)
+	}
+	os.Chmod(dir, 0o711)
+	src := filepath.Join(dir, "src")
+	defer func() {
+		c.broker.handFolder(src, "thermite", 0o700, false)
+		os.RemoveAll(dir)
+	}()
+	if _, err := copytree.Copy(req.Project, src, copytree.Options{UID: -1, GID: -1}); err != nil {
+		return b, fmt.Errorf("judge: %w", err)
+	}
+	if err := c.broker.handFolder(src, "builder", 0o700, false); err != nil {
+		return b, fmt.Errorf("judge: build folder: %w", err)
+	}
+	run := &rpc.RunRequest{Role: "builder", Argv: k.Build.Command, Cwd: src, Limits: k.Build.Limits.RPC()}
+	res, stdout, stderr, err := c.capture(ctx, run, MaxLog)
+	b.Log = string(stdout) + string(stderr)
+	if res != nil {
+		b.ExitCode = res.ExitCode
+	}
+	if err != nil || res == nil || res.ExitCode != 0 {
+		b.Status = "failed"
+		if err != nil {
+			b.Log += "\n" + err.Error()
+		}
+		if res != nil && res.Stopped != rpc.StoppedExited {
+			b.Log += fmt.Sprintf("\nstopped: %s", res.Stopped)
+		}
+		c.ledger.PutBuild(b)
+		c.event("judge.build", ledger.Trial{}, map[string]any{"build": b.ID, "kit": b.Kit, "status": b.Status, "exit_code": b.ExitCode})
+		return b, fmt.Errorf("judge: build %s failed (exit %d)", b.ID, b.ExitCode)
+	}
+	// The outputs come back to the controller, then into the store.
+	if err := c.broker.handFolder(src, "thermite", 0o700, false); err != nil {
+		return b, fmt.Errorf("judge: build folder: %w", err)
+	}
+	store := filepath.Join(c.cfg.StoreDir(), randomID("", 16))
+	if err := c.storeOutputs(k, src, store); err != nil {
+		os.RemoveAll(store)
+		b.Status, b.Log = "failed", b.Log+"\n"+err.Error()
+		c.ledger.PutBuild(b)
+		return b, err
+	}
+	manifest, err := hashtree.Hash(store)
+	if err != nil {
+		os.RemoveAll(store)
+		return b, fmt.Errorf("judge: %w", err)
+	}
+	b.StorePath, b.Manifest, b.Status = store, manifest, "stored"
+	if err := c.ledger.PutBuild(b); err != nil {
+		os.RemoveAll(store)
+		return b, err
+	}
+	c.event("judge.build", ledger.Trial{}, map[string]any{"build": b.ID, "kit": b.Kit, "status": b.Status, "files": len(manifest)})
+	return b, nil
+}
+
+// storeOutputs copies the build's outputs into a new store folder: owned
+// by the controller, files 0444 or 0555, folders 0555. The store itself is
+// 0711, so a build can be reached only by its exact, random path.
+func (c *Controller) storeOutputs(k *kit.Kit, src, store string) error {
+	if err := os.Mkdir(store, 0o700); err != nil {
+		return fmt.Errorf("judge: %w", err)
+	}
+	for _, o := range k.Build.Outputs {
+		from := filepath.Join(src, o)
+		st, err := os.Lstat(from)
+		if err != nil {
+			return fmt.Errorf("judge: build output %s: %w", o, err)
+		}
+		to := filepath.Join(store, o)
+		if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
+			return fmt.Errorf("judge: %w", err)
+		}
+		switch {
+		case st.IsDir():
+			if _, err := copytree.Copy(from, to, copytree.Options{UID: -1, GID: -1, ReadOnly: true}); err != nil {
+				return fmt.Errorf("judge: build output %s: %w", o, err)
+			}
+		case st.Mode().IsRegular():
+			if err := copyFileRO(from, to, st.Mode()); err != nil {
+				return fmt.Errorf("judge: build output %s: %w", o, err)
+			}
+		default:
+			return fmt.Errorf("judge: build output %s is not a file or a folder", o)
+		}
+	}
+	// Folders on the way to an output, then the build's own folder.
+	filepath.Walk(store, func(p string, info os.FileInfo, err error) error {
+		if err == nil && info.IsDir() {
+			os.Chmod(p, 0o555)
+		}
+		return nil
+	})
+	return nil
+}
+
+func copyFileRO(from, to string, mode os.FileMode) error {
+	in, err := os.Open(from)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	perm := os.FileMode(0o444)
+	if mode&0o100 != 0 {
+		perm = 0o555
+	}
+	out, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	if err := out.Close(); err != nil {
+		return err
+	}
+	return os.Chmod(to, perm)
+}
+
+// timingRole is the timing user of a card: run for card 0 (and for runs
+// without a card), run-(N+1) for card N.
+func timingRole(card int) string {
+	if card <= 0 {
+		return "run"
+	}
+	return fmt.Sprintf("run-%d", card+1)
+}
+
+// Time checks a stored build against its hashes, makes a folder for this
+// run with a read-only copy of the kit's run.copy files and an out/ of the
+// timing user's own, runs the build as the timing user pinned to the judge
+// CPUs as often as the kit says, then runs the kit's check as the
+// controller. Hidden cases go to the ledger's hidden table only.
+func (c *Controller) Time(ctx context.Context, req TimeRequest) (ledger.TimedRun, error) {
+	k, err := c.loadKit(req.Kit)
+	if err != nil {
+		return ledger.TimedRun{}, err
+	}
+	b, ok, err := c.ledger.Build(req.Build)
+	if err != nil {
+		return ledger.TimedRun{}, err
+	}
+	if !ok || b.Status != "stored" {
+		return ledger.TimedRun{}, fmt.Errorf("judge: no stored build %s", req.Build)
+	}
+	if err := hashtree.Verify(b.StorePath, b.Manifest); err != nil {
+		c.event("judge.tampered", ledger.Trial{}, map[string]any{"build": b.ID, "error": err.Error()})
+		return ledger.TimedRun{}, fmt.Errorf("judge: build %s refused: %w", b.ID, err)
+	}
+	if k.Run.Cards > 0 && req.Card < 0 {
+		req.Card = 0
+	}
+	if k.Run.Cards == 0 {
+		req.Card = -1
+	}
+	judge, err := c.cfg.JudgeCPUSet()
+	if err != nil {
+		return ledger.TimedRun{}, fmt.Errorf("judge: judge_cpus: %w", err)
+	}
+	if k.Run.CPUs > len(judge) {
+		return ledger.TimedRun{}, fmt.Errorf("judge: kit %s wants %d CPUs; judge_cpus gives %d (%s)", k.Name, k.Run.CPUs, len(judge), judge)
+	}
+	cpus := judge[:k.Run.CPUs]
+	tr := ledger.TimedRun{ID: randomID("r", 8), Build: b.ID, Kit: k.Name, Card: req.Card, Created: time.Now().UTC(), Status: "running", Role: timingRole(req.Card), CPUs: cpus.String()}
+	runDir := filepath.Join(c.cfg.ScratchDir(), "runs", tr.ID)
+	if err := os.Mkdir(runDir, 0o755); err != nil {
+		return tr, fmt.Errorf("judge: %w", err)
+	}
+	os.Chmod(runDir, 0o755)
+	kitCopy := filepath.Join(runDir, "kit")
+	out := filepath.Join(runDir, "out")
+	if err := c.copyKitFiles(k, kitCopy); err != nil {
+		return tr, err
+	}
+	if err := os.Mkdir(out, 0o700); err != nil {
+		return tr, fmt.Errorf("judge: %w", err)
+	}
+	if err := c.broker.handFolder(out, tr.Role, 0o700, false); err != nil {
+		return tr, fmt.Errorf("judge: out/: %w", err)
+	}
+	var gpus []int
+	if req.Card >= 0 {
+		gpus = []int{req.Card}
+	}
+	run := &rpc.RunRequest{
+		Role: tr.Role, Argv: k.Expand(k.Run.Command, b.StorePath, kitCopy, out), Cwd: runDir,
+		Limits: k.Run.Limits.RPC(), CPUs: cpus.String(), GPUs: gpus,
+	}
+	var stdout, stderr []byte
+	for i := 0; i < k.Run.Repeats; i++ {
+		res, so, se, err := c.capture(ctx, run, MaxLog)
+		if err != nil || res == nil {
+			tr.Status, tr.Error = "failed", fmt.Sprint(err)
+			break
+		}
+		stdout, stderr = so, se
+		tr.Repeats = append(tr.Repeats, ledger.Repeat{WallNS: res.WallNS, UserNS: res.UserNS, SysNS: res.SysNS, MaxRSSKB: res.MaxRSSKB, ExitCode: res.ExitCode})
+		if res.ExitCode != 0 {
+			tr.Status, tr.Error = "failed", fmt.Sprintf("repeat %d: exit %d (%s)", i+1, res.ExitCode, res.Stopped)
+			break
+		}
+	}
+	tr.MedianWallNS, tr.SpreadWallNS, tr.CVPercent = wallStats(tr.Repeats)
+	// out/ comes back to the controller, read-only, before the check reads it.
+	if err := c.broker.handFolder(out, "thermite", 0o700, true); err != nil {
+		return tr, fmt.Errorf("judge: out/: %w", err)
+	}
+	if tr.Status != "failed" {
+		if err := c.saveStream(runDir, k.Run.Stdout, stdout); err == nil {
+			err = c.saveStream(runDir, k.Run.Stderr, stderr)
+		}
+		public, hidden, err := c.check(ctx, k, out)
+		if err != nil {
+			tr.Status, tr.Error = "check failed", err.Error()
+		} else {
+			tr.Status = "scored"
+			score := public.Score
+			tr.PublicScore = &score
+			raw, _ := json.Marshal(public)
+			tr.CheckOutput = string(raw)
+			defer func() {
+				for name, v := range hidden {
+					c.ledger.PutHidden(tr.ID, name, v)
+				}
+			}()
+		}
+	}
+	if err := c.ledger.PutTimedRun(tr); err != nil {
+		return tr, err
+	}
+	c.event("judge.time", ledger.Trial{}, map[string]any{"run": tr.ID, "build": b.ID, "status": tr.Status, "median_wall_ns": tr.MedianWallNS, "public_score": tr.PublicScore})
+	if tr.Status != "scored" {
+		return tr, fmt.Errorf("judge: timed run %s: %s: %s", tr.ID, tr.Status, tr.Error)
+	}
+	return tr, nil
+}
+
+// copyKitFiles makes the run's read-only copy of the kit's run.copy files,
+// owned by the controller: the run reads it and cannot change it.
+func (c *Controller) copyKitFiles(k *kit.Kit, dst string) error {
+	if err := os.Mkdir(dst, 0o755); err != nil {
+		return fmt.Errorf("judge: %w", err)
+	}
+	for _, p := range k.Run.Copy {
+		from := filepath.Join(k.Dir, p)
+		to := filepath.Join(dst, p)
+		st, err := os.Lstat(from)
+		if err != nil {
+			return fmt.Errorf("judge: run.copy %s: %w", p, err)
+		}
+		os.MkdirAll(filepath.Dir(to), 0o755)
+		if st.IsDir() {
+			if _, err := copytree.Copy(from, to, copytree.Options{UID: -1, GID: -1, ReadOnly: true}); err != nil {
+				return fmt.Errorf("judge: run.copy %s: %w", p, err)
+			}
+			os.Chmod(to, 0o555)
+		} else if err := copyFileRO(from, to, st.Mode()); err != nil {
+			return fmt.Errorf("judge: run.copy %s: %w", p, err)
+		}
+	}
+	filepath.Walk(dst, func(p string, info os.FileInfo, err error) error {
+		if err == nil && info.IsDir() {
+			os.Chmod(p, 0o555)
+		}
+		return nil
+	})
+	return nil
+}
+
+// saveStream writes a captured stream where the kit wants it (under out/).
+func (c *Controller) saveStream(runDir, rel string, data []byte) error {
+	if rel == "" {
+		return nil
+	}
+	p := filepath.Join(runDir, rel)
+	os.Chmod(filepath.Dir(p), 0o700)
+	defer os.Chmod(filepath.Dir(p), 0o500)
+	return os.WriteFile(p, data, 0o444)
+}
+
+// check runs the kit's check as the controller, in the kit's own folder,
+// with THERMITE_OUT naming the run's out/, and splits its answer: the
+// public part, and the hidden cases.
+func (c *Controller) check(ctx context.Context, k *kit.Kit, out string) (kit.PublicResult, map[string]json.RawMessage, error) {
+	argv := k.Expand(k.Check.Command, "", k.Dir, out)
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Dir = k.Dir
+	cmd.Env = append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + k.Dir}, k.CheckEnv(out)...)
+	var so, se bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &so, &se
+	if err := cmd.Run(); err != nil {
+		return kit.PublicResult{}, nil, fmt.Errorf("check of kit %q: %v", k.Name, err)
+	}
+	return kit.ParseCheck(so.Bytes(), k)
+}
+
+// wallStats is the median and spread (max - min) of the wall times, and
+// their coefficient of variation in percent.
+func wallStats(reps []ledger.Repeat) (median, spread int64, cv float64) {
+	if len(reps) == 0 {
+		return 0, 0, 0
+	}
+	w := make([]int64, len(reps))
+	var sum float64
+	for i, r := range reps {
+		w[i] = r.WallNS
+		sum += float64(r.WallNS)
+	}
+	sort.Slice(w, func(i, j int) bool { return w[i] < w[j] })
+	if len(w)%2 == 1 {
+		median = w[len(w)/2]
+	} else {
+		median = (w[len(w)/2-1] + w[len(w)/2]) / 2
+	}
+	mean := sum / float64(len(w))
+	var sq float64
+	for _, x := range w {
+		sq += (float64(x) - mean) * (float64(x) - mean)
+	}
+	if mean > 0 && len(w) > 1 {
+		cv = 100 * math.Sqrt(sq/float64(len(w)-1)) / mean
+	}
+	return median, w[len(w)-1] - w[0], cv
+}
