@@ -143,6 +143,16 @@ func Run(h Host) *rpc.SelftestResult {
 		for _, r := range phase.probes {
 			c.OtherPID[r.Name] = pid
 		}
+		// Timing users' probes hold the judge CPUs (and cards) as a timed
+		// run does, so they run alone, after the others.
+		var timing, rest []roles.Role
+		for _, r := range phase.probes {
+			if r.Kind == roles.Timing {
+				timing = append(timing, r)
+			} else {
+				rest = append(rest, r)
+			}
+		}
 		work := make(chan roles.Role)
 		var wg sync.WaitGroup
 		for i := 0; i < Parallel; i++ {
@@ -154,11 +164,14 @@ func Run(h Host) *rpc.SelftestResult {
 				}
 			}()
 		}
-		for _, r := range phase.probes {
+		for _, r := range rest {
 			work <- r
 		}
 		close(work)
 		wg.Wait()
+		for _, r := range timing {
+			record(probeRole(h, c, r))
+		}
 		stop()
 	}
 	for _, rc := range RigChecks {

@@ -18,6 +18,9 @@ import (
 	"time"
 
 	"thermite/controller"
+	"thermite/controller/ledger"
+	"thermite/internal/copytree"
+	"thermite/internal/cpuset"
 	"thermite/internal/rpc"
 	"thermite/internal/testrig"
 )
@@ -232,4 +235,58 @@ func BenchmarkAPI(b *testing.B) {
 	b.Run("exec/api-16", func(b *testing.B) {
 		latencies(b, 16, func(w int) error { return call(w, "/v1/exec", `{"argv":["/bin/true"]}`) })
 	})
+}
+
+// BenchmarkTimingNoise is the coefficient of variation of 20 repeats of
+// the example kit's CPU-bound program while a lane loads the other CPU:
+// pinned to the judge's CPU (the load pinned to the other), against
+// unpinned (the run and the load free to share both CPUs).
+func BenchmarkTimingNoise(b *testing.B) {
+	if _, err := exec.LookPath("cc"); err != nil {
+		b.Skip("needs cc for the example kit")
+	}
+	online, _ := cpuset.Online()
+	if len(online) < 2 {
+		b.Skip("needs two CPUs")
+	}
+	measure := func(b *testing.B, judge string, kitCPUs int, loadCPUs string) float64 {
+		r := testrig.New(b, testrig.Options{Extra: fmt.Sprintf("judge_cpus = %q\n", judge)})
+		kitDir := filepath.Join(r.Dir, "kit")
+		copytree.Copy(filepath.Join(testrig.ModuleRoot(), "examples", "kits", "sum"), kitDir, copytree.Options{UID: -1, GID: -1})
+		manifest, _ := os.ReadFile(filepath.Join(kitDir, "kit.toml"))
+		text := strings.Replace(string(manifest), "repeats = 5", "repeats = 20", 1)
+		text = strings.Replace(text, "cpus = 1", fmt.Sprintf("cpus = %d", kitCPUs), 1)
+		os.WriteFile(filepath.Join(kitDir, "kit.toml"), []byte(text), 0o644)
+		if _, stderr, code := r.Thermite("kit", "import", kitDir); code != 0 {
+			b.Fatal(stderr)
+		}
+		out, stderr, code := r.Thermite("judge", "build", "--kit", "sum", "--project", filepath.Join(testrig.ModuleRoot(), "examples", "projects", "sum"), "--json")
+		if code != 0 {
+			b.Fatal(stderr)
+		}
+		var bld ledger.Build
+		testrig.JSON(b, out, &bld)
+		flags := []string{"--timeout", "5m"}
+		if loadCPUs != "" {
+			flags = append(flags, "--cpus", loadCPUs)
+		}
+		go r.RunAs("lane-1", flags, "sh", "-c", "exec >/dev/null 2>&1; while :; do :; done")
+		time.Sleep(200 * time.Millisecond)
+		out, stderr, code = r.Thermite("judge", "time", bld.ID, "--kit", "sum", "--json")
+		r.Thermite("stop", "lane-1")
+		if code != 0 {
+			b.Fatal(stderr)
+		}
+		var tr ledger.TimedRun
+		testrig.JSON(b, out, &tr)
+		return tr.CVPercent
+	}
+	last := online[len(online)-1]
+	var pinned, unpinned float64
+	for i := 0; i < b.N; i++ {
+		pinned = measure(b, strconv.Itoa(last), 1, strconv.Itoa(online[0]))
+		unpinned = measure(b, online.String(), len(online), "")
+	}
+	b.ReportMetric(pinned, "cv%-pinned")
+	b.ReportMetric(unpinned, "cv%-unpinned")
 }
