@@ -63,6 +63,7 @@ type Broker struct {
 
 	mu         sync.Mutex
 	userLocks  map[int]*sync.Mutex
+	stopLocks  map[int]*sync.Mutex
 	handed     map[int]map[string]bool // folders handed to each role's uid
 	cpuHolds   map[string]cpuset.Set   // judge CPUs held by timed runs
 	cardHolds  map[string][]int        // cards held by timed runs
@@ -85,10 +86,22 @@ func New(cfg config.Config, log *slog.Logger) (*Broker, error) {
 		exe:       "/proc/self/exe",
 		stopCh:    make(chan struct{}),
 		userLocks: map[int]*sync.Mutex{},
+		stopLocks: map[int]*sync.Mutex{},
 		handed:    map[int]map[string]bool{},
 		cpuHolds:  map[string]cpuset.Set{},
 		cardHolds: map[string][]int{},
 	}, nil
+}
+
+func (b *Broker) stopLock(uid int) *sync.Mutex {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	lk := b.stopLocks[uid]
+	if lk == nil {
+		lk = &sync.Mutex{}
+		b.stopLocks[uid] = lk
+	}
+	return lk
 }
 
 func (b *Broker) userLock(uid int) *sync.Mutex {

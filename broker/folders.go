@@ -106,3 +106,29 @@ func (b *Broker) ClearSetID(r roles.Role) *rpc.SetIDReport {
 	}
 	return rep
 }
+
+// DiskUsage measures a role's HOME, TMPDIR and the folders handed to it.
+func (b *Broker) DiskUsage(r roles.Role) (*rpc.DiskUsage, error) {
+	u := &rpc.DiskUsage{}
+	b.mu.Lock()
+	dirs := []string{b.homeOf(r), b.tmpOf(r)}
+	for p := range b.handed[r.UID] {
+		dirs = append(dirs, p)
+	}
+	b.mu.Unlock()
+	for _, d := range dirs {
+		root := b.cfg.ScratchDir()
+		if strings.HasPrefix(d, b.cfg.ResearchDir()+"/") {
+			root = b.cfg.ResearchDir()
+		}
+		top, err := confined.Open(root, d, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW)
+		if err != nil {
+			continue
+		}
+		n, e, _ := confined.Usage(top)
+		top.Close()
+		u.Bytes += n
+		u.Entries += e
+	}
+	return u, nil
+}

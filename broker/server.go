@@ -154,6 +154,19 @@ func (b *Broker) dispatch(c *rpc.Conn, req *rpc.Request, files []*os.File, cred 
 			return fail(err)
 		}
 		return &rpc.Response{ClearSetID: b.ClearSetID(r)}, true
+	case rpc.OpDiskUsage:
+		if req.DiskUsage == nil {
+			return fail(fmt.Errorf("disk_usage: missing disk_usage field"))
+		}
+		r, err := b.role(req.DiskUsage.Role)
+		if err != nil {
+			return fail(err)
+		}
+		u, err := b.DiskUsage(r)
+		if err != nil {
+			return fail(err)
+		}
+		return &rpc.Response{DiskUsage: u}, true
 	case rpc.OpSelftest:
 		if req.Selftest == nil {
 			return fail(fmt.Errorf("selftest: missing selftest field"))

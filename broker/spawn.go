@@ -387,10 +387,12 @@ func (b *Broker) runCommand(c *command, timeout time.Duration, cancel <-chan str
 			res.Stopped = rpc.StoppedLimitCPU
 		case e.ws.Signal() == unix.SIGXFSZ:
 			res.Stopped = rpc.StoppedLimitFSZ
-		case e.ws.Signal() == unix.SIGKILL && oomBefore >= 0 && oomKills(c.cgroup) > oomBefore:
-			// The kernel's OOM killer ended it inside its role's cgroup.
-			res.Stopped = rpc.StoppedLimitMem
 		}
+	}
+	if why == "" && oomBefore >= 0 && oomKills(c.cgroup) > oomBefore {
+		// The kernel's OOM killer ended it, or one of its processes,
+		// inside its role's cgroup.
+		res.Stopped = rpc.StoppedLimitMem
 	}
 	if why != "" {
 		res.Stopped = why
@@ -419,6 +421,10 @@ func rlimitOf(rl []spawn.Rlimit, r int) uint64 {
 // SIGKILL) until no process of that user is left. It returns how many
 // processes the helper saw when it began.
 func (b *Broker) stopHelper(r roles.Role) (int, error) {
+	// One helper per user at a time: two would kill each other.
+	lk := b.stopLock(r.UID)
+	lk.Lock()
+	defer lk.Unlock()
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
 		c := &command{role: r, stdio: [3]*os.File{b.devnull, b.devnull, b.devnull}}

@@ -82,6 +82,9 @@ func (c *Controller) authed(f func(http.ResponseWriter, *http.Request, *trialRT)
 			return
 		}
 		defer rt.inflight.Add(-1)
+		if !c.guardDecoy(w, r, rt) {
+			return
+		}
 		f(w, r, rt)
 	}
 }

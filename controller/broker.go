@@ -85,3 +85,11 @@ func (b *brokerClient) status() (*rpc.Status, error) {
 	}
 	return resp.Status, nil
 }
+
+func (b *brokerClient) diskUsage(role string) (int64, error) {
+	resp, err := b.call(&rpc.Request{Op: rpc.OpDiskUsage, DiskUsage: &rpc.DiskUsageRequest{Role: role}})
+	if err != nil {
+		return 0, err
+	}
+	return resp.DiskUsage.Bytes, nil
+}

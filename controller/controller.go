@@ -124,6 +124,7 @@ func (c *Controller) serve() error {
 		c.mu.Unlock()
 	}
 	c.resumeTrials()
+	go c.watchDisks()
 	c.recordSelftest()
 	go func() {
 		t := time.NewTicker(30 * time.Second)

@@ -204,8 +204,9 @@ func (c *Controller) execInTrial(w http.ResponseWriter, r *http.Request, rt *tri
 		return ExecFrame{}
 	}
 	lane, _ := c.table.Lane(rt.t.Lane)
-	run := &rpc.RunRequest{Role: lane.Name, Argv: req.Argv, Env: req.Env, Cwd: rt.t.Workspace, Limits: rpc.Limits{TimeoutMS: req.TimeoutMS}}
+	run := &rpc.RunRequest{Role: lane.Name, Argv: req.Argv, Env: append(trialEnv(rt.t), req.Env...), Cwd: rt.t.Workspace, Limits: rpc.Limits{TimeoutMS: req.TimeoutMS}}
 	f := c.streamCommand(r.Context(), w, run, c.cfg.API.ExecOutputCap)
+	c.afterExec(rt, f)
 	c.event("trial.exec", rt.t, map[string]any{"argv0": filepath.Base(req.Argv[0]), "exit_code": f.ExitCode, "stopped": f.Stopped, "wall_ms": f.WallMS})
 	return f
 }
@@ -220,11 +221,11 @@ func (c *Controller) runAgent(w http.ResponseWriter, r *http.Request, rt *trialR
 	}
 	agent, _ := c.table.Agent(rt.t.Lane)
 	info := c.info(rt.t)
-	env := append([]string{
-		"THERMITE_TRIAL=" + rt.t.ID,
-		"THERMITE_API_SOCKET=" + info.APISocket,
-		"THERMITE_TOKEN_FILE=" + info.TokenFile,
-	}, req.Env...)
+	env := append(trialEnv(rt.t),
+		"THERMITE_TRIAL="+rt.t.ID,
+		"THERMITE_API_SOCKET="+info.APISocket,
+		"THERMITE_TOKEN_FILE="+info.TokenFile)
+	env = append(env, req.Env...)
 	if info.APIURL != "" {
 		env = append(env, "THERMITE_API_URL="+info.APIURL)
 	}

@@ -138,9 +138,11 @@ func (c *Controller) StartTrial(lane int, project, run string) (TrialInfo, error
 	}
 	undo = append(undo, func() { c.broker.publish(area) })
 	token := randomID("", 32)
+	keyID, secret := decoyPair()
 	t := ledger.Trial{
 		ID: id, Run: run, Lane: lane, Workspace: ws, AgentDir: filepath.Join(dir, "agent"), ResearchDir: research,
 		TokenHash: ledger.HashToken(token), State: "open", Started: time.Now().UTC(),
+		DecoyKeyID: keyID, DecoySecret: secret,
 	}
 	info := c.info(t)
 	if err := os.Mkdir(t.AgentDir, 0o700); err != nil {
@@ -263,7 +265,7 @@ func (c *Controller) launchLaneFS(ctx context.Context, rt *trialRT) (*os.File, <
 	laneRole, _ := c.table.Lane(rt.t.Lane)
 	req := &rpc.RunRequest{
 		Role: laneRole.Name, Argv: []string{"/proc/self/exe", LaneFSArg, rt.t.Workspace, rt.t.ResearchDir},
-		Cwd: rt.t.Workspace, NoTimeout: true,
+		Cwd: rt.t.Workspace, NoTimeout: true, Env: trialEnv(rt.t),
 	}
 	exited := make(chan struct{})
 	sent := make(chan error, 2)
@@ -316,6 +318,13 @@ func (c *Controller) EndTrial(id, reason string) error {
 	if err := c.ledger.EndTrial(id, reason, time.Now().UTC()); err != nil {
 		return err
 	}
+	// Once more at its end: what its folders hold.
+	c.mu.Lock()
+	rtEnd := c.trials[id]
+	c.mu.Unlock()
+	if rtEnd != nil {
+		rtEnd.t.DiskBytes = c.measure(t.Lane)
+	}
 	c.mu.Lock()
 	rt := c.trials[id]
 	delete(c.trials, id)
@@ -340,6 +349,9 @@ func (c *Controller) EndTrial(id, reason string) error {
 		c.broker.handFolder(t.Workspace, "thermite", 0o700, false),
 		c.broker.handFolder(t.AgentDir, "thermite", 0o700, false))
 	data := map[string]any{"reason": reason, "processes_stopped": stopped}
+	if rt != nil {
+		data["disk_bytes"] = rt.t.DiskBytes
+	}
 	if rep != nil {
 		data["setid_cleared"] = len(rep.Cleared)
 	}

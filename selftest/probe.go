@@ -72,6 +72,7 @@ const (
 	OpAbstract  = "abstract"   // connect to the abstract unix socket named Arg
 	OpTCP       = "tcp"        // connect to 127.0.0.1 port Arg
 	OpCgroup    = "cgroup"     // this process's /proc/self/cgroup
+	OpUDP       = "udp"        // make a UDP socket
 )
 
 // ProbeMain runs the probe. With `try OP PATH|PID` it runs one attempt and
@@ -418,12 +419,21 @@ func runAttempt(a Attempt, fds []int) Outcome {
 		return result(a.ID, unix.Connect(fd, &unix.SockaddrUnix{Name: "@" + a.Arg}))
 	case OpTCP:
 		port, _ := strconv.Atoi(a.Arg)
+		if a.Arg == "" {
+			port = a.PID // `try tcp PORT`
+		}
 		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 		if err != nil {
 			return result(a.ID, err)
 		}
 		defer unix.Close(fd)
 		return result(a.ID, unix.Connect(fd, &unix.SockaddrInet4{Port: port, Addr: [4]byte{127, 0, 0, 1}}))
+	case OpUDP:
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+		if err == nil {
+			unix.Close(fd)
+		}
+		return result(a.ID, err)
 	case OpCgroup:
 		data, err := os.ReadFile("/proc/self/cgroup")
 		if err != nil {

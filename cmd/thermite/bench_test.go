@@ -114,24 +114,40 @@ func BenchmarkSelftest(b *testing.B) {
 	b.ReportMetric(float64(len(r.Table.Roles)), "roles")
 }
 
-// BenchmarkFence is Run of /bin/true as a lane with the GPU fence (a
-// pre-built rule set on a rig with 4 stand-in cards), beside the same on a
-// rig whose fence is off (no GPU nodes, fence ABI set out of reach), in
-// one run.
-func BenchmarkFence(b *testing.B) {
-	fenced := testrig.New(b, testrig.Options{GPUs: 4, TimingUsers: 4})
-	unfenced := testrig.New(b, testrig.Options{GPUExtra: "fence_min_abi = 99", Extra: "[gpu]\nfence_min_abi = 99\n"})
-	run := func(b *testing.B, r *testrig.Rig) {
-		req := &rpc.Request{Op: rpc.OpRun, Run: &rpc.RunRequest{Role: "lane-1", Argv: []string{"/bin/true"}}}
-		for i := 0; i < b.N; i++ {
-			resp, err := rpc.Call(r.Cfg.BrokerSocket(), req)
-			if err != nil || resp.Run.ExitCode != 0 {
-				b.Fatalf("%v %+v", err, resp)
-			}
+// runTrue is Run of /bin/true as lane-1 on a rig, b.N times.
+func runTrue(b *testing.B, r *testrig.Rig) {
+	req := &rpc.Request{Op: rpc.OpRun, Run: &rpc.RunRequest{Role: "lane-1", Argv: []string{"/bin/true"}}}
+	for i := 0; i < b.N; i++ {
+		resp, err := rpc.Call(r.Cfg.BrokerSocket(), req)
+		if err != nil || resp.Run.ExitCode != 0 {
+			b.Fatalf("%v %+v", err, resp)
 		}
 	}
-	b.Run("unfenced", func(b *testing.B) { run(b, unfenced) })
-	b.Run("fenced", func(b *testing.B) { run(b, fenced) })
+}
+
+// weakened is a rig of the test build with one protection off.
+func weakened(b *testing.B, what string, gpus int) *testrig.Rig {
+	return testrig.New(b, testrig.Options{GPUs: gpus, TimingUsers: max(gpus, 1), Tags: "thermite_weaken", Env: []string{"THERMITE_WEAKEN=" + what}, Extra: `startup_selftest = "warn"`})
+}
+
+// BenchmarkFence is Run of /bin/true as a lane with the GPU fence alone (a
+// pre-built rule set leaving out 3 of 4 stand-in cards), beside the same
+// with no rule set at all, in one run.
+func BenchmarkFence(b *testing.B) {
+	fenced := weakened(b, "fence-only", 4)
+	unfenced := weakened(b, "no-landlock", 4)
+	b.Run("unfenced", func(b *testing.B) { runTrue(b, unfenced) })
+	b.Run("fenced", func(b *testing.B) { runTrue(b, fenced) })
+}
+
+// BenchmarkPolicy is Run of /bin/true as a lane under the full policy
+// (rule set with the filesystem, network and scoping, seccomp filter,
+// cgroup placement) beside the GPU-fence-only spawn, in one run.
+func BenchmarkPolicy(b *testing.B) {
+	full := testrig.New(b, testrig.Options{GPUs: 4, TimingUsers: 4})
+	fenceOnly := weakened(b, "fence-only", 4)
+	b.Run("fence-only", func(b *testing.B) { runTrue(b, fenceOnly) })
+	b.Run("full", func(b *testing.B) { runTrue(b, full) })
 }
 
 // latencies runs op n times on each of conc goroutines and reports the

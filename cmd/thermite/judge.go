@@ -3,9 +3,9 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
-	"fmt"
 	"os"
 	"path/filepath"
 	"text/tabwriter"

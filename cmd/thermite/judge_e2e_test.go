@@ -141,9 +141,9 @@ command = ["sh", "-c", "echo '{\"score\": 1}'"]
 func TestJudgeKitImportRefusesBadManifests(t *testing.T) {
 	r := newRig(t)
 	for text, want := range map[string]string{
-		"name = \"x\"\n[build]\ncommand = [\"true\"]\noutputs = [\"a\"]\n[run]\ncommand=[\"true\"]\nrepeats = 1\nrepeat = 2\n[check]\ncommand=[\"true\"]\n": `unknown key "run.repeat"`,
-		"name = \"x\"\n[build]\noutputs = [\"a\"]\n[run]\ncommand=[\"true\"]\nrepeats = 1\n[check]\ncommand=[\"true\"]\n":                             "build.command",
-		"name = \"x\"\n[build]\ncommand = [\"true\"]\noutputs = [\"a\"]\n[run]\ncommand=[\"true\"]\nrepeats = 1\ncopy = [\"../etc\"]\n[check]\ncommand=[\"true\"]\n": "run.copy[0]",
+		"name = \"x\"\n[build]\ncommand = [\"true\"]\noutputs = [\"a\"]\n[run]\ncommand=[\"true\"]\nrepeats = 1\nrepeat = 2\n[check]\ncommand=[\"true\"]\n":                         `unknown key "run.repeat"`,
+		"name = \"x\"\n[build]\noutputs = [\"a\"]\n[run]\ncommand=[\"true\"]\nrepeats = 1\n[check]\ncommand=[\"true\"]\n":                                                           "build.command",
+		"name = \"x\"\n[build]\ncommand = [\"true\"]\noutputs = [\"a\"]\n[run]\ncommand=[\"true\"]\nrepeats = 1\ncopy = [\"../etc\"]\n[check]\ncommand=[\"true\"]\n":                "run.copy[0]",
 		"name = \"x\"\n[build]\ncommand = [\"true\"]\noutputs = [\"a\"]\n[build.limits]\ntimeout = \"soon\"\n[run]\ncommand=[\"true\"]\nrepeats = 1\n[check]\ncommand=[\"true\"]\n": "build.limits.timeout",
 	} {
 		d := t.TempDir()

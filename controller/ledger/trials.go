@@ -39,6 +39,12 @@ type Trial struct {
 	Started     time.Time `json:"started"`
 	Ended       time.Time `json:"ended"`
 	EndReason   string    `json:"end_reason,omitempty"`
+	// The trial's decoy AWS key pair: fake, different for every trial, put
+	// in its lane's and agent's environments so that a leak shows.
+	DecoyKeyID  string `json:"decoy_key_id,omitempty"`
+	DecoySecret string `json:"decoy_secret,omitempty"`
+	// DiskBytes is what its folders held when it was last measured.
+	DiskBytes int64 `json:"disk_bytes,omitempty"`
 }
 
 // HashToken is the hex SHA-256 of a trial token, the only form of it the

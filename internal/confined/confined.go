@@ -395,3 +395,28 @@ func ChownTree(top *os.File, uid, gid int, allowed func(uid int) bool, readOnly,
 	}
 	return changed + 1, skipped, nil
 }
+
+// Usage is what lies beneath top, and top itself: allocated bytes (blocks,
+// so sparse files count what they use) and entries. It never follows a
+// symlink.
+func Usage(top *os.File) (bytes, entries int64, err error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(top.Fd()), &st); err != nil {
+		return 0, 0, err
+	}
+	bytes, entries = st.Blocks*512, 1
+	dir, err := reopenDir(top)
+	if err != nil {
+		return bytes, entries, err
+	}
+	defer unix.Close(dir)
+	err = walk(dir, top.Name(), func(dirfd int, name, path string, s Stat) error {
+		var st unix.Stat_t
+		if unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
+			bytes += st.Blocks * 512
+		}
+		entries++
+		return nil
+	}, make([]byte, 64<<10))
+	return bytes, entries, err
+}

@@ -27,6 +27,7 @@ const (
 	OpClearSetID = "clear_setid"
 	OpStatus     = "status"
 	OpSelftest   = "selftest"
+	OpDiskUsage  = "disk_usage"
 )
 
 // Request is one call. Exactly the field named by Op is set.
@@ -38,6 +39,19 @@ type Request struct {
 	HandFolder *HandFolderRequest `json:"hand_folder,omitempty"`
 	ClearSetID *ClearSetIDRequest `json:"clear_setid,omitempty"`
 	Selftest   *SelftestRequest   `json:"selftest,omitempty"`
+	DiskUsage  *DiskUsageRequest  `json:"disk_usage,omitempty"`
+}
+
+// DiskUsageRequest measures what a role's user holds in scratch and in the
+// folders handed to it.
+type DiskUsageRequest struct {
+	Role string `json:"role"`
+}
+
+// DiskUsage is the bytes (allocated blocks) and entries it found.
+type DiskUsage struct {
+	Bytes   int64 `json:"bytes"`
+	Entries int64 `json:"entries"`
 }
 
 // Response answers one Request. Error is one line naming what was wrong.
@@ -54,6 +68,7 @@ type Response struct {
 	ClearSetID *SetIDReport      `json:"clear_setid,omitempty"`
 	Status     *Status           `json:"status,omitempty"`
 	Selftest   *SelftestResult   `json:"selftest,omitempty"`
+	DiskUsage  *DiskUsage        `json:"disk_usage,omitempty"`
 }
 
 // Limits bound one command. Zero takes the rig's default; a request can
@@ -93,7 +108,7 @@ const (
 	StoppedLimitCPU = "limit:cpu"
 	StoppedLimitFSZ = "limit:file_size"
 	StoppedLimitMem = "limit:memory" // the role's cgroup memory limit
-	StoppedCanceled = "canceled" // the caller went away or the broker is stopping
+	StoppedCanceled = "canceled"     // the caller went away or the broker is stopping
 )
 
 // RunResult is how a command ended.

@@ -1,0 +1,273 @@
+package main
+
+import (
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"thermite/internal/testrig"
+)
+
+func requireCgroups(t *testing.T, r *testrig.Rig) {
+	t.Helper()
+	if st := r.Status(); strings.HasPrefix(st.Cgroup, "none") {
+		t.Skipf("needs a writable cgroup tree: %s", st.Cgroup)
+	}
+}
+
+func TestLandlockKeepsWritesInTheRolesOwnPlaces(t *testing.T) {
+	r := newRig(t)
+	open := filepath.Join(r.Dir, "open")
+	os.MkdirAll(filepath.Join(open, "sub"), 0o777)
+	os.Chmod(open, 0o777)
+	os.Chmod(filepath.Join(open, "sub"), 0o777)
+	os.WriteFile(filepath.Join(open, "file"), []byte("keep"), 0o666)
+	os.Chmod(filepath.Join(open, "file"), 0o666)
+	// Every write right, in a folder whose mode lets everyone write: each is
+	// refused; the same in the role's TMPDIR works.
+	ops := map[string]string{
+		"make a file":        "touch %s/new",
+		"make a folder":      "mkdir %s/newdir",
+		"make a FIFO":        "mkfifo %s/fifo",
+		"make a symlink":     "ln -s /etc %s/link",
+		"write a file":       "echo x >> %s/file",
+		"truncate a file":    "truncate -s 0 %s/file",
+		"remove a file":      "rm %s/file",
+		"remove a folder":    "rmdir %s/sub",
+		"move a file in":     "touch $TMPDIR/moved && mv $TMPDIR/moved %s/moved",
+		"make a unix socket": "true",
+	}
+	for what, tmpl := range ops {
+		if tmpl == "true" {
+			continue
+		}
+		cmd := strings.ReplaceAll(tmpl, "%s", open)
+		_, stderr, code := r.RunAs("lane-1", nil, "sh", "-c", cmd)
+		if code == 0 || !(strings.Contains(stderr, "Permission denied") || strings.Contains(stderr, "Invalid cross-device link")) {
+			t.Errorf("%s outside its places (%s): exit %d %q", what, cmd, code, stderr)
+		}
+	}
+	for what, tmpl := range ops {
+		if tmpl == "true" {
+			continue
+		}
+		setup := "mkdir -p $TMPDIR/t/sub && echo keep > $TMPDIR/t/file && "
+		cmd := setup + strings.ReplaceAll(tmpl, "%s", "$TMPDIR/t")
+		if _, stderr, code := r.RunAs("lane-1", nil, "sh", "-c", cmd+" && rm -rf $TMPDIR/t"); code != 0 {
+			t.Errorf("%s in its own TMPDIR: %q", what, stderr)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(open, "file")); string(b) != "keep" {
+		t.Errorf("the open folder's file changed: %q", b)
+	}
+}
+
+func TestNetworkPolicies(t *testing.T) {
+	r := newRig(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	var ping struct {
+		APITCP string `json:"api_tcp"`
+	}
+	_ = ping
+	api := r.Status()
+	_ = api
+	cases := []struct{ role, op, target, want string }{
+		{"lane-1", "tcp", port, "EACCES"},  // api: Landlock refuses the connect
+		{"agent-1", "tcp", port, "EACCES"}, // api
+		{"lane-1", "udp", "", "EPERM"},     // api: no UDP at all
+		{"builder", "tcp", port, "EPERM"},  // none: no AF_INET socket
+		{"run", "udp", "", "EPERM"},        // none
+		{"planner", "tcp", port, "ok"},     // open
+		{"model-check", "udp", "", "ok"},   // open
+	}
+	for _, c := range cases {
+		if got := r.Probe(c.role, c.op, c.target); got != c.want {
+			t.Errorf("%s %s %s: %s, want %s", c.role, c.op, c.target, got, c.want)
+		}
+	}
+	// The harness API's own port is open to a lane.
+	out, _, _ := r.Thermite("status", "--json")
+	_ = out
+	apiPort := apiTCPPort(t, r)
+	if got := r.Probe("lane-1", "tcp", apiPort); got != "ok" {
+		t.Errorf("lane-1 to the API port %s: %s", apiPort, got)
+	}
+}
+
+// apiTCPPort asks the controller for the harness API's TCP port.
+func apiTCPPort(t *testing.T, r *testrig.Rig) string {
+	t.Helper()
+	var ping map[string]any
+	if err := ctlCall(r.Cfg, "GET", "/v1/ping", nil, &ping); err != nil {
+		t.Fatal(err)
+	}
+	_, p, _ := net.SplitHostPort(ping["api_tcp"].(string))
+	return p
+}
+
+func TestSeccompInRoleCommands(t *testing.T) {
+	r := newRig(t)
+	for _, c := range []struct{ cmd, want string }{
+		{"unshare -U true", "Operation not permitted"},
+		{"touch $TMPDIR/f && chmod u+s $TMPDIR/f", "Operation not permitted"},
+	} {
+		_, stderr, code := r.RunAs("lane-1", nil, "sh", "-c", c.cmd)
+		if code == 0 || !strings.Contains(stderr, c.want) {
+			t.Errorf("%s: exit %d %q", c.cmd, code, stderr)
+		}
+	}
+	out, _, _ := r.RunAs("lane-1", nil, "grep", "Seccomp:", "/proc/self/status")
+	if !strings.Contains(out, "2") {
+		t.Errorf("a role command is not under a seccomp filter: %q", out)
+	}
+}
+
+func TestMemoryBombEndsOnlyThatTrial(t *testing.T) {
+	r := testrig.New(t, testrig.Options{Extra: "[cgroup]\nenabled = true\nmemory_mb = 128\npids = 256\n"})
+	requireCgroups(t, r)
+	p := makeProject(t, r)
+	t1, _ := startTrial(t, r, 1, p)
+	t2, _ := startTrial(t, r, 2, p)
+	done := make(chan string)
+	go func() {
+		out, _, _ := r.Thermite("trial", "exec", t2.ID, "--", "sh", "-c", "sleep 3; echo alive")
+		done <- out
+	}()
+	_, stderr, code := r.Thermite("trial", "exec", t1.ID, "--", "sh", "-c", "head -c 1000000000 /dev/zero | tail")
+	if code == 0 || !strings.Contains(stderr, "limit:memory") {
+		t.Fatalf("memory bomb: exit %d %q", code, stderr)
+	}
+	if got := <-done; strings.TrimSpace(got) != "alive" {
+		t.Fatalf("lane 2's command: %q", got)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		out, _, _ := r.Thermite("trial", "list", "--json")
+		if strings.Contains(out, "over its memory limit") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("trial 1 not ended over its memory limit:\n%s", out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	out, _, _ := r.Thermite("trial", "list", "--json")
+	if strings.Count(out, `"open"`) != 1 {
+		t.Fatalf("lane 2's trial should still be open:\n%s", out)
+	}
+}
+
+func TestForkBombHeldByThePidsLimit(t *testing.T) {
+	r := testrig.New(t, testrig.Options{Extra: "[cgroup]\nenabled = true\nmemory_mb = 512\npids = 48\n"})
+	requireCgroups(t, r)
+	done := make(chan int)
+	go func() {
+		_, _, code := r.RunAs("lane-1", []string{"--timeout", "3s"}, "sh", "-c", "exec >/dev/null 2>&1; while :; do sleep 60 & done")
+		done <- code
+	}()
+	max := 0
+	for i := 0; i < 20; i++ {
+		if n := len(r.Procs("lane-1")); n > max {
+			max = n
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	<-done
+	r.Thermite("stop", "lane-1")
+	if max == 0 || max > 48 {
+		t.Fatalf("lane-1 ran up to %d processes under a pids limit of 48", max)
+	}
+	t.Logf("at most %d processes", max)
+}
+
+func TestDiskCapEndsTheTrial(t *testing.T) {
+	r := testrig.New(t, testrig.Options{Extra: "[trial]\ndisk_cap_mb = 8\ndisk_check = \"200ms\"\n"})
+	p := makeProject(t, r)
+	info, a := startTrial(t, r, 1, p)
+	r.Thermite("trial", "exec", info.ID, "--", "sh", "-c", "head -c 20000000 /dev/urandom > big; sleep 10")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out, _, _ := r.Thermite("trial", "list", "--json")
+		if strings.Contains(out, "over its disk limit") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not ended over its disk limit:\n%s", out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for deadline := time.Now().Add(5 * time.Second); len(r.Procs("lane-1")) != 0; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("lane-1 still runs %v", r.Procs("lane-1"))
+		}
+	}
+	if code, _, _ := a.do("GET", "/v1/trial", nil); code != 401 {
+		t.Fatalf("token after the disk cap: %d", code)
+	}
+	export, _, _ := r.Thermite("ledger", "export")
+	if !strings.Contains(export, "trial.disk") {
+		t.Fatal("no trial.disk event")
+	}
+}
+
+func TestDecoyCredentials(t *testing.T) {
+	r := newRig(t)
+	p := makeProject(t, r)
+	t1, a1 := startTrial(t, r, 1, p)
+	t2, a2 := startTrial(t, r, 2, p)
+	key1, _, _ := r.Thermite("trial", "exec", t1.ID, "--", "sh", "-c", "echo $AWS_ACCESS_KEY_ID")
+	key2, _, _ := r.Thermite("trial", "exec", t2.ID, "--", "sh", "-c", "echo $AWS_ACCESS_KEY_ID")
+	key1, key2 = strings.TrimSpace(key1), strings.TrimSpace(key2)
+	if !strings.HasPrefix(key1, "AKIA") || len(key1) != 20 || key1 == key2 {
+		t.Fatalf("decoy keys %q %q", key1, key2)
+	}
+	agentKey, _, _ := r.Thermite("trial", "agent", t1.ID, "--", "sh", "-c", "echo $AWS_SECRET_ACCESS_KEY")
+	if len(strings.TrimSpace(agentKey)) != 40 {
+		t.Fatalf("the agent's decoy secret: %q", agentKey)
+	}
+	// Through fetch's URL.
+	code, _, raw := a1.do("POST", "/v1/fetch", map[string]any{"url": "https://example.com/?k=" + key1})
+	if code != 403 || !strings.Contains(raw, "decoy") {
+		t.Fatalf("fetch with the decoy: %d %s", code, raw)
+	}
+	// Through a recorded step.
+	secret2, _, _ := r.Thermite("trial", "exec", t2.ID, "--", "sh", "-c", "echo $AWS_SECRET_ACCESS_KEY")
+	code, _, raw = a2.do("POST", "/v1/steps", map[string]any{"kind": "thought", "text": "found " + strings.TrimSpace(secret2)})
+	if code != 403 {
+		t.Fatalf("step with the decoy: %d %s", code, raw)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		c1, _, _ := a1.do("GET", "/v1/trial", nil)
+		c2, _, _ := a2.do("GET", "/v1/trial", nil)
+		if c1 == 401 && c2 == 401 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("trials not ended after the decoy showed: %d %d", c1, c2)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	export, _, _ := r.Thermite("ledger", "export")
+	if strings.Count(export, "security.decoy") != 2 || !strings.Contains(export, "the body of POST /v1/steps") {
+		t.Fatalf("security events:\n%.2000s", export)
+	}
+}
