@@ -52,6 +52,8 @@ type Broker struct {
 	apiListener *net.TCPListener
 	apiPort     int
 
+	ctlKeyPath, ctlKeySHA string // control\'s key, when the launch names one
+
 	cg       *cgroup.Tree // nil where no writable tree exists
 	cgWhy    string       // why there is none
 	cgGroups map[int]*cgroup.Group
@@ -154,6 +156,9 @@ func (b *Broker) Serve() error {
 		return err
 	}
 	if err := b.closeTmp(); err != nil {
+		return err
+	}
+	if err := b.installControlKey(); err != nil {
 		return err
 	}
 	if b.secrets, err = readSecrets(b.cfg.SecretsDir); err != nil {

@@ -39,6 +39,7 @@ type Host interface {
 	GPULayout() *fence.Layout
 	APIPort() int
 	CgroupOf(role roles.Role) string
+	ControlKeySHA256() string
 }
 
 // Sentence is the verdict, worded as the seed words it.
@@ -71,6 +72,7 @@ func Run(h Host) *rpc.SelftestResult {
 	c.GPU = h.GPULayout()
 	givenCards(c)
 	c.APIPort = h.APIPort()
+	c.ControlKeySHA = h.ControlKeySHA256()
 	c.Network, c.Cgroup = map[string]string{}, map[string]string{}
 	for _, r := range c.Table.Roles {
 		pol, _ := roles.PolicyFor(r, c.Cfg.Network, c.Cfg.Perf)

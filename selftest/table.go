@@ -1,7 +1,11 @@
 package selftest
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -42,6 +46,7 @@ type Context struct {
 	APIPort       int               // the harness API's TCP port (0: none)
 	Network       map[string]string // role name -> its network policy
 	Cgroup        map[string]string // role name -> its cgroup's path, "" without cgroups
+	ControlKeySHA string            // the SHA-256 the launch named for control's key
 	GPU           *fence.Layout     // nil without a GPU layout
 	Given         map[string][]int  // role name -> the cards its probe runs with
 }
@@ -225,6 +230,29 @@ var Policy = []Row{
 		return ""
 	}},
 
+	// The one-container image: the supervisor's place, the exchange
+	// folders, and no host variable.
+	{Who: Except(roles.Supervisor), Attempt: "read the supervisor's folder", Make: at(OpList, func(c *Context, _ roles.Role) string { return existing(c.Cfg.Image.SupervisorDir) }), Want: refused},
+	{Who: Except(roles.Supervisor), Attempt: "read the supervisor's token", Make: at(OpRead, func(c *Context, _ roles.Role) string {
+		if c.Cfg.Image.SupervisorDir == "" {
+			return ""
+		}
+		return existing(filepath.Join(c.Cfg.Image.SupervisorDir, "token"))
+	}), Want: refused},
+	{Who: Except(roles.Supervisor, roles.Controller), Attempt: "read the outbox", Make: at(OpList, func(c *Context, _ roles.Role) string { return existing(c.Cfg.Image.Outbox) }), Want: refused},
+	{Who: Except(roles.Supervisor), Attempt: "write the inbox", Make: at(OpCreateIn, func(c *Context, _ roles.Role) string { return existing(c.Cfg.Image.Inbox) }), Want: refused},
+	{Who: Every, Attempt: "no host variable in its environment", Make: one(OpEnv, ""), Want: succeeds, Check: func(c *Context, _ roles.Role, o Outcome) string {
+		var bad []string
+		for _, n := range strings.Split(o.Detail, ",") {
+			for _, p := range c.Cfg.StripEnvPrefixes {
+				if strings.HasPrefix(n, p) {
+					bad = append(bad, n)
+				}
+			}
+		}
+		return strings.Join(bad, ",")
+	}},
+
 	// What must hold for every role.
 	{Who: Every, Attempt: "CapEff, CapPrm, CapAmb and CapInh are 0", Make: one(OpStatus, ""), Want: succeeds, Check: capsZero},
 	{Who: Every, Attempt: "no_new_privs is set", Make: one(OpStatus, ""), Want: succeeds, Check: noNewPrivs},
@@ -351,6 +379,17 @@ func given(c *Context, r roles.Role, card int) bool {
 		}
 	}
 	return false
+}
+
+// existing is p when it exists, else "" (the row does not apply).
+func existing(p string) string {
+	if p == "" {
+		return ""
+	}
+	if _, err := os.Lstat(p); err != nil {
+		return ""
+	}
+	return p
 }
 
 func procEnviron(pid int) string {
@@ -538,6 +577,42 @@ var RigChecks = []RigCheck{
 		}
 		return strings.Join(bad, "; ")
 	}},
+	{"the broker's environment has no host variable", func(c *Context) string {
+		var bad []string
+		for _, kv := range os.Environ() {
+			for _, p := range c.Cfg.StripEnvPrefixes {
+				if strings.HasPrefix(kv, p) {
+					n, _, _ := strings.Cut(kv, "=")
+					bad = append(bad, n)
+				}
+			}
+		}
+		return strings.Join(bad, ",")
+	}},
+	{"control's key copy is root's, writable by nobody else, and matches its SHA-256", func(c *Context) string {
+		if c.ControlKeySHA == "" {
+			return ""
+		}
+		p := c.Cfg.ControlKey()
+		if bad := ownerMode(p, 0, c.Table.Controller().GID, 0o640, unix.S_IFREG); bad != "" {
+			return bad
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err.Error()
+		}
+		sum := sha256.Sum256(data)
+		if got := hex.EncodeToString(sum[:]); got != c.ControlKeySHA {
+			return fmt.Sprintf("%s has SHA-256 %s, not %s", p, got, c.ControlKeySHA)
+		}
+		return ""
+	}},
+	{"no file in the image keeps a set-id bit", func(c *Context) string {
+		if !c.Cfg.Image.OneContainer {
+			return ""
+		}
+		return setIDFiles(c.Cfg.Image.ScanRoot)
+	}},
 	{"the state folders have their owners and modes", func(c *Context) string {
 		ctl := c.Table.Controller()
 		return firstBad(
@@ -547,6 +622,33 @@ var RigChecks = []RigCheck{
 			ownerMode(c.Cfg.ScratchDir(), 0, 0, 0o755, unix.S_IFDIR),
 			ownerMode(c.Cfg.ResearchDir(), ctl.UID, ctl.GID, 0o755, unix.S_IFDIR))
 	}},
+}
+
+// setIDFiles lists regular files with a set-user or set-group bit on the
+// file system of root, which the one-container image must not have.
+func setIDFiles(root string) string {
+	var rst unix.Stat_t
+	if err := unix.Lstat(root, &rst); err != nil {
+		return err.Error()
+	}
+	var bad []string
+	filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		var st unix.Stat_t
+		if unix.Lstat(p, &st) != nil {
+			return nil
+		}
+		if d.IsDir() && st.Dev != rst.Dev {
+			return filepath.SkipDir // another file system: /proc, /sys, volumes
+		}
+		if st.Mode&unix.S_IFMT == unix.S_IFREG && st.Mode&(unix.S_ISUID|unix.S_ISGID) != 0 && len(bad) < 10 {
+			bad = append(bad, fmt.Sprintf("%s %04o", p, st.Mode&0o7777))
+		}
+		return nil
+	})
+	return strings.Join(bad, "; ")
 }
 
 func firstBad(s ...string) string {

@@ -34,13 +34,40 @@ func loadTable() (config.Config, *roles.Table, error) {
 	return cfg, t, err
 }
 
+var controlKey, controlKeySHA string
+
+func serveFlags(c *cobra.Command) {
+	c.Flags().StringVar(&controlKey, "control-key", "", "control's key: checked against --control-key-sha256, then installed where only root can write it")
+	c.Flags().StringVar(&controlKeySHA, "control-key-sha256", "", "the SHA-256 (hex) the launch names for control's key")
+}
+
 func serveCmd() *cobra.Command {
-	return &cobra.Command{
+	c := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the broker (as root): prepare the rig, run the self-test, start and supervise the controller",
 		Args:  cobra.NoArgs,
 		RunE:  func(cmd *cobra.Command, args []string) error { return runServe() },
 	}
+	serveFlags(c)
+	return c
+}
+
+// stripEnv removes the host's variables (RunPod's among them) before
+// anything else starts, so no process of the rig has them.
+func stripEnv(env, prefixes []string) []string {
+	var out []string
+	for _, kv := range env {
+		drop := false
+		for _, p := range prefixes {
+			if strings.HasPrefix(kv, p) {
+				drop = true
+			}
+		}
+		if !drop {
+			out = append(out, kv)
+		}
+	}
+	return out
 }
 
 // runServe checks the configuration, then re-execs as the broker with the
@@ -57,11 +84,17 @@ func runServe() error {
 	if cfg.Source != "" {
 		argv = append(argv, "--config", cfg.Source)
 	}
-	return caps.ReduceAndExec(caps.Broker, argv, os.Environ())
+	if controlKey != "" || controlKeySHA != "" {
+		if _, err := broker.CheckControlKey(controlKey, controlKeySHA); err != nil {
+			return err
+		}
+		argv = append(argv, "--control-key", controlKey, "--control-key-sha256", controlKeySHA)
+	}
+	return caps.ReduceAndExec(caps.Broker, argv, stripEnv(os.Environ(), cfg.StripEnvPrefixes))
 }
 
 func brokerCmd() *cobra.Command {
-	return &cobra.Command{
+	c := &cobra.Command{
 		Use:    broker.Arg,
 		Hidden: true,
 		Args:   cobra.NoArgs,
@@ -75,6 +108,7 @@ func brokerCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			b.SetControlKey(controlKey, controlKeySHA)
 			b.SetSelftest(func() *rpc.SelftestResult { return selftest.Run(b) })
 			if err := b.Serve(); err != nil {
 				log.Error("broker refused to start", "err", err.Error())
@@ -83,6 +117,8 @@ func brokerCmd() *cobra.Command {
 			return nil
 		},
 	}
+	serveFlags(c)
+	return c
 }
 
 func controllerCmd() *cobra.Command {

@@ -71,6 +71,7 @@ func newRoot() *cobra.Command {
 		RunE:          func(cmd *cobra.Command, args []string) error { return runServe() },
 	}
 	root.PersistentFlags().StringVar(&configPath, "config", "", "the rig's TOML configuration (default /etc/thermite/rig.toml when present)")
+	serveFlags(root)
 	root.AddCommand(
 		serveCmd(), brokerCmd(), controllerCmd(),
 		rolesCmd(), configCmd(),

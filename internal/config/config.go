@@ -89,6 +89,19 @@ type Trial struct {
 	DiskCheck Duration `toml:"disk_check" json:"disk_check"`
 }
 
+// Image describes the container the rig runs in: the one-container image
+// (RunPod) keeps the supervisor beside the roles.
+type Image struct {
+	// OneContainer turns on the self-test's image rows: no set-id file
+	// anywhere in the image, control's key in place.
+	OneContainer  bool   `toml:"one_container" json:"one_container"`
+	SupervisorDir string `toml:"supervisor_dir" json:"supervisor_dir"` // the supervisor's own folder (its token)
+	Inbox         string `toml:"inbox" json:"inbox"`                   // the supervisor fills it; the controller's group reads
+	Outbox        string `toml:"outbox" json:"outbox"`                 // the harness fills it; the supervisor's group reads
+	// ScanRoot is where the set-id scan starts (its file system only).
+	ScanRoot string `toml:"scan_root" json:"scan_root"`
+}
+
 // Config is the whole effective configuration.
 type Config struct {
 	StateDir        string   `toml:"state_dir" json:"state_dir"`
@@ -109,6 +122,11 @@ type Config struct {
 	Perf   []string `toml:"perf" json:"perf"`
 	Cgroup Cgroup   `toml:"cgroup" json:"cgroup"`
 	Trial  Trial    `toml:"trial" json:"trial"`
+	Image  Image    `toml:"image" json:"image"`
+	// StripEnvPrefixes names the host's variables (RunPod's among them)
+	// that `thermite serve` removes from its environment before anything
+	// else starts.
+	StripEnvPrefixes []string `toml:"strip_env_prefixes" json:"strip_env_prefixes"`
 
 	// Source is the file the configuration came from, or "" for defaults.
 	Source string `toml:"-" json:"source"`
@@ -142,6 +160,13 @@ func Default() Config {
 		Perf:    []string{},
 		Cgroup:  Cgroup{Enabled: true, MemoryMB: 4096, Pids: 1024},
 		Trial:   Trial{DiskCapMB: 5120, DiskCheck: Duration{2 * time.Second}},
+		Image: Image{
+			SupervisorDir: "/var/lib/thermite-supervisor",
+			Inbox:         "/var/lib/thermite-inbox",
+			Outbox:        "/var/lib/thermite-outbox",
+			ScanRoot:      "/",
+		},
+		StripEnvPrefixes: []string{"RUNPOD_"},
 		API: API{
 			TCP:              "127.0.0.1:7700",
 			MaxConnsPerToken: 256,
@@ -324,6 +349,16 @@ func (c *Config) Validate() error {
 	if c.Trial.DiskCheck.Duration < 100*time.Millisecond {
 		return fmt.Errorf("trial.disk_check: %s must be at least 100ms", c.Trial.DiskCheck)
 	}
+	for key, p := range map[string]string{"image.supervisor_dir": c.Image.SupervisorDir, "image.inbox": c.Image.Inbox, "image.outbox": c.Image.Outbox} {
+		if p != "" && (!filepath.IsAbs(p) || filepath.Clean(p) != p) {
+			return fmt.Errorf("%s: %q is not a clean absolute path", key, p)
+		}
+	}
+	for _, p := range c.StripEnvPrefixes {
+		if p == "" || strings.ContainsAny(p, "= ") {
+			return fmt.Errorf("strip_env_prefixes: %q is not a variable-name prefix", p)
+		}
+	}
 	if c.GPU.FenceMinABI < 5 {
 		return fmt.Errorf("gpu.fence_min_abi: %d is below 5, the first ABI with IOCTL_DEV", c.GPU.FenceMinABI)
 	}
@@ -387,3 +422,7 @@ func (c *Config) Encode() (string, error) {
 	}
 	return b.String(), nil
 }
+
+// ControlKey is where the broker installs control's key: root's, readable
+// by the controller's group.
+func (c *Config) ControlKey() string { return filepath.Join(c.StateDir, "control", "key") }

@@ -90,6 +90,8 @@ type Options struct {
 	GPULayout string // "shared" or "dedicated" (default dedicated)
 	GPUExtra  string // more keys for the [gpu] section
 	APIExtra  string // more keys for the [api] section
+	// ServeArgs are more arguments for `thermite serve`.
+	ServeArgs []string
 }
 
 // Rig is one throwaway rig.
@@ -222,7 +224,7 @@ func (r *Rig) Start() error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(r.Bin, "--config", r.Config, "serve")
+	cmd := exec.Command(r.Bin, append([]string{"--config", r.Config, "serve"}, r.opts.ServeArgs...)...)
 	cmd.Stdout = logf
 	cmd.Stderr = logf
 	cmd.Env = append(os.Environ(), r.opts.Env...)
