@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"sort"
-	"strings"
 
 	"thermite/fence"
 	"thermite/internal/seccomp"
@@ -85,15 +84,4 @@ func (b *Broker) writableFor(r roles.Role, home string) []string {
 	}
 	sort.Strings(out)
 	return out
-}
-
-func describeConfinement(c *confinement) string {
-	var parts []string
-	if c.ruleSet != nil {
-		parts = append(parts, "landlock")
-	}
-	if c.seccomp != nil {
-		parts = append(parts, "seccomp("+c.seccomp.Network+")")
-	}
-	return strings.Join(parts, "+")
 }

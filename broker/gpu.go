@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"os"
 	"sort"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -207,12 +205,4 @@ func uniqueInts(in []int) []int {
 		}
 	}
 	return out
-}
-
-func joinInts(in []int) string {
-	s := make([]string, len(in))
-	for i, v := range in {
-		s[i] = strconv.Itoa(v)
-	}
-	return strings.Join(s, ",")
 }

@@ -312,8 +312,11 @@ func (c *Controller) Time(ctx context.Context, req TimeRequest) (ledger.TimedRun
 		return tr, fmt.Errorf("judge: out/: %w", err)
 	}
 	if tr.Status != "failed" {
-		if err := c.saveStream(runDir, k.Run.Stdout, stdout); err == nil {
-			err = c.saveStream(runDir, k.Run.Stderr, stderr)
+		if err := c.saveStream(runDir, k.Run.Stdout, stdout); err != nil {
+			c.log.Warn("judge: save stdout", "run", tr.ID, "err", err)
+		}
+		if err := c.saveStream(runDir, k.Run.Stderr, stderr); err != nil {
+			c.log.Warn("judge: save stderr", "run", tr.ID, "err", err)
 		}
 		public, hidden, err := c.check(ctx, k, out)
 		if err != nil {

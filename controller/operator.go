@@ -3,7 +3,6 @@ package controller
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -233,6 +232,3 @@ func (c *Controller) runAgent(w http.ResponseWriter, r *http.Request, rt *trialR
 	f := c.streamCommand(r.Context(), w, run, c.cfg.API.ExecOutputCap)
 	c.event("trial.agent", rt.t, map[string]any{"argv0": filepath.Base(req.Argv[0]), "exit_code": f.ExitCode, "stopped": f.Stopped})
 }
-
-// drain reads and drops a body, so the connection can be reused.
-func drain(r io.Reader) { io.Copy(io.Discard, io.LimitReader(r, 1<<20)) }

@@ -129,7 +129,7 @@ func TestTrialsAndTheHarnessAPI(t *testing.T) {
 	})
 
 	t.Run("file tools work in its own workspace, as the lane", func(t *testing.T) {
-		code, m, raw := a1.do("POST", "/v1/fs/write", map[string]any{"path": "notes/new.txt", "data": []byte("one two\n"), "create_parents": true})
+		code, _, raw := a1.do("POST", "/v1/fs/write", map[string]any{"path": "notes/new.txt", "data": []byte("one two\n"), "create_parents": true})
 		if code != 200 {
 			t.Fatalf("write: %d %s", code, raw)
 		}
@@ -141,6 +141,7 @@ func TestTrialsAndTheHarnessAPI(t *testing.T) {
 		if code, _, raw = a1.do("POST", "/v1/fs/edit", map[string]any{"path": "notes/new.txt", "old": "two", "new": "three"}); code != 200 {
 			t.Fatalf("edit: %d %s", code, raw)
 		}
+		var m map[string]any
 		code, m, _ = a1.do("POST", "/v1/fs/read", map[string]any{"path": "notes/new.txt"})
 		if code != 200 || m["data"] != "b25lIHRocmVlCg==" {
 			t.Fatalf("read after edit: %d %v", code, m)
@@ -281,7 +282,7 @@ func TestTrialsAndTheHarnessAPI(t *testing.T) {
 			t.Fatalf("note: %d %s", code, raw)
 		}
 		rel, _ := filepath.Rel(t1.ResearchDir, m["path"].(string))
-		code, m, raw = a2.do("POST", "/v1/research/read", map[string]any{"path": rel})
+		code, _, raw = a2.do("POST", "/v1/research/read", map[string]any{"path": rel})
 		if code != 200 || !strings.Contains(raw, "data") {
 			t.Fatalf("lane 2 reads lane 1's note: %d %s", code, raw)
 		}
@@ -296,7 +297,7 @@ func TestTrialsAndTheHarnessAPI(t *testing.T) {
 		if _, stderr, code := r.Thermite("trial", "exec", t1.ID, "--", "sh", "-c", "echo mine > "+t1.LaneArea+"/result.txt"); code != 0 {
 			t.Fatalf("lane 1 writes its area: %s", stderr)
 		}
-		_, stderr, code = r.Thermite("trial", "exec", t2.ID, "--", "cat", t1.LaneArea+"/result.txt")
+		_, _, code = r.Thermite("trial", "exec", t2.ID, "--", "cat", t1.LaneArea+"/result.txt")
 		if code == 0 {
 			t.Fatalf("lane 2 read lane 1's area during its trial")
 		}
