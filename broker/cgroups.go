@@ -58,11 +58,7 @@ func oomKills(g *cgroup.Group) int64 {
 	if g == nil {
 		return -1
 	}
-	st, err := g.Stats()
-	if err != nil {
-		return -1
-	}
-	return st.OOMKills
+	return g.OOMKillCount()
 }
 
 func (b *Broker) closeCgroups() {

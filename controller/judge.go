@@ -45,7 +45,7 @@ func (c *Controller) kitDir(name string) string {
 }
 
 func (c *Controller) loadKit(name string) (*kit.Kit, error) {
-	if !runName.MatchString(name) {
+	if !runName().MatchString(name) {
 		return nil, fmt.Errorf("judge: kit %q is not a kit name", name)
 	}
 	dir := c.kitDir(name)

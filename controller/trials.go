@@ -52,7 +52,7 @@ type TrialInfo struct {
 	APIURL      string `json:"api_url,omitempty"`
 }
 
-var runName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
+var runName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`) })
 
 func randomID(prefix string, n int) string {
 	b := make([]byte, n)
@@ -88,7 +88,7 @@ func (c *Controller) StartTrial(lane int, project, run string) (TrialInfo, error
 	if run == "" {
 		run = "default"
 	}
-	if !runName.MatchString(run) {
+	if !runName().MatchString(run) {
 		return TrialInfo{}, fmt.Errorf("trial: run %q is not a run name (a-z, 0-9, . _ -, at most 64)", run)
 	}
 	if err := c.importedProject(project); err != nil {

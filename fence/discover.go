@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -46,7 +47,7 @@ func (d *Devices) Paths() []string {
 	return append(out, d.Control...)
 }
 
-var cardName = regexp.MustCompile(`^nvidia([0-9]+)$`)
+var cardName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^nvidia([0-9]+)$`) })
 
 // Discover finds the cards and control nodes. With NVML (the `nvml` build,
 // where the driver's library loads) NVML gives the cards; otherwise they
@@ -148,7 +149,7 @@ func discoverDev(devRoot, procRoot string) ([]Card, error) {
 	}
 	var cards []Card
 	for _, e := range ents {
-		m := cardName.FindStringSubmatch(e.Name())
+		m := cardName().FindStringSubmatch(e.Name())
 		if m == nil {
 			continue
 		}

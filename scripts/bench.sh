@@ -8,24 +8,38 @@ export PATH=/usr/local/go/bin:$PATH
 n=${BENCH_N:-200}
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
-go test -run '^$' -bench 'RunTrue|StopUser500' -benchtime "${n}x" -timeout 30m ./cmd/thermite/ | tee -a "$out" >&2
-go test -run '^$' -bench 'SetIDSweep100k' -benchtime 10x -timeout 30m ./internal/confined/ | tee -a "$out" >&2
-for p in ./selftest/ ./broker/ ./controller/ ./fence/; do
-	[ -d "$p" ] && go test -run '^$' -bench . -benchtime "${n}x" -timeout 30m "$p" 2>/dev/null | grep '^Benchmark' | tee -a "$out" >&2 || true
-done
+run() { go test -run '^$' "$@" | tee -a "$out" >&2; }
+run -bench 'RunTrue|StopUser500|Fence|Policy|Selftest|API' -benchtime "${n}x" -timeout 60m ./cmd/thermite/
+run -bench 'TimingNoise' -benchtime 1x -timeout 30m ./cmd/thermite/
+run -bench 'SetIDSweep100k' -benchtime 10x -timeout 30m ./internal/confined/
+run -bench 'Hash1GiB' -benchtime 3x -timeout 30m ./internal/hashtree/
 awk '
-/^Benchmark/ { name=$1; sub(/-[0-9]+$/, "", name); ns[name]=$3 }
+/^Benchmark/ {
+	name=$1; sub(/-[0-9]+$/, "", name); ns[name]=$3
+	for (i = 4; i < NF; i++) if ($(i+1) ~ /^(p50-µs|p99-µs|cv%-pinned|cv%-unpinned|MB\/s)$/) metric[name, $(i+1)] = $i
+}
 function row(label, a, b, aim) {
-	if ((a in ns) && (b in ns)) printf "%-48s %10.3f ms %10.3f ms %7.2fx   %s\n", label, ns[a]/1e6, ns[b]/1e6, ns[a]/ns[b], aim
+	if ((a in ns) && (b in ns)) printf "%-52s %12.3f ms %12.3f ms %7.2fx   %s\n", label, ns[a]/1e6, ns[b]/1e6, ns[a]/ns[b], aim
+}
+function p50(label, a, b, aim) {
+	if (((a, "p50-µs") in metric) && ((b, "p50-µs") in metric))
+		printf "%-52s %9d µs p50 %9d µs p50 %7.2fx   %s (p99 %d / %d µs)\n", label, metric[a, "p50-µs"], metric[b, "p50-µs"], metric[a, "p50-µs"]/metric[b, "p50-µs"], aim, metric[a, "p99-µs"], metric[b, "p99-µs"]
 }
 END {
-	printf "%-48s %13s %13s %8s   %s\n", "what (against its peer)", "thermite", "peer", "ratio", "aim"
+	printf "%-52s %15s %15s %8s   %s\n", "what (against its peer)", "thermite", "peer", "ratio", "aim"
 	row("Run /bin/true as a lane vs os/exec", "BenchmarkRunTrue/broker-lane", "BenchmarkRunTrue/exec", "<= 2x")
 	row("setpriv --reuid /bin/true vs os/exec", "BenchmarkRunTrue/setpriv", "BenchmarkRunTrue/exec", "(peer)")
 	row("bwrap --ro-bind / / /bin/true vs os/exec", "BenchmarkRunTrue/bwrap", "BenchmarkRunTrue/exec", "(peer)")
+	row("Run with the GPU fence vs no rule set", "BenchmarkFence/fenced", "BenchmarkFence/unfenced", "< 1.10x")
+	row("Run with the full policy vs the fence only", "BenchmarkPolicy/full", "BenchmarkPolicy/fence-only", "< 1.25x")
 	row("set-id sweep, 100k files vs find -perm /6000", "BenchmarkSetIDSweep100k/thermite", "BenchmarkSetIDSweep100k/find", "<= 1.2x")
-	row("Run with the GPU fence vs without", "BenchmarkFence/fenced", "BenchmarkFence/unfenced", "< 1.10x")
-	row("Run with the full policy vs fence only", "BenchmarkPolicy/full", "BenchmarkPolicy/fence-only", "< 1.25x")
-	if ("BenchmarkStopUser500" in ns) printf "%-48s %10.3f ms %13s %8s   %s\n", "StopUser of 500 processes", ns["BenchmarkStopUser500"]/1e6, "-", "-", "< 50 ms"
-	if ("BenchmarkSelftest" in ns) printf "%-48s %10.3f ms %13s %8s   %s\n", "isolation self-test, default table", ns["BenchmarkSelftest"]/1e6, "-", "-", "< 2000 ms"
+	row("hash 1 GiB vs sha256sum (time; lower is faster)", "BenchmarkHash1GiB/hashtree", "BenchmarkHash1GiB/sha256sum", "<= 1.11x")
+	p50("API read 4 KiB, 1 client vs os.ReadFile", "BenchmarkAPI/read/api-1", "BenchmarkAPI/read/direct", "p50 < 1 ms")
+	p50("API read 4 KiB, 16 lanes vs os.ReadFile", "BenchmarkAPI/read/api-16", "BenchmarkAPI/read/direct", "")
+	p50("API exec /bin/true, 1 client vs bare Run", "BenchmarkAPI/exec/api-1", "BenchmarkAPI/exec/bare-run", "<= 2x")
+	p50("API exec /bin/true, 16 lanes vs bare Run", "BenchmarkAPI/exec/api-16", "BenchmarkAPI/exec/bare-run", "")
+	p50("bare Run vs os/exec", "BenchmarkAPI/exec/bare-run", "BenchmarkAPI/exec/direct", "")
+	if ("BenchmarkStopUser500" in ns) printf "%-52s %12.3f ms\n", "StopUser of 500 processes (aim < 50 ms)", ns["BenchmarkStopUser500"]/1e6
+	if ("BenchmarkSelftest" in ns) printf "%-52s %12.3f ms\n", "isolation self-test, 38 roles (aim < 2000 ms)", ns["BenchmarkSelftest"]/1e6
+	if (("BenchmarkTimingNoise", "cv%-pinned") in metric) printf "%-52s %11.2f %% pinned, %.2f %% unpinned\n", "timing noise: CV of 20 repeats, a lane loading", metric["BenchmarkTimingNoise", "cv%-pinned"], metric["BenchmarkTimingNoise", "cv%-unpinned"]
 }' "$out"

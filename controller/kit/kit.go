@@ -98,6 +98,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/BurntSushi/toml"
@@ -258,11 +259,11 @@ const (
 )
 
 var (
-	nameRE   = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
-	publicRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.-]{0,63}$`)
-	caseRE   = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
+	nameRE   = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`) })
+	publicRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.-]{0,63}$`) })
+	caseRE   = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`) })
 	// placeRE finds what looks like a placeholder leading a path.
-	placeRE = regexp.MustCompile(`^\{[A-Za-z_]+\}/`)
+	placeRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^\{[A-Za-z_]+\}/`) })
 )
 
 // Load reads dir/kit.toml and checks it, and the kit's files, against each
@@ -358,7 +359,7 @@ func parse(data []byte) (*Kit, error) {
 	d := &decoder{}
 	k := &Kit{}
 	k.Name = d.str(raw, "", "name", true)
-	if d.err == nil && !nameRE.MatchString(k.Name) {
+	if d.err == nil && !nameRE().MatchString(k.Name) {
 		d.failf("name: %q is not a kit name ([a-z0-9][a-z0-9._-]{0,63})", k.Name)
 	}
 	k.Description = d.str(raw, "", "description", false)
@@ -401,12 +402,12 @@ func parse(data []byte) (*Kit, error) {
 }
 
 func checkNames(k *Kit) error {
-	if !publicRE.MatchString(k.Check.Public) || k.Check.Public == "cases" {
+	if !publicRE().MatchString(k.Check.Public) || k.Check.Public == "cases" {
 		return fmt.Errorf("check.public: %q is not an aggregate's name ([A-Za-z_][A-Za-z0-9_.-]{0,63}, not \"cases\")", k.Check.Public)
 	}
 	seen := map[string]int{}
 	for i, h := range k.Check.Hidden {
-		if !caseRE.MatchString(h) {
+		if !caseRE().MatchString(h) {
 			return fmt.Errorf("check.hidden[%d]: %q is not a case name ([A-Za-z0-9._-]{1,128})", i, h)
 		}
 		if j, ok := seen[h]; ok {
@@ -439,7 +440,7 @@ func checkCommands(k *Kit) error {
 					return fmt.Errorf("%s: %q: %s has no meaning in %s (it has %s)", name, a, p, c.field, strings.Join(c.allowed, " "))
 				}
 			}
-			if m := placeRE.FindString(a); m != "" && !contains([]string{PlaceBuild + "/", PlaceKit + "/", PlaceOut + "/"}, m) {
+			if m := placeRE().FindString(a); m != "" && !contains([]string{PlaceBuild + "/", PlaceKit + "/", PlaceOut + "/"}, m) {
 				return fmt.Errorf("%s: %q: %s is not a placeholder (%s %s %s)", name, a, m[:len(m)-1], PlaceBuild, PlaceKit, PlaceOut)
 			}
 			if c.field != "run.command" {

@@ -1059,3 +1059,25 @@ func contains(xs []string, x string) bool {
 	}
 	return false
 }
+
+// OOMKillCount is how many processes the OOM killer has ended in the group
+// (v2 memory.events oom_kill, v1 memory.oom_control oom_kill), or -1 where
+// the kernel keeps no count: one file read, cheap enough for every command.
+func (g *Group) OOMKillCount() int64 {
+	mem, ok := g.ctl["memory"]
+	if !ok {
+		return -1
+	}
+	name := "memory.events"
+	if g.tree.Version == 1 {
+		name = "memory.oom_control"
+	}
+	v, err := g.tree.sys.read(filepath.Join(mem, name))
+	if err != nil {
+		return -1
+	}
+	if n, ok := keyed(v)["oom_kill"]; ok {
+		return n
+	}
+	return -1
+}
