@@ -217,3 +217,6 @@ func (b *Broker) CgroupOf(r roles.Role) string {
 	p := g.Path()
 	return filepath.Base(filepath.Dir(p)) + "/" + filepath.Base(p)
 }
+
+// CgroupStatus says where role commands' cgroups are, or why there are none.
+func (b *Broker) CgroupStatus() string { return b.cgroupStatus() }

@@ -40,6 +40,7 @@ type Host interface {
 	APIPort() int
 	CgroupOf(role roles.Role) string
 	ControlKeySHA256() string
+	CgroupStatus() string
 }
 
 // Sentence is the verdict, worded as the seed words it.
@@ -175,6 +176,13 @@ func Run(h Host) *rpc.SelftestResult {
 			record(probeRole(h, c, r))
 		}
 		stop()
+	}
+	// Where no writable cgroup tree exists the rig runs on rlimits alone:
+	// the self-test says so, in its own row.
+	if cg := h.CgroupStatus(); strings.HasPrefix(cg, "none") {
+		res.Probes = append(res.Probes, rpc.Probe{Role: "rig", Attempt: "per-role cgroups", Expect: "in force, or said", Got: cg, OK: true})
+	} else {
+		res.Probes = append(res.Probes, rpc.Probe{Role: "rig", Attempt: "per-role cgroups", Expect: "in force, or said", Got: "in force: " + cg, OK: true})
 	}
 	for _, rc := range RigChecks {
 		if got := rc.Check(c); got != "" {

@@ -271,3 +271,24 @@ func TestDecoyCredentials(t *testing.T) {
 		t.Fatalf("security events:\n%.2000s", export)
 	}
 }
+
+func TestNoCgroupsIsSaid(t *testing.T) {
+	r := testrig.New(t, testrig.Options{Extra: "[cgroup]\nenabled = false\n"})
+	st := r.Status()
+	if !strings.HasPrefix(st.Cgroup, "none: ") || !strings.Contains(st.Cgroup, "rlimits only") {
+		t.Fatalf("status: %q", st.Cgroup)
+	}
+	res, code := selftestJSON(t, r)
+	if code != 0 {
+		t.Fatalf("self-test: %s", res.Sentence)
+	}
+	for _, p := range res.Probes {
+		if p.Attempt == "per-role cgroups" {
+			if !strings.Contains(p.Got, "cgroups are off") {
+				t.Fatalf("the self-test's cgroup row: %+v", p)
+			}
+			return
+		}
+	}
+	t.Fatal("no cgroup row in the self-test")
+}
