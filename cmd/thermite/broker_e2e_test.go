@@ -241,8 +241,13 @@ func TestBrokerAsOperator(t *testing.T) {
 			_, _, code := r.RunAs("lane-2", []string{"--processes", "40", "--timeout", "4s"}, "sh", "-c", "exec >/dev/null 2>&1; while :; do sleep 60 & done")
 			done <- code
 		}()
-		time.Sleep(800 * time.Millisecond)
-		n := len(r.Procs("lane-2"))
+		// Wait until the loop runs into its limit (or 10 s pass).
+		n := 0
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			if n = len(r.Procs("lane-2")); n >= 30 {
+				break
+			}
+		}
 		if n == 0 || n > 40 {
 			t.Errorf("lane-2 runs %d processes under a limit of 40", n)
 		}

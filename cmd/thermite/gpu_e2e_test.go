@@ -206,14 +206,23 @@ func TestGPUUnplacedCardRefusesGPUWork(t *testing.T) {
 func TestGPUNodeMadeLaterIsDenied(t *testing.T) {
 	r := testrig.New(t, testrig.Options{GPUs: 2, TimingUsers: 2})
 	later := filepath.Join(r.Dir, "dev", "late-node")
+	ready := filepath.Join(r.Cfg.ScratchDir(), "tmp", "lane-1", "ready")
 	done := make(chan string)
 	go func() {
-		// The command's fence is built before the node exists.
-		out, _, _ := r.RunAs("lane-1", nil, "sh", "-c", "sleep 1; "+r.Bin+" __probe try open-dev "+later)
+		// The command's fence is built before it starts, so before "ready".
+		out, _, _ := r.RunAs("lane-1", nil, "sh", "-c", "touch $TMPDIR/ready; while [ ! -e $TMPDIR/go ]; do sleep 0.05; done; "+r.Bin+" __probe try open-dev "+later)
 		done <- strings.TrimSpace(out)
 	}()
-	time.Sleep(300 * time.Millisecond)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(ready); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the command did not start")
+		}
+	}
 	testrig.MakeNode(t, later)
+	os.WriteFile(filepath.Join(filepath.Dir(ready), "go"), nil, 0o644)
 	if got := <-done; got != "EACCES" {
 		t.Fatalf("a node made after the fence was built: %s", got)
 	}

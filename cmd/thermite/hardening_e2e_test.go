@@ -184,11 +184,10 @@ func TestForkBombHeldByThePidsLimit(t *testing.T) {
 		done <- code
 	}()
 	max := 0
-	for i := 0; i < 20; i++ {
+	for deadline := time.Now().Add(2500 * time.Millisecond); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		if n := len(r.Procs("lane-1")); n > max {
 			max = n
 		}
-		time.Sleep(50 * time.Millisecond)
 	}
 	<-done
 	r.Thermite("stop", "lane-1")
