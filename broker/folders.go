@@ -70,10 +70,11 @@ func (b *Broker) HandFolder(req *rpc.HandFolderRequest) (*rpc.HandFolderResult, 
 	return &rpc.HandFolderResult{Changed: changed, Skipped: skipped}, nil
 }
 
-// ClearSetID sweeps every folder a role owns in scratch (its HOME, its
-// TMPDIR and the folders handed to it) for set-user and set-group bits.
-func (b *Broker) ClearSetID(r roles.Role) *rpc.SetIDReport {
-	rep := &rpc.SetIDReport{}
+// eachOwnedFolder opens every folder a role owns (its HOME, its TMPDIR and
+// the folders handed to it), beneath scratch or the research folder, and
+// hands each to f. A folder that is gone is passed over; one that cannot be
+// opened is reported to fail.
+func (b *Broker) eachOwnedFolder(r roles.Role, f func(top *os.File), fail func(error)) {
 	b.mu.Lock()
 	dirs := []string{b.homeOf(r), b.tmpOf(r)}
 	for p := range b.handed[r.UID] {
@@ -88,19 +89,29 @@ func (b *Broker) ClearSetID(r roles.Role) *rpc.SetIDReport {
 		top, err := confined.Open(root, d, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW)
 		if err != nil {
 			if !errors.Is(err, unix.ENOENT) {
-				rep.Skipped = append(rep.Skipped, err.Error())
+				fail(err)
 			}
 			continue
 		}
-		cleared, skipped, n, err := confined.ClearSetID(top, r.UID)
+		f(top)
 		top.Close()
+	}
+}
+
+// ClearSetID sweeps every folder a role owns in scratch (its HOME, its
+// TMPDIR and the folders handed to it) for set-user and set-group bits.
+func (b *Broker) ClearSetID(r roles.Role) *rpc.SetIDReport {
+	rep := &rpc.SetIDReport{}
+	skip := func(err error) { rep.Skipped = append(rep.Skipped, err.Error()) }
+	b.eachOwnedFolder(r, func(top *os.File) {
+		cleared, skipped, n, err := confined.ClearSetID(top, r.UID)
 		rep.Cleared = append(rep.Cleared, cleared...)
 		rep.Skipped = append(rep.Skipped, skipped...)
 		rep.Scanned += n
 		if err != nil {
-			rep.Skipped = append(rep.Skipped, err.Error())
+			skip(err)
 		}
-	}
+	}, skip)
 	if len(rep.Cleared) > 0 || len(rep.Skipped) > 0 {
 		b.log.Warn("set-id sweep", "role", r.Name, "cleared", rep.Cleared, "skipped", rep.Skipped)
 	}
@@ -110,25 +121,10 @@ func (b *Broker) ClearSetID(r roles.Role) *rpc.SetIDReport {
 // DiskUsage measures a role's HOME, TMPDIR and the folders handed to it.
 func (b *Broker) DiskUsage(r roles.Role) (*rpc.DiskUsage, error) {
 	u := &rpc.DiskUsage{}
-	b.mu.Lock()
-	dirs := []string{b.homeOf(r), b.tmpOf(r)}
-	for p := range b.handed[r.UID] {
-		dirs = append(dirs, p)
-	}
-	b.mu.Unlock()
-	for _, d := range dirs {
-		root := b.cfg.ScratchDir()
-		if strings.HasPrefix(d, b.cfg.ResearchDir()+"/") {
-			root = b.cfg.ResearchDir()
-		}
-		top, err := confined.Open(root, d, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW)
-		if err != nil {
-			continue
-		}
+	b.eachOwnedFolder(r, func(top *os.File) {
 		n, e, _ := confined.Usage(top)
-		top.Close()
 		u.Bytes += n
 		u.Entries += e
-	}
+	}, func(error) {})
 	return u, nil
 }

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -107,82 +108,15 @@ func (c *Controller) TrialForToken(header string) *trialRT {
 	return rt
 }
 
-// fsCall decodes a file request, pins it to the trial's root, and asks the
-// trial's file helper, which runs as the lane.
-func (c *Controller) fsCall(w http.ResponseWriter, r *http.Request, rt *trialRT, op string, root int) {
-	var (
-		res any
-		err error
-	)
-	fs := rt.files()
-	switch op {
-	case "read":
-		var q lanefs.ReadRequest
-		if !decode(w, r, c.cfg.API.MaxBodyBytes, &q) {
-			return
-		}
-		q.Root = root
-		res, err = fs.Read(r.Context(), q)
-	case "write":
-		var q lanefs.WriteRequest
-		if !decode(w, r, c.cfg.API.MaxBodyBytes, &q) {
-			return
-		}
-		q.Root = root
-		res, err = fs.Write(r.Context(), q)
-	case "edit":
-		var q lanefs.EditRequest
-		if !decode(w, r, c.cfg.API.MaxBodyBytes, &q) {
-			return
-		}
-		q.Root = root
-		res, err = fs.Edit(r.Context(), q)
-	case "list":
-		var q lanefs.ListRequest
-		if !decode(w, r, c.cfg.API.MaxBodyBytes, &q) {
-			return
-		}
-		q.Root = root
-		res, err = fs.List(r.Context(), q)
-	case "stat":
-		var q lanefs.StatRequest
-		if !decode(w, r, c.cfg.API.MaxBodyBytes, &q) {
-			return
-		}
-		q.Root = root
-		res, err = fs.Stat(r.Context(), q)
-	case "delete":
-		var q lanefs.DeleteRequest
-		if !decode(w, r, c.cfg.API.MaxBodyBytes, &q) {
-			return
-		}
-		q.Root = root
-		res, err = fs.Delete(r.Context(), q)
-	case "mkdir":
-		var q lanefs.MkdirRequest
-		if !decode(w, r, c.cfg.API.MaxBodyBytes, &q) {
-			return
-		}
-		q.Root = root
-		res, err = fs.Mkdir(r.Context(), q)
-	case "grep":
-		var q lanefs.GrepRequest
-		if !decode(w, r, c.cfg.API.MaxBodyBytes, &q) {
-			return
-		}
-		q.Root = root
-		res, err = fs.Grep(r.Context(), q)
-	case "find":
-		var q lanefs.FindRequest
-		if !decode(w, r, c.cfg.API.MaxBodyBytes, &q) {
-			return
-		}
-		q.Root = root
-		res, err = fs.Find(r.Context(), q)
-	default:
-		writeError(w, http.StatusNotFound, "no route "+r.URL.Path)
+// fsOp decodes one file request, pins it to the trial's root (the caller
+// never chooses it), asks the trial's file helper, and answers.
+func fsOp[Q any, R any](c *Controller, w http.ResponseWriter, r *http.Request, root int, pin func(*Q, int), call func(context.Context, Q) (R, error)) {
+	var q Q
+	if !decode(w, r, c.cfg.API.MaxBodyBytes, &q) {
 		return
 	}
+	pin(&q, root)
+	res, err := call(r.Context(), q)
 	if err != nil {
 		var le *lanefs.Error
 		if errors.As(err, &le) {
@@ -193,6 +127,33 @@ func (c *Controller) fsCall(w http.ResponseWriter, r *http.Request, rt *trialRT,
 		return
 	}
 	writeJSON(w, 200, res)
+}
+
+// fsCall runs a file tool as the lane, through the trial's file helper.
+func (c *Controller) fsCall(w http.ResponseWriter, r *http.Request, rt *trialRT, op string, root int) {
+	fs := rt.files()
+	switch op {
+	case "read":
+		fsOp(c, w, r, root, func(q *lanefs.ReadRequest, n int) { q.Root = n }, fs.Read)
+	case "write":
+		fsOp(c, w, r, root, func(q *lanefs.WriteRequest, n int) { q.Root = n }, fs.Write)
+	case "edit":
+		fsOp(c, w, r, root, func(q *lanefs.EditRequest, n int) { q.Root = n }, fs.Edit)
+	case "list":
+		fsOp(c, w, r, root, func(q *lanefs.ListRequest, n int) { q.Root = n }, fs.List)
+	case "stat":
+		fsOp(c, w, r, root, func(q *lanefs.StatRequest, n int) { q.Root = n }, fs.Stat)
+	case "delete":
+		fsOp(c, w, r, root, func(q *lanefs.DeleteRequest, n int) { q.Root = n }, fs.Delete)
+	case "mkdir":
+		fsOp(c, w, r, root, func(q *lanefs.MkdirRequest, n int) { q.Root = n }, fs.Mkdir)
+	case "grep":
+		fsOp(c, w, r, root, func(q *lanefs.GrepRequest, n int) { q.Root = n }, fs.Grep)
+	case "find":
+		fsOp(c, w, r, root, func(q *lanefs.FindRequest, n int) { q.Root = n }, fs.Find)
+	default:
+		writeError(w, http.StatusNotFound, "no route "+r.URL.Path)
+	}
 }
 
 // StepRequest records one step of the agent's work.

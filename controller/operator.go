@@ -88,30 +88,24 @@ func (c *Controller) operatorRoutes() http.Handler {
 		}
 		writeJSON(w, 200, ts)
 	})
-	mux.HandleFunc("POST /v1/trials/{id}/exec", func(w http.ResponseWriter, r *http.Request) {
-		var req ExecRequest
-		if !decode(w, r, 1<<20, &req) {
-			return
+	trialCommand := func(run func(http.ResponseWriter, *http.Request, *trialRT, ExecRequest)) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			var req ExecRequest
+			if !decode(w, r, 1<<20, &req) {
+				return
+			}
+			rt, err := c.trial(r.PathValue("id"))
+			if err != nil {
+				writeError(w, http.StatusNotFound, err.Error())
+				return
+			}
+			run(w, r, rt, req)
 		}
-		rt, err := c.trial(r.PathValue("id"))
-		if err != nil {
-			writeError(w, http.StatusNotFound, err.Error())
-			return
-		}
+	}
+	mux.HandleFunc("POST /v1/trials/{id}/exec", trialCommand(func(w http.ResponseWriter, r *http.Request, rt *trialRT, req ExecRequest) {
 		c.execInTrial(w, r, rt, req)
-	})
-	mux.HandleFunc("POST /v1/trials/{id}/agent", func(w http.ResponseWriter, r *http.Request) {
-		var req ExecRequest
-		if !decode(w, r, 1<<20, &req) {
-			return
-		}
-		rt, err := c.trial(r.PathValue("id"))
-		if err != nil {
-			writeError(w, http.StatusNotFound, err.Error())
-			return
-		}
-		c.runAgent(w, r, rt, req)
-	})
+	}))
+	mux.HandleFunc("POST /v1/trials/{id}/agent", trialCommand(c.runAgent))
 	mux.HandleFunc("POST /v1/trials/{id}/end", func(w http.ResponseWriter, r *http.Request) {
 		var req EndRequest
 		if !decode(w, r, 1<<20, &req) {
@@ -126,35 +120,17 @@ func (c *Controller) operatorRoutes() http.Handler {
 	})
 	mux.HandleFunc("POST /v1/judge/builds", func(w http.ResponseWriter, r *http.Request) {
 		var req BuildRequest
-		if !decode(w, r, 1<<20, &req) {
-			return
+		if decode(w, r, 1<<20, &req) {
+			b, err := c.Build(r.Context(), req)
+			judgeAnswer(w, "build", b, b.ID != "", err)
 		}
-		b, err := c.Build(r.Context(), req)
-		if err != nil && b.ID == "" {
-			writeError(w, http.StatusBadRequest, err.Error())
-			return
-		}
-		if err != nil {
-			writeJSON(w, http.StatusUnprocessableEntity, map[string]any{"error": err.Error(), "build": b})
-			return
-		}
-		writeJSON(w, 200, b)
 	})
 	mux.HandleFunc("POST /v1/judge/runs", func(w http.ResponseWriter, r *http.Request) {
 		var req TimeRequest
-		if !decode(w, r, 1<<20, &req) {
-			return
+		if decode(w, r, 1<<20, &req) {
+			tr, err := c.Time(r.Context(), req)
+			judgeAnswer(w, "run", tr, tr.ID != "", err)
 		}
-		tr, err := c.Time(r.Context(), req)
-		if err != nil && tr.ID == "" {
-			writeError(w, http.StatusBadRequest, err.Error())
-			return
-		}
-		if err != nil {
-			writeJSON(w, http.StatusUnprocessableEntity, map[string]any{"error": err.Error(), "run": tr})
-			return
-		}
-		writeJSON(w, 200, tr)
 	})
 	mux.HandleFunc("GET /v1/judge", func(w http.ResponseWriter, r *http.Request) {
 		bs, err := c.ledger.Builds()
@@ -194,6 +170,19 @@ func (c *Controller) operatorRoutes() http.Handler {
 		writeError(w, http.StatusNotFound, "no route "+r.Method+" "+r.URL.Path)
 	})
 	return mux
+}
+
+// judgeAnswer answers a build or a timed run: the record, or an error
+// with the record beside it when there is one (a failed build's log).
+func judgeAnswer(w http.ResponseWriter, field string, rec any, recorded bool, err error) {
+	switch {
+	case err != nil && !recorded:
+		writeError(w, http.StatusBadRequest, err.Error())
+	case err != nil:
+		writeJSON(w, http.StatusUnprocessableEntity, map[string]any{"error": err.Error(), field: rec})
+	default:
+		writeJSON(w, 200, rec)
+	}
 }
 
 // execInTrial runs a command as the trial's lane, in its workspace.

@@ -172,39 +172,31 @@ func trialCmd() *cobra.Command {
 	start.Flags().StringVar(&run, "run", "", "the research run (default \"default\")")
 	start.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 
-	var timeout time.Duration
-	execCmd := &cobra.Command{
-		Use:   "exec TRIAL [--timeout D] -- CMD [ARGS...]",
-		Short: "Run a command as the trial's lane in its workspace, and exit with its code",
-		Args:  cobra.MinimumNArgs(2),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := requireRoot("trial exec"); err != nil {
-				return err
-			}
-			cfg, err := loadConfig()
-			if err != nil {
-				return err
-			}
-			return ctlStream(cfg, "/v1/trials/"+args[0]+"/exec", controller.ExecRequest{Argv: args[1:], TimeoutMS: timeout.Milliseconds()}, "trial exec")
-		},
+	// exec and agent: a command in the trial, its output streamed, its exit
+	// code passed on.
+	trialCommand := func(route, use, short string) *cobra.Command {
+		var timeout time.Duration
+		c := &cobra.Command{
+			Use:   use,
+			Short: short,
+			Args:  cobra.MinimumNArgs(2),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				what := "trial " + route
+				if err := requireRoot(what); err != nil {
+					return err
+				}
+				cfg, err := loadConfig()
+				if err != nil {
+					return err
+				}
+				return ctlStream(cfg, "/v1/trials/"+args[0]+"/"+route, controller.ExecRequest{Argv: args[1:], TimeoutMS: timeout.Milliseconds()}, what)
+			},
+		}
+		c.Flags().DurationVar(&timeout, "timeout", 0, "wall-clock limit (default: the rig's)")
+		return c
 	}
-	execCmd.Flags().DurationVar(&timeout, "timeout", 0, "wall-clock limit (default: the rig's)")
-	agentCmd := &cobra.Command{
-		Use:   "agent TRIAL -- CMD [ARGS...]",
-		Short: "Run the trial's worker agent as agent-N, with the trial's folder as its home",
-		Args:  cobra.MinimumNArgs(2),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := requireRoot("trial agent"); err != nil {
-				return err
-			}
-			cfg, err := loadConfig()
-			if err != nil {
-				return err
-			}
-			return ctlStream(cfg, "/v1/trials/"+args[0]+"/agent", controller.ExecRequest{Argv: args[1:], TimeoutMS: timeout.Milliseconds()}, "trial agent")
-		},
-	}
-	agentCmd.Flags().DurationVar(&timeout, "timeout", 0, "wall-clock limit (default: the rig's)")
+	execCmd := trialCommand("exec", "exec TRIAL [--timeout D] -- CMD [ARGS...]", "Run a command as the trial's lane in its workspace, and exit with its code")
+	agentCmd := trialCommand("agent", "agent TRIAL [--timeout D] -- CMD [ARGS...]", "Run the trial's worker agent as agent-N, with the trial's folder as its home")
 	var reason string
 	end := &cobra.Command{
 		Use:   "end TRIAL",
