@@ -14,6 +14,19 @@
 #   tar -C DIR -c . | podman import - localhost/debian-base:bookworm
 #   podman build --build-arg BASE=localhost/debian-base:bookworm .
 #
+# The judge's builds run inside this image, as the builder role, so the
+# base must hold the toolchains the rig's kits build with: the example kit
+# (examples/kits/sum) runs `cc`, which a base made with
+# `debootstrap --variant=minbase --include=gcc,libc6-dev bookworm DIR` has.
+#
+# RIG_TOML is the rig's configuration, the text of a rig.toml: it becomes
+# /etc/thermite/rig.toml, and the image's role users are made from it. Empty
+# (the default): the embedded defaults. A GPU layout must be here, not only
+# in a file mounted at run time: it adds users (run-2, … one per timing
+# user) and groups (gpu, gpu-N) the broker checks for at every start.
+#
+#   podman build --build-arg RIG_TOML="$(cat rig.toml)" .
+#
 # The build needs no network: nothing here downloads anything.
 ARG BASE=debian:bookworm-slim
 
@@ -39,14 +52,23 @@ RUN chown 0:0 /out/thermite \
 # rig: what both images are. The harness target (the last stage, so the
 # default) is exactly this; one-container adds the supervisor's place.
 FROM ${BASE} AS rig
+ARG RIG_TOML=""
 
 # Root-owned, mode 0711: roles can execute the shim but not read it, and the
 # shim starts non-dumpable.
 COPY --from=build /out/thermite /usr/local/bin/thermite
 
-# The role users and groups, written at build time: `thermite roles` in this
-# image is the image's user reference, and the broker, which checks them in
-# /etc/passwd at every start, finds them there.
+# The rig's configuration, when RIG_TOML gives one: root 0644 at
+# /etc/thermite/rig.toml, which thermite reads when it is there. It is
+# checked here (`thermite config` refuses an unknown key or a bad value), so
+# a wrong one fails the build, not the first start. The image's folders
+# below are the defaults' (state_dir, the exchange folders): a RIG_TOML
+# keeps those keys as they are.
+#
+# The role users and groups, written at build time from that configuration:
+# `thermite roles` in this image is the image's user reference, and the
+# broker finds them there at every start (it checks the users in
+# /etc/passwd; its start-up self-test, each role's groups in /etc/group).
 #
 # The exchange folders with the supervisor (see compose.yaml): the inbox
 # the supervisor fills and only the controller's group reads, the outbox
@@ -64,9 +86,14 @@ COPY --from=build /out/thermite /usr/local/bin/thermite
 # to gain them through. The check after the sweep fails the build if one is
 # left.
 RUN set -eu; \
+    install -d -o root -g root -m 0755 /etc/thermite; \
+    if [ -n "$RIG_TOML" ]; then \
+        printf '%s\n' "$RIG_TOML" >/etc/thermite/rig.toml; \
+        chmod 0644 /etc/thermite/rig.toml; \
+        /usr/local/bin/thermite config >/dev/null; \
+    fi; \
     /usr/local/bin/thermite roles ensure; \
     install -d -o root -g root -m 0755 /var/lib/thermite; \
-    install -d -o root -g root -m 0755 /etc/thermite; \
     install -d -o supervisor -g thermite -m 2750 /var/lib/thermite-inbox; \
     install -d -o thermite -g supervisor -m 2750 /var/lib/thermite-outbox; \
     find / -xdev -perm /6000 -type f -exec chmod ug-s {} +; \
@@ -88,15 +115,36 @@ CMD ["serve"]
 # token, its keys, the advisors' sign-ins). Its inbox and outbox are the
 # harness's exchange folders above, on the container's own disk.
 #
-# The entry point stays `thermite serve`. What this target still needs from
-# the binary (not from this file): removing RunPod's variables (RUNPOD_*)
-# from the environment before anything starts, taking control's key that
-# root checked against the launch's SHA-256 (`--control-key`), starting the
-# supervisor as its user with no_new_privs and a GPU fence with no card, and
-# the self-test rows for all four and for the supervisor's user.
+# Its token file is there from the start, empty, the supervisor's 0600:
+# enrollment writes the token into it, and the self-test's row "read the
+# supervisor's token" tries it as every other role from the first start.
+#
+# The rig's configuration gets the [image] table that turns on the
+# self-test's rows for this image: no set-id file, the supervisor's folder
+# and token closed to every role, the inbox and outbox closed to all but
+# their two sides (RIG_TOML, if given, must not have an [image] table: the
+# check below fails the build on a second one).
+#
+# The entry point stays `thermite serve`; the binary does the rest:
+# RunPod's variables (strip_env_prefixes, RUNPOD_ by default) are removed
+# from the broker's environment before anything starts, and control's key
+# is checked against the SHA-256 the launch names and installed root's:
+#
+#   thermite serve --control-key FILE --control-key-sha256 HEX
 FROM rig AS one-container
 RUN set -eu; \
     install -d -o supervisor -g supervisor -m 0700 /var/lib/thermite-supervisor; \
+    install -o supervisor -g supervisor -m 0600 /dev/null /var/lib/thermite-supervisor/token; \
+    printf '%s\n' '' \
+        '# The one-container image (Dockerfile, target one-container).' \
+        '[image]' \
+        'one_container = true' \
+        'supervisor_dir = "/var/lib/thermite-supervisor"' \
+        'inbox = "/var/lib/thermite-inbox"' \
+        'outbox = "/var/lib/thermite-outbox"' \
+        'scan_root = "/"' >>/etc/thermite/rig.toml; \
+    chmod 0644 /etc/thermite/rig.toml; \
+    /usr/local/bin/thermite config | grep -Eq '^[[:space:]]*one_container = true$'; \
     find / -xdev -perm /6000 -type f -exec chmod ug-s {} +; \
     left="$(find / -xdev -perm /6000 -type f)"; \
     if [ -n "$left" ]; then echo "set-id files left: $left" >&2; exit 1; fi

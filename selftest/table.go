@@ -591,6 +591,11 @@ var RigChecks = []RigCheck{
 	}},
 	{"control's key copy is root's, writable by nobody else, and matches its SHA-256", func(c *Context) string {
 		if c.ControlKeySHA == "" {
+			if c.Cfg.Image.OneContainer {
+				// The supervisor shares the container: the key the harness
+				// trusts must come from the launch, checked by root.
+				return "no control key was named: the one-container image needs --control-key and --control-key-sha256"
+			}
 			return ""
 		}
 		p := c.Cfg.ControlKey()

@@ -82,7 +82,11 @@ func TestOneContainerRows(t *testing.T) {
 	defer os.RemoveAll(dir)
 	sup, inbox, outbox, scan := filepath.Join(dir, "supervisor"), filepath.Join(dir, "inbox"), filepath.Join(dir, "outbox"), filepath.Join(dir, "image")
 	os.MkdirAll(scan, 0o755)
-	r := testrig.New(t, testrig.Options{NoStart: true, Extra: fmt.Sprintf("[image]\none_container = true\nsupervisor_dir = %q\ninbox = %q\noutbox = %q\nscan_root = %q\n", sup, inbox, outbox, scan)})
+	key := filepath.Join(dir, "key.pub")
+	os.WriteFile(key, []byte("control key\n"), 0o644)
+	sum := sha256.Sum256([]byte("control key\n"))
+	r := testrig.New(t, testrig.Options{NoStart: true, ServeArgs: []string{"--control-key", key, "--control-key-sha256", hex.EncodeToString(sum[:])},
+		Extra: fmt.Sprintf("[image]\none_container = true\nsupervisor_dir = %q\ninbox = %q\noutbox = %q\nscan_root = %q\n", sup, inbox, outbox, scan)})
 	s, c := r.Role("supervisor"), r.Role("thermite")
 	for _, d := range []struct {
 		p        string

@@ -1,6 +1,9 @@
 // Package container runs the real container test: scripts/container-test.sh
-// builds thermite's images with podman and checks, inside a container run
-// the way compose.yaml runs it, that the rig holds.
+// builds thermite's images with podman and checks, inside containers run
+// with exactly compose.yaml's capabilities and no-new-privileges, that the
+// rig holds: the start, the self-test with its GPU rows over stand-in cards,
+// a trial with a lane command, a timed run of the example kit, and the
+// one-container image with a RunPod variable and control's key.
 package container
 
 import (
@@ -19,21 +22,28 @@ import (
 	"thermite/internal/testrig"
 )
 
-const baseImage = "localhost/debian-base:bookworm"
+// The base images the script makes with debootstrap when they are missing
+// and keeps: plain (the one-container image) and with gcc (the harness,
+// whose judge builds the example kit with cc).
+var baseImages = []string{"localhost/debian-base:bookworm", "localhost/debian-base:bookworm-gcc"}
 
 func TestContainer(t *testing.T) {
 	testrig.RequireRoot(t)
 	var missing []string
-	for _, tool := range []string{"podman", "runc"} {
+	for _, tool := range []string{"podman", "runc", "jq"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			missing = append(missing, tool)
 		}
 	}
 	if len(missing) > 0 {
-		t.Skipf("needs podman and runc (missing: %s): .ci/run installs them", strings.Join(missing, ", "))
+		t.Skipf("needs podman, runc and jq (missing: %s): .ci/run installs them", strings.Join(missing, ", "))
 	}
-	if _, err := exec.LookPath("debootstrap"); err != nil && exec.Command("podman", "image", "exists", baseImage).Run() != nil {
-		t.Skipf("needs debootstrap to make the base image %s: .ci/run installs it", baseImage)
+	if _, err := exec.LookPath("debootstrap"); err != nil {
+		for _, image := range baseImages {
+			if exec.Command("podman", "image", "exists", image).Run() != nil {
+				t.Skipf("needs debootstrap to make the base image %s: .ci/run installs it", image)
+			}
+		}
 	}
 
 	root := testrig.ModuleRoot()

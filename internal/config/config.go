@@ -354,10 +354,17 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("%s: %q is not a clean absolute path", key, p)
 		}
 	}
+	runpod := false
 	for _, p := range c.StripEnvPrefixes {
 		if p == "" || strings.ContainsAny(p, "= ") {
 			return fmt.Errorf("strip_env_prefixes: %q is not a variable-name prefix", p)
 		}
+		if p == "RUNPOD_" {
+			runpod = true
+		}
+	}
+	if c.Image.OneContainer && !runpod {
+		return fmt.Errorf("strip_env_prefixes: the one-container image must strip RUNPOD_ (image.one_container is true)")
 	}
 	if c.GPU.FenceMinABI < 5 {
 		return fmt.Errorf("gpu.fence_min_abi: %d is below 5, the first ABI with IOCTL_DEV", c.GPU.FenceMinABI)
