@@ -33,6 +33,7 @@ func (b *Broker) HandFolder(req *rpc.HandFolderRequest) (*rpc.HandFolderResult, 
 	if err != nil {
 		return nil, fmt.Errorf("hand_folder: %w", err)
 	}
+	req.Path = filepath.Clean(req.Path)
 	if req.Mode&^0o777 != 0 {
 		return nil, fmt.Errorf("hand_folder: mode %04o has bits beyond 0777", req.Mode)
 	}
@@ -112,6 +113,14 @@ func (b *Broker) ClearSetID(r roles.Role) *rpc.SetIDReport {
 			skip(err)
 		}
 	}, skip)
+	// A role decides how long these lists are: the answer and the log
+	// carry the first hundred of each.
+	if len(rep.Cleared) > 100 {
+		rep.Cleared = append(rep.Cleared[:100], fmt.Sprintf("… and %d more", len(rep.Cleared)-100))
+	}
+	if len(rep.Skipped) > 100 {
+		rep.Skipped = append(rep.Skipped[:100], fmt.Sprintf("… and %d more", len(rep.Skipped)-100))
+	}
 	if len(rep.Cleared) > 0 || len(rep.Skipped) > 0 {
 		b.log.Warn("set-id sweep", "role", r.Name, "cleared", rep.Cleared, "skipped", rep.Skipped)
 	}
@@ -121,10 +130,16 @@ func (b *Broker) ClearSetID(r roles.Role) *rpc.SetIDReport {
 // DiskUsage measures a role's HOME, TMPDIR and the folders handed to it.
 func (b *Broker) DiskUsage(r roles.Role) (*rpc.DiskUsage, error) {
 	u := &rpc.DiskUsage{}
+	var errs []error
 	b.eachOwnedFolder(r, func(top *os.File) {
-		n, e, _ := confined.Usage(top)
+		n, e, err := confined.Usage(top)
 		u.Bytes += n
 		u.Entries += e
-	}, func(error) {})
-	return u, nil
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}, func(err error) { errs = append(errs, err) })
+	// A walk that could not finish counts as too much: a tree built to
+	// defeat the measure is over every cap.
+	return u, errors.Join(errs...)
 }

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"thermite/fence"
 	"thermite/internal/rpc"
 	"thermite/roles"
@@ -132,7 +134,15 @@ func (b *Broker) gpuFor(r roles.Role, requested []int) (l *fence.Layout, cards [
 // appeared in /dev). Old descriptors are closed a minute later: a shim may
 // be starting with one.
 func (b *Broker) ruleSet(spec fence.RoleSpec) (*os.File, error) {
+	// Landlock rules hold the inodes of their paths: a writable place made
+	// anew at the same path (a timed run's fresh out/) is another rule set.
 	key := fmt.Sprintf("%v", spec)
+	for _, w := range spec.Writable {
+		var st unix.Stat_t
+		if unix.Lstat(w, &st) == nil {
+			key += fmt.Sprintf(":%d/%d", st.Dev, st.Ino)
+		}
+	}
 	b.gpu.mu.Lock()
 	defer b.gpu.mu.Unlock()
 	if bf, ok := b.gpu.built[key]; ok {
@@ -155,6 +165,15 @@ func (b *Broker) ruleSet(spec fence.RoleSpec) (*os.File, error) {
 	fd, err := p.Build(minABI)
 	if err != nil {
 		return nil, err
+	}
+	if len(b.gpu.built) >= 256 {
+		// Rule sets of places long gone (every timed run has its own out/):
+		// let them go, a minute after the last shim may have taken one.
+		for k, old := range b.gpu.built {
+			f := old.fd
+			time.AfterFunc(time.Minute, func() { f.Close() })
+			delete(b.gpu.built, k)
+		}
 	}
 	b.gpu.built[key] = &builtFence{fd: fd, stamps: stamps}
 	return fd, nil

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -106,10 +107,12 @@ func (b *Broker) prepareRun(req *rpc.RunRequest, stdio []*os.File) (*command, ti
 	return cmd, timeout, nil
 }
 
+var holds atomic.Int64
+
 // hold reserves a timed run's CPUs and cards while it runs: no other
 // role is given them until it ends.
 func (b *Broker) hold(cpus cpuset.Set, cards []int) func() {
-	key := fmt.Sprintf("%p", &cpus)
+	key := fmt.Sprintf("hold-%d", holds.Add(1))
 	b.mu.Lock()
 	b.cpuHolds[key] = cpus
 	b.cardHolds[key] = cards

@@ -168,6 +168,10 @@ func (b *Broker) dispatch(c *rpc.Conn, req *rpc.Request, files []*os.File, cred 
 		}
 		return &rpc.Response{DiskUsage: u}, true
 	case rpc.OpSelftest:
+		// The self-test places canaries as root; only the operator starts it.
+		if cred.Uid != 0 {
+			return fail(fmt.Errorf("selftest: only root may run the self-test"))
+		}
 		if req.Selftest == nil {
 			return fail(fmt.Errorf("selftest: missing selftest field"))
 		}
@@ -204,7 +208,27 @@ func (b *Broker) cancelOr(c <-chan struct{}) <-chan struct{} {
 // StopUser ends every process of the role's user and says how many there
 // were when it began: the helper's kill(-1) loop, which nothing escapes.
 func (b *Broker) StopUser(r roles.Role) (int, error) {
-	return b.stopHelper(r)
+	n, err := b.stopHelper(r)
+	if err != nil {
+		return n, err
+	}
+	b.resetOwnFolders(r)
+	return n, nil
+}
+
+// resetOwnFolders empties a role's HOME and TMPDIR once nothing of its user
+// runs: no build, timed run or trial finds what an earlier one left there
+// (a poisoned build tool's configuration, a cached answer). The controller's
+// own are left alone.
+func (b *Broker) resetOwnFolders(r roles.Role) {
+	if r.Kind == roles.Controller {
+		return
+	}
+	for _, d := range []string{b.homeOf(r), b.tmpOf(r)} {
+		if err := clearFolder(d); err != nil {
+			b.log.Warn("reset a role's folder", "role", r.Name, "path", d, "err", err)
+		}
+	}
 }
 
 // stopAllRoles stops every role's user, the controller's included. It is

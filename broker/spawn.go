@@ -365,8 +365,14 @@ func (b *Broker) runCommand(c *command, timeout time.Duration, cancel <-chan str
 		why = rpc.StoppedCanceled
 	}
 	if why != "" {
-		ch.kill()
-		e = <-ch.exited
+		// The pid is only sure to be ours while it is not reaped: look once
+		// more before the process group is signalled.
+		select {
+		case e = <-ch.exited:
+		default:
+			ch.kill()
+			e = <-ch.exited
+		}
 	}
 	res.WallNS = e.at.Sub(ch.started).Nanoseconds()
 	res.UserNS = e.ru.Utime.Nano()

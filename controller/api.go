@@ -83,6 +83,14 @@ func (c *Controller) authed(f func(http.ResponseWriter, *http.Request, *trialRT)
 			return
 		}
 		defer rt.inflight.Add(-1)
+		if rt.closing.Load() {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="thermite"`)
+			writeError(w, http.StatusUnauthorized, unauthorized)
+			return
+		}
+		ctx, cancel := rt.within(r.Context())
+		defer cancel()
+		r = r.WithContext(ctx)
 		if !c.guardDecoy(w, r, rt) {
 			return
 		}

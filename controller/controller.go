@@ -104,19 +104,25 @@ func (c *Controller) serve() error {
 	if err != nil {
 		return err
 	}
-	opSrv := &http.Server{Handler: c.operatorRoutes(), ReadHeaderTimeout: 10 * time.Second}
+	// No WriteTimeout: an exec's answer streams for as long as it runs.
+	opSrv := &http.Server{Handler: c.operatorRoutes(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute}
 	opL = &peerListener{Listener: opL, allow: c.OperatorAllowed, log: c.log}
 
 	apiL, err := listenUnix(c.cfg.APISocket(), 0o666)
 	if err != nil {
 		return err
 	}
-	apiSrv := &http.Server{Handler: c.apiRoutes(), ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10}
+	apiSrv := &http.Server{Handler: c.apiRoutes(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
 	var tcpL net.Listener
 	if c.apiTCP != "" {
 		// The broker made the listener, so it knows the port for the
 		// lanes' rule sets; the controller only serves it.
-		if tcpL, err = net.FileListener(os.NewFile(rpc.APIListenerFD, "api-tcp")); err != nil {
+		inherited := os.NewFile(rpc.APIListenerFD, "api-tcp")
+		tcpL, err = net.FileListener(inherited)
+		// FileListener made its own descriptor; the inherited one goes, so
+		// no command the controller starts (a kit's check) gets it.
+		inherited.Close()
+		if err != nil {
 			return fmt.Errorf("controller: api tcp %s: %w", c.apiTCP, err)
 		}
 		c.mu.Lock()

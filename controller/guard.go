@@ -3,9 +3,11 @@ package controller
 import (
 	"bytes"
 	"crypto/rand"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -49,10 +51,23 @@ func DecoySeen(t ledger.Trial, r *http.Request, body []byte) string {
 	has := func(s string) bool {
 		return strings.Contains(s, t.DecoyKeyID) || strings.Contains(s, t.DecoySecret)
 	}
+	// Every form it may take: as sent, and each JSON string of the body
+	// decoded, and again with its percent-escapes undone (a URL).
+	unescaped := func(v string) bool {
+		if has(v) {
+			return true
+		}
+		u, err := url.QueryUnescape(v)
+		return err == nil && has(u)
+	}
 	switch {
-	case has(r.URL.Path) || has(r.URL.RawQuery):
+	case unescaped(r.URL.Path) || unescaped(r.URL.RawQuery):
 		return "the request's URL (" + r.URL.Path + ")"
 	case bytes.Contains(body, []byte(t.DecoyKeyID)) || bytes.Contains(body, []byte(t.DecoySecret)):
+		return "the body of " + r.Method + " " + r.URL.Path
+	}
+	var doc any
+	if json.Unmarshal(body, &doc) == nil && anyString(doc, unescaped) {
 		return "the body of " + r.Method + " " + r.URL.Path
 	}
 	for k, vs := range r.Header {
@@ -63,6 +78,27 @@ func DecoySeen(t ledger.Trial, r *http.Request, body []byte) string {
 		}
 	}
 	return ""
+}
+
+// anyString reports whether f holds for any string in a decoded JSON value.
+func anyString(v any, f func(string) bool) bool {
+	switch x := v.(type) {
+	case string:
+		return f(x)
+	case []any:
+		for _, e := range x {
+			if anyString(e, f) {
+				return true
+			}
+		}
+	case map[string]any:
+		for k, e := range x {
+			if f(k) || anyString(e, f) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // guardDecoy reads a request's body (within the API's limit), and refuses
@@ -115,15 +151,21 @@ func (c *Controller) checkDisk(rt *trialRT) int64 {
 	lane, _ := c.table.Lane(rt.t.Lane)
 	agent, _ := c.table.Agent(rt.t.Lane)
 	var total int64
+	unmeasurable := ""
 	for _, r := range []string{lane.Name, agent.Name} {
 		n, err := c.broker.diskUsage(r)
 		if err != nil {
-			c.log.Warn("disk usage", "trial", rt.t.ID, "role", r, "err", err)
-			return -1
+			unmeasurable = err.Error()
 		}
 		total += n
 	}
 	capBytes := c.cfg.Trial.DiskCapMB << 20
+	if unmeasurable != "" {
+		c.event("trial.disk", rt.t, map[string]any{"bytes": total, "error": unmeasurable})
+		c.broker.stopUser(lane.Name)
+		c.EndTrial(rt.t.ID, "over its disk limit: its folders cannot be measured ("+unmeasurable+")")
+		return total
+	}
 	if total > capBytes {
 		c.event("trial.disk", rt.t, map[string]any{"bytes": total, "cap_bytes": capBytes})
 		// Stop the writer first, so the disk stops filling.

@@ -4,17 +4,23 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"thermite/controller/kit"
 	"thermite/controller/ledger"
+	"thermite/internal/confined"
 	"thermite/internal/copytree"
 	"thermite/internal/hashtree"
 	"thermite/internal/rpc"
@@ -167,6 +173,13 @@ func (c *Controller) storeOutputs(k *kit.Kit, src, store string) error {
 		return fmt.Errorf("judge: %w", err)
 	}
 	for _, o := range k.Build.Outputs {
+		// No part of an output's path may be a symlink: the builder made
+		// them, and the controller must not be led outside the build.
+		// (Every builder process has been stopped, and the folder is the
+		// controller's again, so nothing changes under this check.)
+		if err := noSymlinks(src, o); err != nil {
+			return fmt.Errorf("judge: build output %s: %w", o, err)
+		}
 		from := filepath.Join(src, o)
 		st, err := os.Lstat(from)
 		if err != nil {
@@ -196,6 +209,23 @@ func (c *Controller) storeOutputs(k *kit.Kit, src, store string) error {
 		}
 		return nil
 	})
+	return nil
+}
+
+// noSymlinks refuses a relative path any part of which, beneath root, is a
+// symlink.
+func noSymlinks(root, rel string) error {
+	p := root
+	for _, part := range strings.Split(filepath.Clean(rel), "/") {
+		p = filepath.Join(p, part)
+		st, err := os.Lstat(p)
+		if err != nil {
+			return err
+		}
+		if st.Mode()&os.ModeSymlink != 0 {
+			return fmt.Errorf("%s is a symlink", strings.TrimPrefix(p, root+"/"))
+		}
+	}
 	return nil
 }
 
@@ -268,32 +298,39 @@ func (c *Controller) Time(ctx context.Context, req TimeRequest) (ledger.TimedRun
 	}
 	cpus := judge[:k.Run.CPUs]
 	tr := ledger.TimedRun{ID: randomID("r", 8), Build: b.ID, Kit: k.Name, Card: req.Card, Created: time.Now().UTC(), Status: "running", Role: timingRole(req.Card), CPUs: cpus.String()}
+	// The run's folder: the controller's, 0711 under the 0711 runs/, with
+	// a random name. The command sees it as its working folder and names
+	// what is in it by relative paths (build, kit, out), so its argv, which
+	// every user can read in /proc, shows neither the run nor the store.
 	runDir := filepath.Join(c.cfg.ScratchDir(), "runs", tr.ID)
-	if err := os.Mkdir(runDir, 0o755); err != nil {
+	if err := os.Mkdir(runDir, 0o711); err != nil {
 		return tr, fmt.Errorf("judge: %w", err)
 	}
-	os.Chmod(runDir, 0o755)
+	defer c.removeRunDir(runDir)
+	os.Chmod(runDir, 0o711)
 	kitCopy := filepath.Join(runDir, "kit")
 	out := filepath.Join(runDir, "out")
 	if err := c.copyKitFiles(k, kitCopy); err != nil {
 		return tr, err
 	}
-	if err := os.Mkdir(out, 0o700); err != nil {
+	if err := os.Symlink(b.StorePath, filepath.Join(runDir, "build")); err != nil {
 		return tr, fmt.Errorf("judge: %w", err)
-	}
-	if err := c.broker.handFolder(out, tr.Role, 0o700, false); err != nil {
-		return tr, fmt.Errorf("judge: out/: %w", err)
 	}
 	var gpus []int
 	if req.Card >= 0 {
 		gpus = []int{req.Card}
 	}
 	run := &rpc.RunRequest{
-		Role: tr.Role, Argv: k.Expand(k.Run.Command, b.StorePath, kitCopy, out), Cwd: runDir,
+		Role: tr.Role, Argv: k.Expand(k.Run.Command, "build", "kit", "out"), Cwd: runDir,
 		Limits: k.Run.Limits.RPC(), CPUs: cpus.String(), GPUs: gpus,
 	}
 	var stdout, stderr []byte
 	for i := 0; i < k.Run.Repeats; i++ {
+		// Every repeat starts from an empty out/ of the timing user's: no
+		// repeat sees what an earlier one left.
+		if err := c.freshOut(out, tr.Role, i > 0); err != nil {
+			return tr, err
+		}
 		res, so, se, err := c.capture(ctx, run, MaxLog)
 		if err != nil || res == nil {
 			tr.Status, tr.Error = "failed", fmt.Sprint(err)
@@ -302,20 +339,27 @@ func (c *Controller) Time(ctx context.Context, req TimeRequest) (ledger.TimedRun
 		stdout, stderr = so, se
 		tr.Repeats = append(tr.Repeats, ledger.Repeat{WallNS: res.WallNS, UserNS: res.UserNS, SysNS: res.SysNS, MaxRSSKB: res.MaxRSSKB, ExitCode: res.ExitCode})
 		if res.ExitCode != 0 {
-			tr.Status, tr.Error = "failed", fmt.Sprintf("repeat %d: exit %d (%s)", i+1, res.ExitCode, res.Stopped)
+			tr.Status, tr.Error = "failed", fmt.Sprintf("repeat %d: exit %d (%s): %.300s", i+1, res.ExitCode, res.Stopped, strings.TrimSpace(string(se)))
 			break
 		}
 	}
 	tr.MedianWallNS, tr.SpreadWallNS, tr.CVPercent = wallStats(tr.Repeats)
-	// out/ comes back to the controller, read-only, before the check reads it.
+	// out/ comes back to the controller, read-only, before the check reads
+	// it; it must hold plain files and folders only, each with one link,
+	// since the controller and the check read it by path.
 	if err := c.broker.handFolder(out, "thermite", 0o700, true); err != nil {
 		return tr, fmt.Errorf("judge: out/: %w", err)
 	}
 	if tr.Status != "failed" {
-		if err := c.saveStream(runDir, k.Run.Stdout, stdout); err != nil {
+		if err := PlainTree(out); err != nil {
+			tr.Status, tr.Error = "failed", err.Error()
+		}
+	}
+	if tr.Status != "failed" {
+		if err := c.saveStream(out, k.Run.Stdout, stdout); err != nil {
 			c.log.Warn("judge: save stdout", "run", tr.ID, "err", err)
 		}
-		if err := c.saveStream(runDir, k.Run.Stderr, stderr); err != nil {
+		if err := c.saveStream(out, k.Run.Stderr, stderr); err != nil {
 			c.log.Warn("judge: save stderr", "run", tr.ID, "err", err)
 		}
 		public, hidden, err := c.check(ctx, k, out)
@@ -376,15 +420,95 @@ func (c *Controller) copyKitFiles(k *kit.Kit, dst string) error {
 	return nil
 }
 
-// saveStream writes a captured stream where the kit wants it (under out/).
-func (c *Controller) saveStream(runDir, rel string, data []byte) error {
+// saveStream writes a captured stream where the kit wants it (a path under
+// out/), by descriptor: the folder is opened beneath out/ without following
+// a symlink, a name the run left there is removed, and the file is made
+// with O_EXCL|O_NOFOLLOW.
+func (c *Controller) saveStream(out, rel string, data []byte) error {
 	if rel == "" {
 		return nil
 	}
-	p := filepath.Join(runDir, rel)
-	os.Chmod(filepath.Dir(p), 0o700)
-	defer os.Chmod(filepath.Dir(p), 0o500)
-	return os.WriteFile(p, data, 0o444)
+	rel = strings.TrimPrefix(rel, "out/")
+	dir, err := confined.Open(out, filepath.Dir(rel), unix.O_RDONLY|unix.O_DIRECTORY)
+	if err != nil {
+		return err
+	}
+	defer dir.Close()
+	dfd := int(dir.Fd())
+	var st unix.Stat_t
+	if err := unix.Fstat(dfd, &st); err != nil {
+		return err
+	}
+	unix.Fchmod(dfd, 0o700)
+	defer unix.Fchmod(dfd, st.Mode&0o7777)
+	name := filepath.Base(rel)
+	if err := unix.Unlinkat(dfd, name, 0); err != nil && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("%s: %w", rel, err)
+	}
+	fd, err := unix.Openat(dfd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o444)
+	if err != nil {
+		return fmt.Errorf("%s: %w", rel, err)
+	}
+	f := os.NewFile(uintptr(fd), rel)
+	defer f.Close()
+	_, err = f.Write(data)
+	return err
+}
+
+// freshOut makes out/ anew for the timing user: handed back and removed
+// first when an earlier repeat used it.
+func (c *Controller) freshOut(out, role string, again bool) error {
+	if again {
+		if err := c.broker.handFolder(out, "thermite", 0o700, false); err != nil {
+			return fmt.Errorf("judge: out/: %w", err)
+		}
+		if err := os.RemoveAll(out); err != nil {
+			return fmt.Errorf("judge: out/: %w", err)
+		}
+	}
+	if err := os.Mkdir(out, 0o700); err != nil {
+		return fmt.Errorf("judge: %w", err)
+	}
+	if err := c.broker.handFolder(out, role, 0o700, false); err != nil {
+		return fmt.Errorf("judge: out/: %w", err)
+	}
+	return nil
+}
+
+// removeRunDir removes a run's folder once its results are recorded: what
+// the run wrote is handed back first.
+func (c *Controller) removeRunDir(dir string) {
+	out := filepath.Join(dir, "out")
+	if _, err := os.Lstat(out); err == nil {
+		c.broker.handFolder(out, "thermite", 0o700, false)
+	}
+	os.RemoveAll(dir)
+}
+
+// PlainTree refuses a tree that holds anything but folders and regular
+// files with one link: outputs of an untrusted run that the controller
+// and a kit's check will read by path.
+func PlainTree(root string) error {
+	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(filepath.Dir(root), p)
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			return err
+		}
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFDIR:
+			return nil
+		case unix.S_IFREG:
+			if st.Nlink > 1 {
+				return fmt.Errorf("judge: %s has %d links: a timed run's outputs must be plain files", rel, st.Nlink)
+			}
+			return nil
+		}
+		return fmt.Errorf("judge: %s is not a plain file or folder (mode %o): a timed run's outputs must be plain files", rel, st.Mode&unix.S_IFMT)
+	})
 }
 
 // check runs the kit's check as the controller, in the kit's own folder,

@@ -99,7 +99,15 @@ func (c *Controller) operatorRoutes() http.Handler {
 				writeError(w, http.StatusNotFound, err.Error())
 				return
 			}
-			run(w, r, rt, req)
+			rt.inflight.Add(1)
+			defer rt.inflight.Add(-1)
+			if rt.closing.Load() {
+				writeError(w, http.StatusConflict, "trial: "+rt.t.ID+" is ending")
+				return
+			}
+			ctx, cancel := rt.within(r.Context())
+			defer cancel()
+			run(w, r.WithContext(ctx), rt, req)
 		}
 	}
 	mux.HandleFunc("POST /v1/trials/{id}/exec", trialCommand(func(w http.ResponseWriter, r *http.Request, rt *trialRT, req ExecRequest) {

@@ -35,6 +35,25 @@ type trialRT struct {
 	recorded atomic.Int64 // bytes of steps and notes recorded
 	notes    atomic.Int64
 	mu       sync.Mutex
+	// closing is set, and ctx cancelled, when the trial begins to end: no
+	// request starts after it, and those in flight are cancelled, so no
+	// command of the lane starts after its processes are stopped.
+	closing atomic.Bool
+	ctx     context.Context
+	cancel  context.CancelFunc
+}
+
+func newTrialRT(t ledger.Trial) *trialRT {
+	rt := &trialRT{t: t}
+	rt.ctx, rt.cancel = context.WithCancel(context.Background())
+	return rt
+}
+
+// within is ctx, cancelled also when the trial begins to end.
+func (rt *trialRT) within(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(rt.ctx, cancel)
+	return ctx, func() { stop(); cancel() }
 }
 
 // TrialInfo is what `thermite trial start` prints and what an agent's
@@ -101,6 +120,12 @@ func (c *Controller) StartTrial(lane int, project, run string) (TrialInfo, error
 	}
 	laneRole, _ := c.table.Lane(lane)
 	agentRole, _ := c.table.Agent(lane)
+	// Nothing of an earlier trial on this lane lives on into this one.
+	for _, r := range []string{laneRole.Name, agentRole.Name} {
+		if _, err := c.broker.stopUser(r); err != nil {
+			return TrialInfo{}, fmt.Errorf("trial: %w", err)
+		}
+	}
 	id := randomID("t", 8)
 	dir := c.trialDir(id)
 	var undo []func()
@@ -162,7 +187,7 @@ func (c *Controller) StartTrial(lane int, project, run string) (TrialInfo, error
 		return TrialInfo{}, err
 	}
 	undo = append(undo, func() { c.ledger.EndTrial(id, "start failed", time.Now().UTC()) })
-	rt := &trialRT{t: t}
+	rt := newTrialRT(t)
 	if err := c.startLaneFS(rt); err != nil {
 		return TrialInfo{}, err
 	}
@@ -329,8 +354,16 @@ func (c *Controller) EndTrial(id, reason string) error {
 	rt := c.trials[id]
 	delete(c.trials, id)
 	c.mu.Unlock()
-	if rt != nil && rt.stopFS != nil {
-		rt.stopFS()
+	if rt != nil {
+		rt.closing.Store(true)
+		rt.cancel()
+		// What was in flight ends before the lane's processes are stopped.
+		for deadline := time.Now().Add(10 * time.Second); rt.inflight.Load() > 0 && time.Now().Before(deadline); {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if rt.stopFS != nil {
+			rt.stopFS()
+		}
 	}
 	laneRole, _ := c.table.Lane(t.Lane)
 	agentRole, _ := c.table.Agent(t.Lane)
@@ -390,7 +423,7 @@ func (c *Controller) resumeTrials() {
 			c.log.Warn("trial ended at resume", "trial", t.ID, "why", "workspace gone")
 			continue
 		}
-		rt := &trialRT{t: t}
+		rt := newTrialRT(t)
 		if err := c.startLaneFS(rt); err != nil {
 			c.log.Error("resume trial", "trial", t.ID, "err", err)
 			continue

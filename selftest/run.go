@@ -321,25 +321,20 @@ func randomName(prefix string) string {
 func placeCanaries(h Host, c *Context, undo *[]func()) error {
 	ctl := c.Table.Controller()
 	var errs []error
+	state := c.Cfg.StateDir
 	file := func(path string, uid, gid int, mode os.FileMode) error {
-		if err := os.WriteFile(path, []byte("thermite self-test canary\n"), 0o600); err != nil {
+		if err := placeFile(state, path, uid, gid, mode); err != nil {
 			return err
 		}
-		*undo = append(*undo, func() { os.Remove(path) })
-		if err := os.Chown(path, uid, gid); err != nil {
-			return err
-		}
-		return os.Chmod(path, mode)
+		*undo = append(*undo, func() { removePlaced(state, path) })
+		return nil
 	}
 	dir := func(path string, uid, gid int, mode os.FileMode) error {
-		if err := os.Mkdir(path, 0o700); err != nil {
+		if err := placeDir(state, path, uid, gid, mode); err != nil {
 			return err
 		}
-		*undo = append(*undo, func() { os.RemoveAll(path) })
-		if err := os.Chown(path, uid, gid); err != nil {
-			return err
-		}
-		return os.Chmod(path, mode)
+		*undo = append(*undo, func() { removePlaced(state, path) })
+		return nil
 	}
 
 	// The ledger and the kits live in the controller's folder.
@@ -515,8 +510,8 @@ func endedToken(c *Context) string {
 		if err != nil || !st.IsDir() || int(st.Sys().(*syscall.Stat_t).Uid) != c.Table.Controller().UID {
 			continue
 		}
-		if b, err := os.ReadFile(filepath.Join(ad, "token")); err == nil {
-			return strings.TrimSpace(string(b))
+		if tok, err := readToken(trials, filepath.Join(id, "agent", "token"), c.Table.Controller().UID); err == nil && tok != "" {
+			return tok
 		}
 	}
 	return ""

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -44,12 +45,17 @@ func kitCmd() *cobra.Command {
 				return fmt.Errorf("kit import: %w", err)
 			}
 			os.Chown(kits, ctl.UID, ctl.GID)
+			// The kit is root's, readable by the controller's group and
+			// writable by nobody: not even the controller can change a check.
 			tmp := filepath.Join(kits, ".import-"+randomHex(6))
-			if _, err := copytree.Copy(args[0], tmp, copytree.Options{UID: ctl.UID, GID: ctl.GID}); err != nil {
+			if _, err := copytree.Copy(args[0], tmp, copytree.Options{UID: 0, GID: ctl.GID}); err != nil {
 				os.RemoveAll(tmp)
 				return fmt.Errorf("kit import: %w", err)
 			}
-			os.Chmod(tmp, 0o700)
+			if err := groupReadOnly(tmp); err != nil {
+				os.RemoveAll(tmp)
+				return fmt.Errorf("kit import: %w", err)
+			}
 			// The copy is what the judge will use: check it again.
 			if _, err := kit.Load(tmp); err != nil {
 				os.RemoveAll(tmp)
@@ -217,6 +223,25 @@ func judgeCmd() *cobra.Command {
 	show.Flags().BoolVar(&showJSON, "json", false, "print JSON")
 	c.AddCommand(build, timeCmd, list, show)
 	return c
+}
+
+// groupReadOnly makes a tree readable by its group and writable by
+// nobody: folders 0550, files 0440 (0550 when executable).
+func groupReadOnly(root string) error {
+	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.Type()&fs.ModeSymlink != 0 {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		mode := fs.FileMode(0o440)
+		if d.IsDir() || info.Mode()&0o100 != 0 {
+			mode = 0o550
+		}
+		return os.Chmod(p, mode)
+	})
 }
 
 func score(s *float64) string {

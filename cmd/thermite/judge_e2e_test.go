@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -201,5 +202,90 @@ command = ["sh", "-c", "echo '{\"score\": 1}'"]
 	// Afterwards they are free again.
 	if _, stderr, code := r.RunAs("lane-1", []string{"--cpus", judgeCPUs.String()}, "true"); code != 0 {
 		t.Fatalf("after the run: %s", stderr)
+	}
+}
+
+// importKit writes a kit from its manifest text and imports it.
+func importKit(t *testing.T, r *testrig.Rig, name, manifest string, files map[string]string) {
+	t.Helper()
+	dir := filepath.Join(r.Dir, "kit-"+name)
+	os.MkdirAll(dir, 0o755)
+	os.WriteFile(filepath.Join(dir, "kit.toml"), []byte(manifest), 0o644)
+	for p, text := range files {
+		os.WriteFile(filepath.Join(dir, p), []byte(text), 0o755)
+	}
+	if _, stderr, code := r.Thermite("kit", "import", dir); code != 0 {
+		t.Fatal(stderr)
+	}
+}
+
+func TestJudgeRunsCannotReachTheController(t *testing.T) {
+	r := newRig(t)
+	proj := filepath.Join(r.Dir, "p")
+	os.MkdirAll(proj, 0o755)
+	victim := filepath.Join(r.Dir, "victim")
+	os.WriteFile(victim, []byte("untouched\n"), 0o666)
+
+	// A program that leaves a symlink where the kit's stdout goes: the
+	// controller must not write through it.
+	importKit(t, r, "evil", fmt.Sprintf(`name = "evil"
+[build]
+command = ["sh", "-c", "echo x > x"]
+outputs = ["x"]
+[run]
+command = ["sh", "-c", "ln -s %s out/stdout.txt; echo payload"]
+repeats = 1
+stdout = "out/stdout.txt"
+[check]
+command = ["sh", "check.sh"]
+`, victim), map[string]string{"check.sh": "echo '{\"score\": 1}'\n"})
+	b := judgeBuild(t, r, "evil", proj)
+	_, stderr, code := r.Thermite("judge", "time", b.ID, "--kit", "evil")
+	if code == 0 || !strings.Contains(stderr, "out/stdout.txt is not a plain file") {
+		t.Fatalf("a symlink in out/: exit %d %q", code, stderr)
+	}
+	if data, _ := os.ReadFile(victim); string(data) != "untouched\n" {
+		t.Fatalf("the controller wrote through the run's symlink: %q", data)
+	}
+	// The kit's files are root's and read-only, even to the controller.
+	check := filepath.Join(r.Cfg.ControllerDir(), "kits", "evil", "check.sh")
+	var st syscallStat
+	statOf(t, check, &st)
+	if st.Uid != 0 || st.Mode&0o222 != 0 {
+		t.Fatalf("kit file %d %o, want root's and read-only", st.Uid, st.Mode&0o777)
+	}
+
+	// Each repeat gets an empty out/, and nothing of a run stays in the
+	// timing user's HOME.
+	importKit(t, r, "fresh", `name = "fresh"
+[build]
+command = ["sh", "-c", "echo x > x"]
+outputs = ["x"]
+[run]
+command = ["sh", "-c", "test ! -e out/marker && test ! -e $HOME/cache && touch out/marker $HOME/cache"]
+repeats = 3
+[check]
+command = ["sh", "check.sh"]
+`, map[string]string{"check.sh": "test -e \"$THERMITE_OUT/marker\" && echo '{\"score\": 1}'\n"})
+	b = judgeBuild(t, r, "fresh", proj)
+	out, stderr, code := r.Thermite("judge", "time", b.ID, "--kit", "fresh", "--json")
+	if code != 0 || !strings.Contains(out, `"scored"`) {
+		t.Fatalf("repeats saw each other's out/ or HOME: exit %d %s %s", code, out, stderr)
+	}
+
+	// A build output whose path goes through a symlink is refused.
+	importKit(t, r, "sneaky", `name = "sneaky"
+[build]
+command = ["sh", "-c", "ln -s / x"]
+outputs = ["x/etc"]
+[run]
+command = ["true"]
+repeats = 1
+[check]
+command = ["sh", "check.sh"]
+`, map[string]string{"check.sh": "echo '{\"score\": 1}'\n"})
+	_, stderr, code = r.Thermite("judge", "build", "--kit", "sneaky", "--project", proj)
+	if code == 0 || !strings.Contains(stderr, "x is a symlink") {
+		t.Fatalf("an output through a symlink: exit %d %q", code, stderr)
 	}
 }

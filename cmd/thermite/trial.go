@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -123,7 +124,12 @@ func importProject(cfg config.Config, t *roles.Table, src string) (string, error
 	}
 	os.Chown(dir, ctl.UID, ctl.GID)
 	dst := filepath.Join(dir, time.Now().UTC().Format("20060102T150405")+"-"+randomHex(6))
-	if _, err := copytree.Copy(src, dst, copytree.Options{UID: ctl.UID, GID: ctl.GID}); err != nil {
+	// Where the kernel does not stop users hard-linking files they cannot
+	// read (fs.protected_hardlinks 0), a tree a role wrote could hold a link
+	// to a root-only file: this copy runs as root, so it refuses them.
+	protected, _ := os.ReadFile("/proc/sys/fs/protected_hardlinks")
+	refuse := strings.TrimSpace(string(protected)) != "1"
+	if _, err := copytree.Copy(src, dst, copytree.Options{UID: ctl.UID, GID: ctl.GID, RefuseLinks: refuse}); err != nil {
 		os.RemoveAll(dst)
 		return "", err
 	}

@@ -159,9 +159,40 @@ func readDir(dir int, path string, buf []byte) ([]dirent, error) {
 // following a symlink: folders are entered with O_NOFOLLOW relative to
 // their parent's descriptor.
 func walk(dir int, path string, fn visit, buf []byte) error {
+	w := &walker{fn: fn, buf: buf}
+	return w.walk(dir, path, 0)
+}
+
+// Bounds of every walk: a role that builds a tree deeper or larger than
+// this in its folders cannot make the broker's walks use unbounded memory,
+// descriptors or time; the walk stops with ErrTooBig, which callers treat
+// as the worst case.
+const (
+	MaxDepth   = 256
+	MaxEntries = 4_000_000
+)
+
+// ErrTooBig is a tree past MaxDepth or MaxEntries.
+var ErrTooBig = errors.New("too deep or too large to walk")
+
+type walker struct {
+	fn      visit
+	buf     []byte
+	entries int
+}
+
+func (w *walker) walk(dir int, path string, depth int) error {
+	if depth >= MaxDepth {
+		return fmt.Errorf("%s: %w (more than %d levels)", path, ErrTooBig, MaxDepth)
+	}
+	fn, buf := w.fn, w.buf
 	ents, err := readDir(dir, path, buf)
 	if err != nil {
 		return err
+	}
+	w.entries += len(ents)
+	if w.entries > MaxEntries {
+		return fmt.Errorf("%s: %w (more than %d entries)", path, ErrTooBig, MaxEntries)
 	}
 	for _, e := range ents {
 		if e.typ == unix.DT_LNK {
@@ -192,7 +223,7 @@ func walk(dir int, path string, fn visit, buf []byte) error {
 			}
 			return fmt.Errorf("%s: %w", child, err)
 		}
-		err = walk(sub, child, fn, buf)
+		err = w.walk(sub, child, depth+1)
 		unix.Close(sub)
 		if err != nil {
 			return err

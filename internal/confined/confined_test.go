@@ -227,3 +227,25 @@ func BenchmarkSetIDSweep100k(b *testing.B) {
 		}
 	})
 }
+
+func TestWalksAreBounded(t *testing.T) {
+	root := t.TempDir()
+	p := root
+	for i := 0; i < MaxDepth+5; i++ {
+		p = filepath.Join(p, "d")
+		if err := os.Mkdir(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	top, err := Open(filepath.Dir(root), root, unix.O_PATH|unix.O_DIRECTORY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer top.Close()
+	if _, _, err := Usage(top); !errors.Is(err, ErrTooBig) {
+		t.Fatalf("a tree %d deep: %v, want ErrTooBig", MaxDepth+5, err)
+	}
+	if _, _, _, err := ClearSetID(top, os.Getuid()); !errors.Is(err, ErrTooBig) {
+		t.Fatalf("sweep of a tree %d deep: %v, want ErrTooBig", MaxDepth+5, err)
+	}
+}

@@ -30,6 +30,10 @@ type Options struct {
 	ReadOnly bool
 	// MaxBytes bounds the copy (0: no bound).
 	MaxBytes int64
+	// RefuseLinks refuses a regular file with more than one link: a copy
+	// made as root of a tree a role wrote must not read a file the role
+	// hard-linked in from elsewhere.
+	RefuseLinks bool
 }
 
 // Copy copies the folder src to dst, which must not exist.
@@ -144,10 +148,13 @@ func copyDir(sfd, dfd int, src, dst string, o Options, st *Stats) error {
 			}
 			st.Dirs++
 		case unix.S_IFREG:
+			if o.RefuseLinks && s.Nlink > 1 {
+				return fmt.Errorf("copy: %s has %d links: refusing to copy a hard-linked file", sp, s.Nlink)
+			}
 			if o.MaxBytes > 0 && st.Bytes+s.Size > o.MaxBytes {
 				return fmt.Errorf("copy: %s: the copy would pass its limit of %d bytes", sp, o.MaxBytes)
 			}
-			reflinked, err := copyFile(sfd, dfd, n, sp, dp)
+			reflinked, err := copyFile(sfd, dfd, n, sp, dp, o, s)
 			if err != nil {
 				return err
 			}
@@ -181,13 +188,21 @@ func copyDir(sfd, dfd int, src, dst string, o Options, st *Stats) error {
 
 // copyFile copies one regular file: FICLONE first, then copy_file_range
 // through io.Copy.
-func copyFile(sfd, dfd int, name, sp, dp string) (bool, error) {
-	in, err := unix.Openat(sfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+func copyFile(sfd, dfd int, name, sp, dp string, o Options, want unix.Stat_t) (bool, error) {
+	// O_NONBLOCK: a FIFO swapped in after the check must not hang the copy.
+	in, err := unix.Openat(sfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return false, fmt.Errorf("copy: %s: %w", sp, err)
 	}
 	fin := os.NewFile(uintptr(in), sp)
 	defer fin.Close()
+	var got unix.Stat_t
+	if err := unix.Fstat(in, &got); err != nil {
+		return false, fmt.Errorf("copy: %s: %w", sp, err)
+	}
+	if got.Mode&unix.S_IFMT != unix.S_IFREG || got.Ino != want.Ino || got.Dev != want.Dev || (o.RefuseLinks && got.Nlink > 1) {
+		return false, fmt.Errorf("copy: %s changed while it was copied", sp)
+	}
 	out, err := unix.Openat(dfd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return false, fmt.Errorf("copy: %s: %w", dp, err)

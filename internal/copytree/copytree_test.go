@@ -69,3 +69,16 @@ func TestCopyLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestCopyRefusesHardLinks(t *testing.T) {
+	src := t.TempDir()
+	outside := filepath.Join(t.TempDir(), "secret")
+	os.WriteFile(outside, []byte("root only"), 0o600)
+	if err := os.Link(outside, filepath.Join(src, "linked")); err != nil {
+		t.Skip("cannot hard-link here:", err)
+	}
+	_, err := Copy(src, filepath.Join(t.TempDir(), "c"), Options{UID: -1, GID: -1, RefuseLinks: true})
+	if err == nil || !strings.Contains(err.Error(), "linked has 2 links") {
+		t.Fatalf("a hard-linked file was copied: %v", err)
+	}
+}
