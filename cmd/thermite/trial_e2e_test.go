@@ -398,6 +398,10 @@ func TestTrialsAndTheHarnessAPI(t *testing.T) {
 		if strings.Contains(out, `"hidden"`) {
 			t.Fatal("the hidden table in the export")
 		}
+		// The start-up self-test's verdict is in the ledger too.
+		if !strings.Contains(out, "isolation holds: every probe of") {
+			t.Fatal("no self-test result in the ledger")
+		}
 	})
 
 	t.Run("trial list", func(t *testing.T) {
