@@ -73,10 +73,7 @@ func stripEnv(env, prefixes []string) []string {
 // runServe checks the configuration, then re-execs as the broker with the
 // capability bounding set reduced to the broker's and no_new_privs set.
 func runServe() error {
-	if err := requireRoot("serve"); err != nil {
-		return err
-	}
-	cfg, err := loadConfig()
+	cfg, err := rootConfig("serve")
 	if err != nil {
 		return err
 	}
@@ -313,10 +310,7 @@ func stopCmd() *cobra.Command {
 		Short: "Stop every process a role's user runs (root)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := requireRoot("stop"); err != nil {
-				return err
-			}
-			cfg, err := loadConfig()
+			cfg, err := rootConfig("stop")
 			if err != nil {
 				return err
 			}
@@ -337,10 +331,7 @@ func statusCmd() *cobra.Command {
 		Short: "Show the broker, the controller, the role table and the last self-test (root)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := requireRoot("status"); err != nil {
-				return err
-			}
-			cfg, err := loadConfig()
+			cfg, err := rootConfig("status")
 			if err != nil {
 				return err
 			}

@@ -18,10 +18,7 @@ func gpusCmd() *cobra.Command {
 		Short: "Show the discovered cards, the layout, who may open what, whether device permissions can be changed, and the fence's ABI (root)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := requireRoot("gpus"); err != nil {
-				return err
-			}
-			cfg, err := loadConfig()
+			cfg, err := rootConfig("gpus")
 			if err != nil {
 				return err
 			}

@@ -128,10 +128,7 @@ func judgeCmd() *cobra.Command {
 		Short: "Time a stored build: check its hashes, run it as the timing user on the judge CPUs, run the kit's check",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := requireRoot("judge time"); err != nil {
-				return err
-			}
-			cfg, err := loadConfig()
+			cfg, err := rootConfig("judge time")
 			if err != nil {
 				return err
 			}
@@ -155,10 +152,7 @@ func judgeCmd() *cobra.Command {
 		Short: "Builds and timed runs, with their hashes, times and public scores",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := requireRoot("judge list"); err != nil {
-				return err
-			}
-			cfg, err := loadConfig()
+			cfg, err := rootConfig("judge list")
 			if err != nil {
 				return err
 			}
@@ -191,10 +185,7 @@ func judgeCmd() *cobra.Command {
 		Short: "One build or timed run",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := requireRoot("judge show"); err != nil {
-				return err
-			}
-			cfg, err := loadConfig()
+			cfg, err := rootConfig("judge show")
 			if err != nil {
 				return err
 			}

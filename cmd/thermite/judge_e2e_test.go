@@ -116,9 +116,7 @@ func TestJudgeEndToEnd(t *testing.T) {
 func TestJudgeBuildLeavesNothingRunning(t *testing.T) {
 	needCC(t)
 	r := newRig(t)
-	kitDir := filepath.Join(r.Dir, "daemonkit")
-	os.MkdirAll(kitDir, 0o755)
-	os.WriteFile(filepath.Join(kitDir, "kit.toml"), []byte(`name = "daemon"
+	importKit(t, r, "daemon", `name = "daemon"
 [build]
 command = ["sh", "-c", "setsid -f sleep 600 </dev/null >/dev/null 2>&1; (sleep 600 &); echo built > out.txt"]
 outputs = ["out.txt"]
@@ -127,10 +125,7 @@ command = ["cat", "{build}/out.txt"]
 repeats = 1
 [check]
 command = ["sh", "-c", "echo '{\"score\": 1}'"]
-`), 0o644)
-	if _, stderr, code := r.Thermite("kit", "import", kitDir); code != 0 {
-		t.Fatal(stderr)
-	}
+`, nil)
 	proj := filepath.Join(r.Dir, "p")
 	os.MkdirAll(proj, 0o755)
 	judgeBuild(t, r, "daemon", proj)
@@ -161,9 +156,7 @@ func TestJudgeKitImportRefusesBadManifests(t *testing.T) {
 
 func TestTimedRunHoldsItsCPUs(t *testing.T) {
 	r := newRig(t)
-	kitDir := filepath.Join(r.Dir, "slowkit")
-	os.MkdirAll(kitDir, 0o755)
-	os.WriteFile(filepath.Join(kitDir, "kit.toml"), []byte(`name = "slow"
+	importKit(t, r, "slow", `name = "slow"
 [build]
 command = ["sh", "-c", "echo x > x"]
 outputs = ["x"]
@@ -172,10 +165,7 @@ command = ["sleep", "2"]
 repeats = 1
 [check]
 command = ["sh", "-c", "echo '{\"score\": 1}'"]
-`), 0o644)
-	if _, stderr, code := r.Thermite("kit", "import", kitDir); code != 0 {
-		t.Fatal(stderr)
-	}
+`, nil)
 	proj := filepath.Join(r.Dir, "p")
 	os.MkdirAll(proj, 0o755)
 	b := judgeBuild(t, r, "slow", proj)

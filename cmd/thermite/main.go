@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"thermite/controller"
+	"thermite/internal/config"
 	"thermite/internal/lanefs"
 	"thermite/internal/spawn"
 	"thermite/selftest"
@@ -79,6 +80,15 @@ func newRoot() *cobra.Command {
 		selftestCmd(), gpusCmd(), trialCmd(), ledgerCmd(), kitCmd(), judgeCmd(),
 	)
 	return root
+}
+
+// rootConfig is the start of every operator's command that talks to the
+// rig: root, and the configuration.
+func rootConfig(what string) (config.Config, error) {
+	if err := requireRoot(what); err != nil {
+		return config.Config{}, err
+	}
+	return loadConfig()
 }
 
 func requireRoot(what string) error {

@@ -19,10 +19,7 @@ func selftestCmd() *cobra.Command {
 		Short: "Run a probe as every role that tries what the role must not do; one sentence says whether isolation holds (root)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := requireRoot("selftest isolation"); err != nil {
-				return err
-			}
-			cfg, err := loadConfig()
+			cfg, err := rootConfig("selftest isolation")
 			if err != nil {
 				return err
 			}

@@ -188,10 +188,7 @@ func trialCmd() *cobra.Command {
 			Args:  cobra.MinimumNArgs(2),
 			RunE: func(cmd *cobra.Command, args []string) error {
 				what := "trial " + route
-				if err := requireRoot(what); err != nil {
-					return err
-				}
-				cfg, err := loadConfig()
+				cfg, err := rootConfig(what)
 				if err != nil {
 					return err
 				}
@@ -209,10 +206,7 @@ func trialCmd() *cobra.Command {
 		Short: "End a trial: revoke its token, stop its processes, publish its research area",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := requireRoot("trial end"); err != nil {
-				return err
-			}
-			cfg, err := loadConfig()
+			cfg, err := rootConfig("trial end")
 			if err != nil {
 				return err
 			}
@@ -231,10 +225,7 @@ func trialCmd() *cobra.Command {
 		Short: "List the trials",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := requireRoot("trial list"); err != nil {
-				return err
-			}
-			cfg, err := loadConfig()
+			cfg, err := rootConfig("trial list")
 			if err != nil {
 				return err
 			}
@@ -270,10 +261,7 @@ func ledgerCmd() *cobra.Command {
 		Short: "Write everything in the ledger but the hidden test results, as JSON (root)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := requireRoot("ledger export"); err != nil {
-				return err
-			}
-			cfg, err := loadConfig()
+			cfg, err := rootConfig("ledger export")
 			if err != nil {
 				return err
 			}
