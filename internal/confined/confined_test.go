@@ -196,6 +196,7 @@ func bigTree(b *testing.B) string {
 // the ratio.
 func BenchmarkSetIDSweep100k(b *testing.B) {
 	d := bigTree(b)
+	b.Cleanup(func() { os.RemoveAll(d) })
 	b.Run("thermite", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
 			// One file in a thousand gets its bit back each round.

@@ -54,7 +54,10 @@ func Binary(t testing.TB, tags string) string {
 	if p, ok := built[tags]; ok {
 		return p
 	}
-	dir, err := os.MkdirTemp("", "thermite-bin-")
+	if len(built) == 0 {
+		removeStaleBinaries()
+	}
+	dir, err := os.MkdirTemp("", fmt.Sprintf("thermite-bin-%d-", os.Getpid()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,6 +76,23 @@ func Binary(t testing.TB, tags string) string {
 	}
 	built[tags] = out
 	return out
+}
+
+// removeStaleBinaries removes the binaries earlier test processes built
+// (thermite-bin-<pid>-*), once those processes are gone.
+func removeStaleBinaries() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "thermite-bin-*"))
+	for _, d := range dirs {
+		parts := strings.Split(filepath.Base(d), "-")
+		if len(parts) < 4 {
+			os.RemoveAll(d) // an older name, without a pid
+			continue
+		}
+		pid, err := strconv.Atoi(parts[2])
+		if err != nil || syscall.Kill(pid, 0) == syscall.ESRCH {
+			os.RemoveAll(d)
+		}
+	}
 }
 
 // Options shape a rig.
