@@ -28,10 +28,7 @@ func kitCmd() *cobra.Command {
 		Short: "Check a kit's manifest and copy the kit into the controller's folder, which no role can open (root)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := requireRoot("kit import"); err != nil {
-				return err
-			}
-			cfg, t, err := loadTable()
+			cfg, t, err := rootTable("kit import")
 			if err != nil {
 				return err
 			}
@@ -93,10 +90,7 @@ func judgeCmd() *cobra.Command {
 		Short: "Build a project under a kit as builder and store its outputs; prints the build id",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := requireRoot("judge build"); err != nil {
-				return err
-			}
-			cfg, t, err := loadTable()
+			cfg, t, err := rootTable("judge build")
 			if err != nil {
 				return err
 			}

@@ -21,6 +21,7 @@ import (
 	"thermite/internal/config"
 	"thermite/internal/lanefs"
 	"thermite/internal/spawn"
+	"thermite/roles"
 	"thermite/selftest"
 )
 
@@ -89,6 +90,14 @@ func rootConfig(what string) (config.Config, error) {
 		return config.Config{}, err
 	}
 	return loadConfig()
+}
+
+// rootTable is rootConfig with the role table.
+func rootTable(what string) (config.Config, *roles.Table, error) {
+	if err := requireRoot(what); err != nil {
+		return config.Config{}, nil, err
+	}
+	return loadTable()
 }
 
 func requireRoot(what string) error {

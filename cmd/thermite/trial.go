@@ -146,10 +146,7 @@ func trialCmd() *cobra.Command {
 		Short: "Start a trial on a lane: prints its id, workspace and token file",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := requireRoot("trial start"); err != nil {
-				return err
-			}
-			cfg, t, err := loadTable()
+			cfg, t, err := rootTable("trial start")
 			if err != nil {
 				return err
 			}

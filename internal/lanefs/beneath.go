@@ -140,3 +140,16 @@ func joinShow(top, rel string) string {
 	}
 	return top + "/" + rel
 }
+
+// openDir opens the folder path names for reading (an empty path is the
+// root), and returns the path as errors name it.
+func (r *root) openDir(path string) (int, string, *Error) {
+	if path == "" {
+		path = "."
+	}
+	fd, err := openBeneath(r.fd, path, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return -1, path, r.fail(path, err)
+	}
+	return fd, path, nil
+}

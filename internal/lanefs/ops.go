@@ -295,13 +295,9 @@ func (s *Server) list(req *ListRequest) (*ListResponse, *Error) {
 	if e != nil {
 		return nil, e
 	}
-	path := req.Path
-	if path == "" {
-		path = "."
-	}
-	fd, err := openBeneath(r.fd, path, unix.O_RDONLY|unix.O_DIRECTORY, 0)
-	if err != nil {
-		return nil, r.fail(path, err)
+	fd, path, e := r.openDir(req.Path)
+	if e != nil {
+		return nil, e
 	}
 	defer unix.Close(fd)
 	names, err := readNames(fd)

@@ -207,18 +207,14 @@ func (s *Server) find(req *FindRequest) (*FindResponse, *Error) {
 		limit = DefaultFind
 	}
 	limit = min(limit, MaxFind)
-	path := req.Path
-	if path == "" {
-		path = "."
-	}
-	fd, err := openBeneath(r.fd, path, unix.O_RDONLY|unix.O_DIRECTORY, 0)
-	if err != nil {
-		return nil, r.fail(path, err)
+	fd, path, e := r.openDir(req.Path)
+	if e != nil {
+		return nil, e
 	}
 	defer unix.Close(fd)
 	resp := &FindResponse{Paths: []string{}}
 	budget := answerBudget
-	err = walk(fd, "", 0, func(_ int, name, rel string, _ *unix.Stat_t) (bool, error) {
+	err := walk(fd, "", 0, func(_ int, name, rel string, _ *unix.Stat_t) (bool, error) {
 		if globMatch(req.Glob, name, rel) {
 			if len(resp.Paths) >= limit || budget < 0 {
 				resp.Truncated = true
