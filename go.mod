@@ -3,14 +3,17 @@ module thermite
 go 1.26.8
 
 require (
-	github.com/BurntSushi/toml v1.6.0 // indirect
-	github.com/NVIDIA/go-nvml v0.13.4-1 // indirect
+	github.com/BurntSushi/toml v1.6.0
+	github.com/NVIDIA/go-nvml v0.13.4-1
+	github.com/landlock-lsm/go-landlock v0.11.2
+	github.com/spf13/cobra v1.10.2
+	go.etcd.io/bbolt v1.5.0
+	golang.org/x/net v0.62.0
+	golang.org/x/sys v0.50.0
+)
+
+require (
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
-	github.com/landlock-lsm/go-landlock v0.11.2 // indirect
-	github.com/spf13/cobra v1.10.2 // indirect
 	github.com/spf13/pflag v1.0.10 // indirect
-	go.etcd.io/bbolt v1.5.0 // indirect
-	golang.org/x/net v0.62.0 // indirect
-	golang.org/x/sys v0.50.0 // indirect
 	kernel.org/pub/linux/libs/security/libcap/psx v1.2.78 // indirect
 )

@@ -60,8 +60,14 @@ type Broker struct {
 
 	stopping atomic.Bool
 	stopCh   chan struct{}
-	started  time.Time
-	closed   []closedTmp
+	// ctlBounce asks the supervisor to stop the controller cleanly.
+	ctlBounce chan struct{}
+	phase     string // rpc.Phase…, under mu
+	phaseWhy  string
+	started   time.Time
+	closed    []closedTmp
+	// closedRecorded: the record of closed places is on disk for b.closed.
+	closedRecorded bool
 
 	mu         sync.Mutex
 	userLocks  map[int]*sync.Mutex
@@ -87,6 +93,7 @@ func New(cfg config.Config, log *slog.Logger) (*Broker, error) {
 		cfg: cfg, table: table, log: log,
 		exe:       "/proc/self/exe",
 		stopCh:    make(chan struct{}),
+		ctlBounce: make(chan struct{}),
 		userLocks: map[int]*sync.Mutex{},
 		stopLocks: map[int]*sync.Mutex{},
 		handed:    map[int]map[string]bool{},
@@ -118,10 +125,20 @@ func (b *Broker) userLock(uid int) *sync.Mutex {
 }
 
 // Serve runs the broker's start-up, in order, each step failing closed,
-// then serves until SIGTERM or SIGINT.
-func (b *Broker) Serve() error {
+// then serves until SIGTERM or SIGINT. A refused start undoes what it did:
+// the closed places are opened again and the socket is removed.
+func (b *Broker) Serve() (err error) {
 	b.started = time.Now()
+	b.setPhase(rpc.PhaseStarting, "")
 	unix.Umask(0o077)
+	notify := newNotifier(b.log)
+	defer func() {
+		if err != nil {
+			b.setPhase(rpc.PhaseRefused, err.Error())
+			notify.send("STATUS=refused: " + oneLine(err.Error()))
+			b.reopenTmp()
+		}
+	}()
 	if err := caps.Verify(caps.Broker); err != nil {
 		return fmt.Errorf("broker: %w", err)
 	}
@@ -131,7 +148,6 @@ func (b *Broker) Serve() error {
 		return fmt.Errorf("broker: child subreaper: %w", err)
 	}
 	b.reaper = newReaper()
-	var err error
 	if b.devnull, err = os.OpenFile("/dev/null", os.O_RDWR, 0); err != nil {
 		return fmt.Errorf("broker: %w", err)
 	}
@@ -147,6 +163,9 @@ func (b *Broker) Serve() error {
 	if err := b.checkUsers(); err != nil {
 		return err
 	}
+	if err := checkAncestors(b.cfg.StateDir); err != nil {
+		return err
+	}
 	// Leftovers go first, so nothing of a role writes into scratch while
 	// it is cleared.
 	if err := b.stopAllRoles(); err != nil {
@@ -155,7 +174,8 @@ func (b *Broker) Serve() error {
 	if err := b.prepareState(); err != nil {
 		return err
 	}
-	if err := b.closeTmp(); err != nil {
+	// A broker that died with the places closed left their modes here.
+	if err := b.restoreClosedTmp(); err != nil {
 		return err
 	}
 	if err := b.installControlKey(); err != nil {
@@ -181,23 +201,35 @@ func (b *Broker) Serve() error {
 		return err
 	}
 	defer os.Remove(b.cfg.BrokerSocket())
+	// The places close last, once nothing else can refuse the start but
+	// the self-test, whose refusal opens them again.
+	if err := b.closeTmp(); err != nil {
+		l.Close()
+		return err
+	}
 	go b.serve(l)
 	b.log.Info("broker serving", "socket", b.cfg.BrokerSocket(), "pid", os.Getpid(), "roles", len(b.table.Roles))
 
+	b.setPhase(rpc.PhaseSelftest, "")
+	notify.send("STATUS=isolation self-test")
 	if err := b.startupSelftest(); err != nil {
 		b.shutdown(l)
 		return err
 	}
 
+	b.setPhase(rpc.PhaseController, "")
 	ctlDone := make(chan struct{})
 	go func() {
 		b.superviseController()
 		close(ctlDone)
 	}()
+	go b.announceReady(notify)
 	sig := make(chan os.Signal, 2)
 	signal.Notify(sig, unix.SIGTERM, unix.SIGINT)
 	s := <-sig
 	b.log.Info("stopping", "signal", s.String())
+	b.setPhase(rpc.PhaseStopping, "signal "+s.String())
+	notify.send("STOPPING=1")
 	b.stopping.Store(true)
 	close(b.stopCh)
 	<-ctlDone
@@ -214,6 +246,66 @@ func (b *Broker) shutdown(l *net.UnixListener) {
 	}
 	os.Remove(b.cfg.BrokerSocket())
 	b.reopenTmp()
+}
+
+// setPhase records where the start-up is; status reports it and dispatch
+// serves role commands only once it is past the self-test.
+func (b *Broker) setPhase(p, why string) {
+	b.mu.Lock()
+	b.phase, b.phaseWhy = p, why
+	b.mu.Unlock()
+}
+
+// servingRoles says whether role commands may run now: never before the
+// start-up self-test has held, so nothing it does touches them, and never
+// while stopping.
+func (b *Broker) servingRoles() error {
+	b.mu.Lock()
+	p, why := b.phase, b.phaseWhy
+	b.mu.Unlock()
+	switch p {
+	case rpc.PhaseStarting, rpc.PhaseSelftest:
+		return fmt.Errorf("broker: the rig is starting: the start-up self-test is running; role commands wait for it (thermite status --wait)")
+	case rpc.PhaseRefused:
+		return fmt.Errorf("broker: the rig refused to start: %s", why)
+	case rpc.PhaseStopping:
+		return fmt.Errorf("broker: the rig is stopping")
+	}
+	return nil
+}
+
+// announceReady waits for the first controller to answer, then says the rig
+// is ready in the log and to systemd.
+func (b *Broker) announceReady(n *notifier) {
+	for {
+		select {
+		case <-b.stopCh:
+			return
+		case <-time.After(25 * time.Millisecond):
+		}
+		if pingController(b.cfg.ControllerSocket()) != nil {
+			continue
+		}
+		b.mu.Lock()
+		sentence := ""
+		if b.selftest != nil {
+			sentence = b.selftest.Sentence
+		}
+		b.mu.Unlock()
+		b.setPhase(rpc.PhaseReady, "")
+		b.log.Info("rig ready", "selftest", sentence)
+		n.send("READY=1\nSTATUS=ready: " + oneLine(sentence))
+		return
+	}
+}
+
+// oneLine keeps a status line to one short line.
+func oneLine(s string) string {
+	s = strings.ReplaceAll(s, "\n", " ")
+	if len(s) > 200 {
+		s = s[:200] + "…"
+	}
+	return s
 }
 
 // listenAPI makes the harness API's TCP listener on loopback: the broker
@@ -277,12 +369,16 @@ func (b *Broker) note(s string) {
 }
 
 func (b *Broker) status() *rpc.Status {
+	b.mu.Lock()
 	st := &rpc.Status{
+		Phase:     b.phase,
+		PhaseWhy:  b.phaseWhy,
 		BrokerPID: os.Getpid(),
 		StartedAt: b.started.UTC().Format(time.RFC3339),
 		StateDir:  b.cfg.StateDir,
 		Socket:    b.cfg.BrokerSocket(),
 	}
+	b.mu.Unlock()
 	st.LandlockABI = landlockABI()
 	st.Cgroup = b.cgroupStatus()
 	counts, _ := procs.CountByUID("/proc", b.uidSet())
@@ -302,6 +398,13 @@ func (b *Broker) status() *rpc.Status {
 	b.mu.Unlock()
 	if st.ControllerPID != 0 {
 		st.ControllerUp = pingController(b.cfg.ControllerSocket()) == nil
+	}
+	if st.Phase == rpc.PhaseReady && !st.ControllerUp {
+		st.Phase = rpc.PhaseControllerDown
+		st.PhaseWhy = "the controller does not answer on " + b.cfg.ControllerSocket()
+		if st.ControllerPID == 0 {
+			st.PhaseWhy = "the controller is not running; the broker starts it again"
+		}
 	}
 	st.GPU = b.gpuStatus()
 	return st

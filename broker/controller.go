@@ -79,6 +79,12 @@ func (b *Broker) startController() (int, int, <-chan exit, error) {
 func (b *Broker) superviseController() {
 	backoff := time.Second
 	for {
+		// A self-test in progress stopped the controller; it starts again
+		// when the self-test is done.
+		b.selftestMu.Lock()
+		//lint:ignore SA2001 the lock only waits for a running self-test
+		b.selftestMu.Unlock()
+		bounced := false
 		pid, pidfd, exited, err := b.startController()
 		if err != nil {
 			b.log.Error("controller did not start", "err", err)
@@ -92,14 +98,11 @@ func (b *Broker) superviseController() {
 			var e exit
 			select {
 			case e = <-exited:
+			case <-b.ctlBounce:
+				bounced = true
+				e = stopGently(pidfd, exited)
 			case <-b.stopCh:
-				unix.PidfdSendSignal(pidfd, unix.SIGTERM, nil, 0)
-				select {
-				case e = <-exited:
-				case <-time.After(5 * time.Second):
-					unix.PidfdSendSignal(pidfd, unix.SIGKILL, nil, 0)
-					e = <-exited
-				}
+				e = stopGently(pidfd, exited)
 			}
 			unix.Close(pidfd)
 			b.mu.Lock()
@@ -117,14 +120,30 @@ func (b *Broker) superviseController() {
 		if b.stopping.Load() {
 			return
 		}
+		wait := backoff
+		if bounced {
+			wait = 0
+		}
 		select {
-		case <-time.After(backoff):
+		case <-time.After(wait):
 		case <-b.stopCh:
 			return
 		}
 		if backoff < 30*time.Second {
 			backoff *= 2
 		}
+	}
+}
+
+// stopGently ends the controller with SIGTERM, then SIGKILL after 5 s.
+func stopGently(pidfd int, exited <-chan exit) exit {
+	unix.PidfdSendSignal(pidfd, unix.SIGTERM, nil, 0)
+	select {
+	case e := <-exited:
+		return e
+	case <-time.After(5 * time.Second):
+		unix.PidfdSendSignal(pidfd, unix.SIGKILL, nil, 0)
+		return <-exited
 	}
 }
 

@@ -105,6 +105,11 @@ func (b *Broker) dispatch(c *rpc.Conn, req *rpc.Request, files []*os.File, cred 
 	if req.Op != rpc.OpRun && len(files) > 0 {
 		return fail(fmt.Errorf("broker: %s takes no descriptors", req.Op))
 	}
+	if req.Op != rpc.OpPing && req.Op != rpc.OpStatus {
+		if err := b.servingRoles(); err != nil {
+			return fail(err)
+		}
+	}
 	switch req.Op {
 	case rpc.OpPing:
 		return &rpc.Response{}, true

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -67,20 +68,25 @@ func (b *Broker) tmpOf(r roles.Role) string {
 // checkAncestors refuses a state dir below a folder that someone other than
 // root could change: whoever can rename its parents can redirect it. A
 // sticky folder owned by root (/tmp) is fine, as nobody else can rename
-// what root made in it.
+// what root made in it. Every folder above it must also let others pass
+// (o+x): role users reach their HOME, TMPDIR and workspace through it.
 func checkAncestors(p string) error {
 	for dir := filepath.Dir(p); ; dir = filepath.Dir(dir) {
 		var st unix.Stat_t
-		if err := unix.Lstat(dir, &st); err != nil {
-			return fmt.Errorf("state_dir: %s: %w", dir, err)
-		}
+		err := unix.Lstat(dir, &st)
 		switch {
+		case errors.Is(err, unix.ENOENT):
+			// prepareState makes it, root's and 0755.
+		case err != nil:
+			return fmt.Errorf("state_dir: %s: %w", dir, err)
 		case st.Mode&unix.S_IFMT == unix.S_IFLNK:
 			// A symlink among the ancestors is resolved once, by root, at start.
 		case st.Uid != 0:
 			return fmt.Errorf("state_dir: %s is owned by uid %d, not root", dir, st.Uid)
 		case st.Mode&0o022 != 0 && st.Mode&unix.S_ISVTX == 0:
 			return fmt.Errorf("state_dir: %s is writable by others (mode %04o)", dir, st.Mode&0o7777)
+		case st.Mode&0o001 == 0:
+			return fmt.Errorf("state_dir: %s is mode %04o: role users cannot pass through it to %s (every folder above state_dir needs o+x)", dir, st.Mode&0o7777, p)
 		}
 		if dir == "/" {
 			return nil
@@ -123,9 +129,6 @@ func ensureFolder(f folder) error {
 // clears scratch of anything an earlier run left, and makes every role's
 // HOME and TMPDIR afresh.
 func (b *Broker) prepareState() error {
-	if err := checkAncestors(b.cfg.StateDir); err != nil {
-		return err
-	}
 	if err := os.MkdirAll(filepath.Dir(b.cfg.StateDir), 0o755); err != nil {
 		return fmt.Errorf("state_dir: %w", err)
 	}
@@ -166,16 +169,26 @@ func clearFolder(dir string) error {
 }
 
 // closedTmp is a shared temporary folder as it was before the broker
-// closed it, so a clean stop can put it back.
+// closed it, so a clean stop, a refused start or the next start after a
+// crash can put it back.
 type closedTmp struct {
-	path     string
-	uid, gid int
-	mode     uint32
+	Path string `json:"path"`
+	UID  int    `json:"uid"`
+	GID  int    `json:"gid"`
+	Mode uint32 `json:"mode"`
+}
+
+// closedTmpRecord is where the places' modes before closing are kept while
+// they are closed: root's, in the broker's folder, found by the next start.
+func (b *Broker) closedTmpRecord() string {
+	return filepath.Join(b.cfg.BrokerDir(), "closed-tmp.json")
 }
 
 // closeTmp makes each shared temporary place root's alone (0700): no role
-// can write it or read what is in it. Each role has its own TMPDIR.
+// can write it or read what is in it. Each role has its own TMPDIR. The
+// modes it found are written down, synced, before the first one changes.
 func (b *Broker) closeTmp() error {
+	var found []closedTmp
 	for _, p := range b.cfg.ClosedTmp {
 		var st unix.Stat_t
 		if err := unix.Lstat(p, &st); err != nil {
@@ -188,21 +201,109 @@ func (b *Broker) closeTmp() error {
 		if st.Mode&unix.S_IFMT != unix.S_IFDIR {
 			return fmt.Errorf("closed_tmp: %s is not a folder", p)
 		}
-		b.closed = append(b.closed, closedTmp{p, int(st.Uid), int(st.Gid), st.Mode & 0o7777})
-		if err := ensureFolder(folder{p, 0, 0, 0o700}); err != nil {
+		found = append(found, closedTmp{p, int(st.Uid), int(st.Gid), st.Mode & 0o7777})
+	}
+	if err := writeFileSynced(b.closedTmpRecord(), found); err != nil {
+		return fmt.Errorf("closed_tmp: record the modes: %w", err)
+	}
+	b.closed, b.closedRecorded = found, true
+	for _, c := range found {
+		if err := ensureFolder(folder{c.Path, 0, 0, 0o700}); err != nil {
 			return fmt.Errorf("closed_tmp: %w", err)
 		}
 	}
 	return nil
 }
 
-// reopenTmp puts the shared temporary places back as they were.
-func (b *Broker) reopenTmp() {
+// reopenTmp puts the shared temporary places back as they were, then
+// forgets the record. It says whether every place is back.
+func (b *Broker) reopenTmp() bool {
+	if !b.closedRecorded {
+		return true
+	}
+	ok := true
 	for _, c := range b.closed {
-		if err := ensureFolder(folder{c.path, c.uid, c.gid, os.FileMode(c.mode)}); err != nil {
-			b.log.Warn("could not reopen closed_tmp folder", "path", c.path, "err", err)
+		if err := ensureFolder(folder{c.Path, c.UID, c.GID, os.FileMode(c.Mode)}); err != nil {
+			ok = false
+			b.log.Warn("could not reopen closed_tmp folder", "path", c.Path, "err", err)
 		}
 	}
+	if !ok {
+		return false // the record stays for the next start
+	}
+	b.closed, b.closedRecorded = nil, false
+	if err := os.Remove(b.closedTmpRecord()); err != nil && !errors.Is(err, os.ErrNotExist) {
+		b.log.Warn("closed_tmp record", "err", err)
+	}
+	return true
+}
+
+// restoreClosedTmp puts back the places an earlier broker closed and never
+// reopened (it was killed): their modes from before are in the record, and
+// the places' present 0700 must not be taken for them.
+func (b *Broker) restoreClosedTmp() error {
+	fd, err := unix.Open(b.closedTmpRecord(), unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("closed_tmp: %s: %w", b.closedTmpRecord(), err)
+	}
+	f := os.NewFile(uintptr(fd), b.closedTmpRecord())
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fmt.Errorf("closed_tmp: %s: %w", f.Name(), err)
+	}
+	if st.Uid != 0 || st.Mode&0o077 != 0 || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return fmt.Errorf("closed_tmp: %s is not root's alone (uid %d, mode %04o): not trusted to restore modes", f.Name(), st.Uid, st.Mode&0o7777)
+	}
+	var rec []closedTmp
+	if err := json.NewDecoder(io.LimitReader(f, 1<<20)).Decode(&rec); err != nil {
+		return fmt.Errorf("closed_tmp: %s: %w", f.Name(), err)
+	}
+	b.log.Warn("an earlier broker left the shared temporary places closed; restoring their modes", "record", f.Name(), "places", len(rec))
+	b.closed, b.closedRecorded = rec, true
+	if !b.reopenTmp() {
+		return fmt.Errorf("closed_tmp: could not restore the places recorded in %s", f.Name())
+	}
+	return nil
+}
+
+// writeFileSynced writes v as JSON to path (root's, 0600) through a
+// temporary file, synced and renamed, with the folder synced after.
+func writeFileSynced(path string, v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	tmp := path + ".new"
+	os.Remove(tmp)
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return err
+	}
+	f.Close()
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	d, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }
 
 // MaxSecret bounds one secret file.

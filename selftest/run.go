@@ -353,15 +353,23 @@ func placeCanaries(h Host, c *Context, undo *[]func()) error {
 		c.Kit = filepath.Join(k, "kit.toml")
 		errs = append(errs, file(c.Kit, ctl.UID, ctl.GID, 0o600))
 	}
-	// A secret: a real one if there is one.
+	// A secret: a real one if there is one, a canary beside them if the
+	// folder is empty, and on a rig with no secrets folder (a fresh machine,
+	// the embedded defaults) a canary in a root-only folder of the broker's
+	// that stands in for it: the property is the same, root's files stay
+	// root's. The self-test makes nothing outside the state dir.
 	names, _ := readNames(c.Cfg.SecretsDir)
-	if len(names) > 0 {
+	_, noFolder := os.Lstat(c.Cfg.SecretsDir)
+	switch {
+	case len(names) > 0:
 		c.Secret = filepath.Join(c.Cfg.SecretsDir, names[0])
-	} else {
-		if _, err := os.Lstat(c.Cfg.SecretsDir); err != nil {
-			errs = append(errs, dir(c.Cfg.SecretsDir, 0, 0, 0o700))
-		}
+	case noFolder == nil:
 		c.Secret = filepath.Join(c.Cfg.SecretsDir, ".selftest-canary")
+		errs = append(errs, file(c.Secret, 0, 0, 0o600))
+	default:
+		standIn := filepath.Join(c.Cfg.BrokerDir(), randomName("selftest-secrets-"))
+		errs = append(errs, dir(standIn, 0, 0, 0o700))
+		c.Secret = filepath.Join(standIn, "canary")
 		errs = append(errs, file(c.Secret, 0, 0, 0o600))
 	}
 	// A stored build: read-only, reachable only by its exact path.

@@ -325,33 +325,76 @@ func stopCmd() *cobra.Command {
 }
 
 func statusCmd() *cobra.Command {
-	var asJSON bool
+	var (
+		asJSON bool
+		wait   time.Duration
+	)
 	c := &cobra.Command{
 		Use:   "status",
-		Short: "Show the broker, the controller, the role table and the last self-test (root)",
+		Short: "Show the rig's phase, the broker, the controller, the role table and the last self-test; exit 0 only when the rig is ready (root)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, err := rootConfig("status")
 			if err != nil {
 				return err
 			}
-			resp, err := rpc.Call(cfg.BrokerSocket(), &rpc.Request{Op: rpc.OpStatus})
+			st, err := rigStatus(cfg.BrokerSocket(), wait)
 			if err != nil {
-				return fmt.Errorf("status: %w", err)
+				return &exitError{code: exitNotReady, msg: "status: " + err.Error()}
 			}
 			if asJSON {
-				return printJSON(resp.Status)
+				if err := printJSON(st); err != nil {
+					return err
+				}
+			} else {
+				printStatus(st)
 			}
-			printStatus(resp.Status)
+			if st.Phase != rpc.PhaseReady {
+				return &exitError{code: exitNotReady, msg: "status: the rig is not ready: " + phaseLine(st)}
+			}
 			return nil
 		},
 	}
 	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	c.Flags().DurationVar(&wait, "wait", 0, "wait up to this long for the rig to be ready (--wait alone: 2m)")
+	c.Flags().Lookup("wait").NoOptDefVal = "2m"
 	return c
+}
+
+// exitNotReady is status's exit code when the rig does not serve.
+const exitNotReady = 3
+
+// rigStatus asks the broker for its status. With wait, it asks again until
+// the rig is ready, the start is refused, or wait runs out, and a broker
+// that is not listening yet counts as starting.
+func rigStatus(socket string, wait time.Duration) (*rpc.Status, error) {
+	deadline := time.Now().Add(wait)
+	for {
+		resp, err := rpc.Call(socket, &rpc.Request{Op: rpc.OpStatus})
+		if err == nil && (resp.Status.Phase == rpc.PhaseReady || resp.Status.Phase == rpc.PhaseRefused) {
+			return resp.Status, nil
+		}
+		if time.Now().After(deadline) {
+			if err != nil {
+				return nil, fmt.Errorf("no broker answers on %s: %w", socket, err)
+			}
+			return resp.Status, nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// phaseLine is the phase and why, in one line.
+func phaseLine(s *rpc.Status) string {
+	if s.PhaseWhy != "" {
+		return s.Phase + " (" + s.PhaseWhy + ")"
+	}
+	return s.Phase
 }
 
 func printStatus(s *rpc.Status) {
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(w, "phase\t%s\n", phaseLine(s))
 	fmt.Fprintf(w, "broker\tpid %d, since %s, socket %s\n", s.BrokerPID, s.StartedAt, s.Socket)
 	ctl := "not running"
 	if s.ControllerPID != 0 {
@@ -366,6 +409,9 @@ func printStatus(s *rpc.Status) {
 	fmt.Fprintf(w, "cgroup\t%s\n", s.Cgroup)
 	if s.Selftest != nil {
 		fmt.Fprintf(w, "self-test\t%s (at %s, %d ms, Landlock ABI %d)\n", s.Selftest.Sentence, s.Selftest.At, s.Selftest.WallMS, s.Selftest.LandlockV)
+		if s.Selftest.Controller != "" {
+			fmt.Fprintf(w, "\t%s\n", s.Selftest.Controller)
+		}
 	} else {
 		fmt.Fprintf(w, "self-test\tnot run\n")
 	}

@@ -254,7 +254,7 @@ func ctlJudge(cfg config.Config, path string, body any, field string, out any) e
 	req, _ := http.NewRequest("POST", "http://controller"+path, bytes.NewReader(b))
 	resp, err := ctlClient(cfg).Do(req)
 	if err != nil {
-		return fmt.Errorf("controller socket %s: %w", cfg.ControllerSocket(), err)
+		return ctlUnreachable(cfg, err)
 	}
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 
 	"github.com/spf13/cobra"
 
@@ -34,6 +35,9 @@ func selftestCmd() *cobra.Command {
 				}
 			} else {
 				fmt.Println(res.Sentence)
+				if res.Controller != "" {
+					fmt.Fprintln(os.Stderr, "selftest: "+res.Controller)
+				}
 			}
 			if !res.Holds {
 				return &exitError{code: 1}

@@ -23,6 +23,7 @@ import (
 	"thermite/controller/ledger"
 	"thermite/internal/config"
 	"thermite/internal/copytree"
+	"thermite/internal/rpc"
 	"thermite/roles"
 )
 
@@ -32,6 +33,17 @@ func ctlClient(cfg config.Config) *http.Client {
 		var d net.Dialer
 		return d.DialContext(ctx, "unix", cfg.ControllerSocket())
 	}}}
+}
+
+// ctlUnreachable says why the controller could not be reached, with the
+// rig's phase when the broker answers: a rig still in its self-test, or
+// one whose start was refused, says so instead of a bare dial error.
+func ctlUnreachable(cfg config.Config, err error) error {
+	resp, serr := rpc.Call(cfg.BrokerSocket(), &rpc.Request{Op: rpc.OpStatus})
+	if serr != nil {
+		return fmt.Errorf("the rig is not running (no broker answers on %s): %w", cfg.BrokerSocket(), err)
+	}
+	return fmt.Errorf("the controller does not answer on %s; the rig is %s (thermite status --wait waits for it): %w", cfg.ControllerSocket(), phaseLine(resp.Status), err)
 }
 
 // ctlCall posts (or gets, when body is nil) and decodes a JSON answer; a
@@ -45,7 +57,7 @@ func ctlCall(cfg config.Config, method, path string, body, out any) error {
 	req, _ := http.NewRequest(method, "http://controller"+path, rd)
 	resp, err := ctlClient(cfg).Do(req)
 	if err != nil {
-		return fmt.Errorf("controller socket %s: %w", cfg.ControllerSocket(), err)
+		return ctlUnreachable(cfg, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != 200 {
@@ -67,7 +79,7 @@ func ctlStream(cfg config.Config, path string, body any, what string) error {
 	req, _ := http.NewRequest("POST", "http://controller"+path, bytes.NewReader(b))
 	resp, err := ctlClient(cfg).Do(req)
 	if err != nil {
-		return fmt.Errorf("controller socket %s: %w", cfg.ControllerSocket(), err)
+		return ctlUnreachable(cfg, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != 200 {

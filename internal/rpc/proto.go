@@ -192,10 +192,26 @@ type SelftestResult struct {
 	LandlockV  int     `json:"landlock_abi"`
 	Refused    string  `json:"refused,omitempty"` // why it did not run
 	Background bool    `json:"startup,omitempty"`
+	// Controller says what the self-test did to a running controller.
+	Controller string `json:"controller,omitempty"`
 }
+
+// The rig's phases, as `thermite status` reports them. Only PhaseReady
+// serves role commands.
+const (
+	PhaseStarting       = "starting"        // the broker prepares the rig
+	PhaseSelftest       = "self-test"       // the start-up self-test is running
+	PhaseController     = "controller-wait" // the self-test held; the controller starts
+	PhaseReady          = "ready"           // the controller answers
+	PhaseControllerDown = "controller-down" // it ran, and does not answer now
+	PhaseRefused        = "refused"         // the start was refused; the broker exits
+	PhaseStopping       = "stopping"        // SIGTERM: everything is being stopped
+)
 
 // Status is the broker's view of the rig.
 type Status struct {
+	Phase          string          `json:"phase"`
+	PhaseWhy       string          `json:"phase_why,omitempty"`
 	BrokerPID      int             `json:"broker_pid"`
 	StartedAt      string          `json:"started_at"`
 	ControllerPID  int             `json:"controller_pid"`

@@ -104,6 +104,9 @@ type Options struct {
 	Tags        string            // build tags for the binary ("thermite_weaken")
 	Env         []string          // extra environment for the broker
 	NoStart     bool              // write everything but do not start the broker
+	// NoSecretsDir points secrets_dir at a folder that does not exist, as
+	// on a fresh machine with no /etc/thermite.
+	NoSecretsDir bool
 	// GPUs makes a stand-in device tree with this many cards (mknod c 1 3,
 	// which behaves like /dev/null) and points the rig's [gpu] at it.
 	GPUs      int
@@ -158,6 +161,11 @@ func New(t testing.TB, o Options) *Rig {
 			t.Fatal(err)
 		}
 	}
+	secretsDir := filepath.Join(dir, "secrets")
+	if o.NoSecretsDir {
+		os.RemoveAll(secretsDir)
+		secretsDir = filepath.Join(dir, "etc-thermite", "secrets")
+	}
 	prefix, base := freeIDs(t)
 	gpu := ""
 	if o.GPUs > 0 {
@@ -178,7 +186,7 @@ timing_users = %d
 closed_tmp = [%q, %q, %q]
 %s
 %s
-`, filepath.Join(dir, "state"), filepath.Join(dir, "secrets"), prefix, base, o.Lanes, o.TimingUsers,
+`, filepath.Join(dir, "state"), secretsDir, prefix, base, o.Lanes, o.TimingUsers,
 		filepath.Join(dir, "closed-tmp"), filepath.Join(dir, "closed-vartmp"), filepath.Join(dir, "closed-shm"), o.Extra, gpu)
 	r.Config = filepath.Join(dir, "rig.toml")
 	if err := os.WriteFile(r.Config, []byte(cfgText), 0o644); err != nil {
@@ -236,9 +244,31 @@ func freeIDs(t testing.TB) (string, int) {
 	return "", 0
 }
 
-// Start starts the broker, `thermite serve`, and waits until the
-// controller answers.
+// Start starts the broker, `thermite serve`, and waits until the rig is
+// ready: the controller answers.
 func (r *Rig) Start() error {
+	r.T.Helper()
+	if err := r.Launch(); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-r.exited:
+			return fmt.Errorf("broker exited at start: %v\n%s", r.exitErr, r.LogText())
+		default:
+		}
+		resp, err := rpc.Call(r.Cfg.BrokerSocket(), &rpc.Request{Op: rpc.OpStatus})
+		if err == nil && resp.Status.ControllerUp {
+			return nil
+		}
+		time.Sleep(30 * time.Millisecond)
+	}
+	return fmt.Errorf("broker did not come up in 20s\n%s", r.LogText())
+}
+
+// Launch starts `thermite serve` and returns at once.
+func (r *Rig) Launch() error {
 	r.T.Helper()
 	logf, err := os.OpenFile(r.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -260,20 +290,38 @@ func (r *Rig) Start() error {
 		r.exitErr = cmd.Wait()
 		close(r.exited)
 	}()
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
-		select {
-		case <-r.exited:
-			return fmt.Errorf("broker exited at start: %v\n%s", r.exitErr, r.LogText())
-		default:
-		}
-		resp, err := rpc.Call(r.Cfg.BrokerSocket(), &rpc.Request{Op: rpc.OpStatus})
-		if err == nil && resp.Status.ControllerUp {
-			return nil
-		}
-		time.Sleep(30 * time.Millisecond)
+	return nil
+}
+
+// KillBroker ends the broker with SIGKILL, as a crash would: it cleans
+// nothing up. The controller and role processes it started live on until
+// the next start (or the test's clean-up) stops them.
+func (r *Rig) KillBroker() {
+	r.T.Helper()
+	if r.broker == nil || r.broker.Process == nil {
+		return
 	}
-	return fmt.Errorf("broker did not come up in 20s\n%s", r.LogText())
+	r.broker.Process.Kill()
+	<-r.exited
+}
+
+// ClosedPlaces are the rig's stand-ins for /tmp, /var/tmp and /dev/shm.
+func (r *Rig) ClosedPlaces() []string {
+	return []string{filepath.Join(r.Dir, "closed-tmp"), filepath.Join(r.Dir, "closed-vartmp"), filepath.Join(r.Dir, "closed-shm")}
+}
+
+// PlaceModes is each closed place's owner and mode, "uid:gid 01777".
+func (r *Rig) PlaceModes() []string {
+	var out []string
+	for _, p := range r.ClosedPlaces() {
+		var st syscall.Stat_t
+		if err := syscall.Lstat(p, &st); err != nil {
+			out = append(out, err.Error())
+			continue
+		}
+		out = append(out, fmt.Sprintf("%d:%d %05o", st.Uid, st.Gid, st.Mode&0o7777))
+	}
+	return out
 }
 
 // WaitExit waits for the broker to exit and returns its exit error.
