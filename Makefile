@@ -19,6 +19,7 @@ run: build
 	./$(BIN) serve
 
 vet:
+	$(GO) mod tidy -diff
 	test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { gofmt -l .; exit 1; }
 	$(GO) vet ./...
 
@@ -29,6 +30,11 @@ staticcheck:
 # probes as them; tests that need what this machine lacks skip and say why.
 test: build vet staticcheck
 	$(GO) test -count=1 -timeout 20m ./...
+
+# The fast tests: no root, no podman, no virtual machine (root-only tests
+# skip under -short, saying so).
+unit:
+	$(GO) test -short -count=1 ./...
 
 bench: build
 	./scripts/bench.sh
