@@ -632,28 +632,41 @@ var RigChecks = []RigCheck{
 // setIDFiles lists regular files with a set-user or set-group bit on the
 // file system of root, which the one-container image must not have.
 func setIDFiles(root string) string {
-	var rst unix.Stat_t
-	if err := unix.Lstat(root, &rst); err != nil {
-		return err.Error()
-	}
+	return strings.Join(setIDFilesUnder([]string{root}, -1, 10), "; ")
+}
+
+// setIDFilesUnder lists up to max set-id regular files ("path mode") under
+// each root, on the root's own file system, never following a symlink, and
+// at most depth folders down (-1: any depth).
+func setIDFilesUnder(roots []string, depth, max int) []string {
 	var bad []string
-	filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
+	for _, root := range roots {
+		var rst unix.Stat_t
+		if err := unix.Lstat(root, &rst); err != nil {
+			continue
+		}
+		base := strings.Count(filepath.Clean(root), "/")
+		filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+			if len(bad) >= max {
+				return filepath.SkipAll
+			}
+			if err != nil {
+				return nil
+			}
+			var st unix.Stat_t
+			if unix.Lstat(p, &st) != nil {
+				return nil
+			}
+			if d.IsDir() && (st.Dev != rst.Dev || depth >= 0 && strings.Count(p, "/")-base >= depth) {
+				return filepath.SkipDir // another file system (/proc, /sys, volumes), or deep enough
+			}
+			if st.Mode&unix.S_IFMT == unix.S_IFREG && st.Mode&(unix.S_ISUID|unix.S_ISGID) != 0 {
+				bad = append(bad, fmt.Sprintf("%s %04o", p, st.Mode&0o7777))
+			}
 			return nil
-		}
-		var st unix.Stat_t
-		if unix.Lstat(p, &st) != nil {
-			return nil
-		}
-		if d.IsDir() && st.Dev != rst.Dev {
-			return filepath.SkipDir // another file system: /proc, /sys, volumes
-		}
-		if st.Mode&unix.S_IFMT == unix.S_IFREG && st.Mode&(unix.S_ISUID|unix.S_ISGID) != 0 && len(bad) < 10 {
-			bad = append(bad, fmt.Sprintf("%s %04o", p, st.Mode&0o7777))
-		}
-		return nil
-	})
-	return strings.Join(bad, "; ")
+		})
+	}
+	return bad
 }
 
 func firstBad(s ...string) string {

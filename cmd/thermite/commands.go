@@ -342,12 +342,18 @@ func statusCmd() *cobra.Command {
 			if err != nil {
 				return &exitError{code: exitNotReady, msg: "status: " + err.Error()}
 			}
+			host := hostCheck(cfg, st)
 			if asJSON {
-				if err := printJSON(st); err != nil {
+				if err := printJSON(struct {
+					*rpc.Status
+					Host selftest.HostVerdict `json:"host"`
+				}{st, host}); err != nil {
 					return err
 				}
 			} else {
 				printStatus(st)
+				fmt.Print("host check: ")
+				printHostCheck(host, false)
 			}
 			if st.Phase != rpc.PhaseReady {
 				return &exitError{code: exitNotReady, msg: "status: the rig is not ready: " + phaseLine(st)}

@@ -78,7 +78,7 @@ func newRoot() *cobra.Command {
 		serveCmd(), brokerCmd(), controllerCmd(),
 		rolesCmd(), configCmd(),
 		runAsCmd(), stopCmd(), statusCmd(),
-		selftestCmd(), gpusCmd(), trialCmd(), ledgerCmd(), kitCmd(), judgeCmd(),
+		selftestCmd(), checkCmd(), gpusCmd(), trialCmd(), ledgerCmd(), kitCmd(), judgeCmd(),
 	)
 	return root
 }

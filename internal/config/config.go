@@ -102,6 +102,16 @@ type Image struct {
 	ScanRoot string `toml:"scan_root" json:"scan_root"`
 }
 
+// Host is where the rig check (`thermite check`) reads the host's settings:
+// the real /proc and /sys, or stand-in trees in tests.
+type Host struct {
+	ProcRoot string `toml:"proc_root" json:"proc_root"`
+	SysRoot  string `toml:"sys_root" json:"sys_root"`
+	// SetIDDirs are the folders searched (two levels deep) for set-id
+	// files that roles could run.
+	SetIDDirs []string `toml:"setid_dirs" json:"setid_dirs"`
+}
+
 // Config is the whole effective configuration.
 type Config struct {
 	StateDir        string   `toml:"state_dir" json:"state_dir"`
@@ -123,6 +133,7 @@ type Config struct {
 	Cgroup Cgroup   `toml:"cgroup" json:"cgroup"`
 	Trial  Trial    `toml:"trial" json:"trial"`
 	Image  Image    `toml:"image" json:"image"`
+	Host   Host     `toml:"host" json:"host"`
 	// StripEnvPrefixes names the host's variables (RunPod's among them)
 	// that `thermite serve` removes from its environment before anything
 	// else starts.
@@ -155,6 +166,11 @@ func Default() Config {
 			ProcRoot:    "/proc",
 			FixInterval: Duration{30 * time.Second},
 			FenceMinABI: 5,
+		},
+		Host: Host{
+			ProcRoot:  "/proc",
+			SysRoot:   "/sys",
+			SetIDDirs: []string{"/usr/bin", "/usr/sbin", "/bin", "/sbin", "/usr/lib", "/usr/libexec", "/usr/local/bin", "/usr/local/sbin"},
 		},
 		Network: map[string]string{},
 		Perf:    []string{},
@@ -238,7 +254,7 @@ const MaxLanes = 99
 
 // Validate checks every value and names the key at fault.
 func (c *Config) Validate() error {
-	for key, p := range map[string]string{"state_dir": c.StateDir, "secrets_dir": c.SecretsDir, "gpu.dev_root": c.GPU.DevRoot, "gpu.proc_root": c.GPU.ProcRoot} {
+	for key, p := range map[string]string{"state_dir": c.StateDir, "secrets_dir": c.SecretsDir, "gpu.dev_root": c.GPU.DevRoot, "gpu.proc_root": c.GPU.ProcRoot, "host.proc_root": c.Host.ProcRoot, "host.sys_root": c.Host.SysRoot} {
 		if !filepath.IsAbs(p) || filepath.Clean(p) != p {
 			return fmt.Errorf("%s: %q is not a clean absolute path", key, p)
 		}

@@ -1,0 +1,86 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"thermite/fence"
+	"thermite/internal/config"
+	"thermite/internal/rpc"
+	"thermite/selftest"
+)
+
+// hostCheck runs the rig check's host rows for cfg. The cgroup row takes
+// the broker's word when one answers: the broker decides at its start.
+func hostCheck(cfg config.Config, st *rpc.Status) selftest.HostVerdict {
+	judge, _ := cfg.JudgeCPUSet()
+	e := selftest.HostEnv{
+		ProcRoot: cfg.Host.ProcRoot, SysRoot: cfg.Host.SysRoot,
+		JudgeCPUs: judge, SetIDDirs: cfg.Host.SetIDDirs,
+		LandlockABI: fence.ABI(), PolicyABI: fence.PolicyABI,
+	}
+	if st != nil {
+		e.Cgroup = st.Cgroup
+	}
+	return selftest.CheckHost(e)
+}
+
+func checkCmd() *cobra.Command {
+	var asJSON bool
+	c := &cobra.Command{
+		Use:   "check",
+		Short: "Check the host's hygiene: kernel settings, debugfs, set-id files, cgroups, Landlock, timing; each failing row says what to change (root)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := rootConfig("check")
+			if err != nil {
+				return err
+			}
+			var st *rpc.Status
+			if resp, err := rpc.Call(cfg.BrokerSocket(), &rpc.Request{Op: rpc.OpStatus}); err == nil {
+				st = resp.Status
+			}
+			v := hostCheck(cfg, st)
+			if asJSON {
+				if err := printJSON(v); err != nil {
+					return err
+				}
+			} else {
+				printHostCheck(v, true)
+			}
+			if !v.Holds {
+				return &exitError{code: 1}
+			}
+			return nil
+		},
+	}
+	c.Flags().BoolVar(&asJSON, "json", false, "print every row as JSON")
+	return c
+}
+
+// printHostCheck prints the verdict, then every row (all, or only those
+// that failed), each failure with its fix.
+func printHostCheck(v selftest.HostVerdict, all bool) {
+	fmt.Println(v.Sentence)
+	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	for _, r := range v.Rows {
+		if r.OK && !all {
+			continue
+		}
+		mark := "ok"
+		if !r.OK {
+			mark = "FAIL"
+			if r.Severity == selftest.SevWarning {
+				mark = "warn"
+			}
+		}
+		fmt.Fprintf(w, "  %s\t%s\t%s\n", mark, r.Name, r.Got)
+		if !r.OK && r.Fix != "" {
+			fmt.Fprintf(w, "  \t\tfix: %s\n", r.Fix)
+		}
+	}
+	w.Flush()
+}
