@@ -189,6 +189,7 @@ func (b *Broker) Serve() (err error) {
 		return err
 	}
 	if err := fence.CheckABI(fence.PolicyABI); err != nil {
+		// internal/testrig matches these words to skip tests on such a kernel.
 		return fmt.Errorf("broker: %w: the policy every role command runs under needs Landlock ABI %d", err, fence.PolicyABI)
 	}
 	b.initCgroups()

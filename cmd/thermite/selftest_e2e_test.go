@@ -194,7 +194,14 @@ func TestSelftestCatchesBreakage(t *testing.T) {
 				names = append(names, a)
 			}
 			sort.Strings(names)
-			want := append([]string(nil), c.want...)
+			var want []string
+			for _, w := range c.want {
+				if why, ok := kernelRefuses()[w]; ok {
+					t.Logf("%q holds here even without thermite (%s): not expected to fail", w, why)
+					continue
+				}
+				want = append(want, w)
+			}
 			sort.Strings(want)
 			if strings.Join(names, "|") != strings.Join(want, "|") {
 				t.Fatalf("failing attempts %q, want exactly %q\n%s", names, want, res.Sentence)
@@ -233,4 +240,22 @@ func TestStartupSelftestRefusesToStartTheController(t *testing.T) {
 	if p := r.Procs("thermite"); len(p) != 0 {
 		t.Fatalf("a controller runs: %v", p)
 	}
+}
+
+// kernelRefuses names the self-test's attempts that this kernel refuses to
+// any unprivileged user by itself, with the setting that makes it so:
+// weakening thermite cannot make those rows fail here.
+func kernelRefuses() map[string]string {
+	refused := map[string]string{}
+	sysctl := func(name string) string {
+		data, _ := os.ReadFile("/proc/sys/" + strings.ReplaceAll(name, ".", "/"))
+		return strings.TrimSpace(string(data))
+	}
+	if v := sysctl("kernel.io_uring_disabled"); v != "" && v != "0" {
+		refused["set up io_uring"] = "kernel.io_uring_disabled = " + v
+	}
+	if sysctl("kernel.unprivileged_userns_clone") == "0" {
+		refused["make a user namespace, as unshare -U does"] = "kernel.unprivileged_userns_clone = 0"
+	}
+	return refused
 }
