@@ -19,8 +19,8 @@ import (
 )
 
 func requireRoot(t testing.TB) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: it makes stand-in device nodes with mknod")
+	if os.Geteuid() != 0 || testing.Short() {
+		t.Skip("needs root (and no -short): it makes stand-in device nodes with mknod")
 	}
 }
 

@@ -49,7 +49,8 @@ DEFAULT_CC_BASE=localhost/debian-base:bookworm-gcc
 BASE_IMAGE="${THERMITE_CTEST_BASE:-$DEFAULT_BASE}"
 CC_BASE_IMAGE="${THERMITE_CTEST_CC_BASE:-$DEFAULT_CC_BASE}"
 CC_PACKAGES=gcc,libc6-dev # what the example kit's build (`cc`) needs
-MIRROR="${THERMITE_CTEST_MIRROR:-http://deb.debian.org/debian}"
+# The Debian archive the machine's own apt sources use.
+MIRROR="${THERMITE_CTEST_MIRROR:-$(grep -hoE '^(URIs:|deb) +[a-z]+://[^ ]+/debian/?( |$)' /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '{ print $2 }' | head -n 1)}"
 RUNTIME=(--runtime runc)
 WAIT_S=90 # how long the broker may take to start: its self-test runs first
 

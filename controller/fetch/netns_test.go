@@ -42,8 +42,8 @@ func TestNetwork(t *testing.T) {
 		runInNetns(t)
 		return
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: the fetch network tests run in a fresh network namespace (CLONE_NEWNET)")
+	if os.Geteuid() != 0 || testing.Short() {
+		t.Skip("needs root (and no -short): the fetch network tests run in a fresh network namespace (CLONE_NEWNET)")
 	}
 	if _, err := exec.LookPath("ip"); err != nil {
 		t.Skip("needs ip (iproute2) to set up lo in the test's network namespace")

@@ -70,7 +70,12 @@ if [ ! -s "$cache/kernel/current" ]; then
 	pkg=$(kernel_pkg)
 	if [ -z "$pkg" ]; then
 		mkdir -p "$cache/apt/lists/partial" "$cache/apt/sources.list.d"
-		echo "deb http://deb.debian.org/debian-security bookworm-security main" >"$cache/apt/sources.list"
+		# The security archive sits beside the main archive the machine
+		# already uses: its URI with /debian-security for /debian.
+		base=$(grep -hoE '^(URIs:|deb) +[a-z]+://[^ ]+/debian/?( |$)' /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources 2>/dev/null |
+			awk '{ print $2 }' | head -n 1)
+		[ -n "$base" ] || skip "no Debian archive in the machine's apt sources to find bookworm-security beside"
+		echo "deb ${base%/}-security bookworm-security main" >"$cache/apt/sources.list"
 		aptopts=(-o "Dir::Etc::SourceList=$cache/apt/sources.list" -o "Dir::Etc::SourceParts=$cache/apt/sources.list.d"
 			-o "Dir::State::Lists=$cache/apt/lists" -o Dir::Cache::pkgcache= -o Dir::Cache::srcpkgcache=)
 		apt-get "${aptopts[@]}" update -qq >/dev/null 2>&1 || skip "cannot reach bookworm-security for the 6.12 kernel"

@@ -139,8 +139,8 @@ func latency(t *testing.T, c *Client) {
 // where that cannot be done (not root).
 func helperProcess(t testing.TB, dir string) *Client {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: the helper runs as uid 45990")
+	if os.Geteuid() != 0 || testing.Short() {
+		t.Skip("needs root (and no -short): the helper runs as uid 45990")
 	}
 	base, err := os.MkdirTemp("", "lanefs-bench-")
 	if err != nil {

@@ -82,8 +82,8 @@ func startHelper(t testing.TB, bin string, cred *syscall.Credential, dir string,
 // it (a root-only file inside the workspace is denied), and the escape
 // refusals hold. As root, ServeMain refuses to start.
 func TestServeAsOtherUID(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: it runs the helper as uid 45990 (CI runs tests as root)")
+	if os.Geteuid() != 0 || testing.Short() {
+		t.Skip("needs root (and no -short): it runs the helper as uid 45990 (CI runs tests as root)")
 	}
 	base, err := os.MkdirTemp("", "lanefs-uid-")
 	if err != nil {

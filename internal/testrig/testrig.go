@@ -29,8 +29,8 @@ import (
 // RequireRoot skips a test that needs root, saying so.
 func RequireRoot(t testing.TB) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: it creates role users and runs commands as them (CI runs tests as root)")
+	if os.Geteuid() != 0 || testing.Short() {
+		t.Skip("needs root (and no -short): it creates role users and runs commands as them (CI runs tests as root)")
 	}
 }
 
