@@ -147,7 +147,9 @@ func (b *Broker) Serve() (err error) {
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("broker: child subreaper: %w", err)
 	}
-	b.reaper = newReaper()
+	b.reaper = newReaper(func(pid int) {
+		b.log.Warn("a role process stopped under the broker's trace (PTRACE_TRACEME got past the filter); it has not ended, its timeout or stop kills it", "pid", pid)
+	})
 	if b.devnull, err = os.OpenFile("/dev/null", os.O_RDWR, 0); err != nil {
 		return fmt.Errorf("broker: %w", err)
 	}

@@ -25,10 +25,24 @@ type reaper struct {
 	mu      sync.Mutex
 	waiters map[int]chan exit
 	orphans int
+	// traced counts stops of children the broker found itself tracing.
+	traced  int
+	onTrace func(pid int)
 }
 
-func newReaper() *reaper {
-	r := &reaper{waiters: map[int]chan exit{}}
+// noteTraced records that a child stopped under the broker's trace.
+func (r *reaper) noteTraced(pid int) {
+	r.mu.Lock()
+	r.traced++
+	f := r.onTrace
+	r.mu.Unlock()
+	if f != nil {
+		f(pid)
+	}
+}
+
+func newReaper(onTrace func(pid int)) *reaper {
+	r := &reaper{waiters: map[int]chan exit{}, onTrace: onTrace}
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, unix.SIGCHLD)
 	go func() {
@@ -67,6 +81,15 @@ func (r *reaper) reapAll() {
 		}
 		if err != nil || pid <= 0 {
 			return
+		}
+		// Without WUNTRACED the kernel reports a stop only for a child the
+		// broker traces, which a role makes it by PTRACE_TRACEME (the filter
+		// refuses that; this is the second lock). A stopped child has not
+		// ended: it stays registered, and its timeout or StopUser kills it
+		// (SIGKILL ends a traced, stopped task too).
+		if e.ws.Stopped() || e.ws.Continued() {
+			r.noteTraced(pid)
+			continue
 		}
 		e.at = time.Now()
 		r.mu.Lock()
