@@ -56,9 +56,8 @@ func (o Options) Validate() error {
 		o.Network, NetworkNone, NetworkAPI, NetworkOpen)
 }
 
-// The rules a thermite_weaken test build can leave out (Options.Weakened),
-// so that the self-test's breakage tests can prove their rows fail.
+// The rules a thermite_weaken test build can leave out (Options.Weakened).
 const (
-	WeakenSysVIPC      = "sysv-ipc"      // denySharedSysVIPC
-	WeakenSetIDOpenat2 = "setid-openat2" // denyOpenat2
+	WeakenSysVIPC      = weaken.SysVIPC // denySharedSysVIPC
+	WeakenSetIDOpenat2 = weaken.SetID   // denyOpenat2
 )
