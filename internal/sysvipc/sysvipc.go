@@ -12,9 +12,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -119,29 +121,64 @@ func belongsTo(o Object, uid int) bool {
 	return !(o.Kind == Shm && o.Mode&shmDest != 0)
 }
 
+// Get is shmget, msgget or semget: the id of the object with key (or a
+// new one, with IPC_CREAT in flags; a segment of one page, a set of one
+// semaphore).
+func Get(kind string, key int32, flags int) (int, error) {
+	var r uintptr
+	var errno unix.Errno
+	switch kind {
+	case Shm:
+		r, _, errno = unix.Syscall(unix.SYS_SHMGET, uintptr(key), 4096, uintptr(flags))
+	case Msg:
+		r, _, errno = unix.Syscall(unix.SYS_MSGGET, uintptr(key), uintptr(flags), 0)
+	case Sem:
+		r, _, errno = unix.Syscall(unix.SYS_SEMGET, uintptr(key), 1, uintptr(flags))
+	default:
+		return -1, fmt.Errorf("sysvipc: unknown kind %q", kind)
+	}
+	if errno != 0 {
+		return -1, errno
+	}
+	return int(r), nil
+}
+
+// Control is shmctl, msgctl or semctl(id, 0, cmd) with buf as the
+// *id_ds (nil for none). Every *id_ds starts with struct ipc64_perm:
+// key, uid, gid, cuid, cgid, mode (4 bytes each).
+func Control(kind string, id, cmd int, buf []byte) error {
+	var p uintptr
+	if len(buf) > 0 {
+		p = uintptr(unsafe.Pointer(&buf[0]))
+	}
+	var errno unix.Errno
+	switch kind {
+	case Shm:
+		_, _, errno = unix.Syscall(unix.SYS_SHMCTL, uintptr(id), uintptr(cmd), p)
+	case Msg:
+		_, _, errno = unix.Syscall(unix.SYS_MSGCTL, uintptr(id), uintptr(cmd), p)
+	case Sem:
+		_, _, errno = unix.Syscall6(unix.SYS_SEMCTL, uintptr(id), 0, uintptr(cmd), p, 0, 0)
+	default:
+		return fmt.Errorf("sysvipc: unknown kind %q", kind)
+	}
+	runtime.KeepAlive(buf)
+	if errno != 0 {
+		return errno
+	}
+	return nil
+}
+
 // Remove removes one object by id (IPC_RMID). An object already gone is
 // not an error.
 func Remove(o Object) error {
-	var nr uintptr
-	args := [3]uintptr{uintptr(o.ID), unix.IPC_RMID, 0}
-	switch o.Kind {
-	case Shm:
-		nr = unix.SYS_SHMCTL
-	case Msg:
-		nr = unix.SYS_MSGCTL
-	case Sem:
-		nr = unix.SYS_SEMCTL
-		args = [3]uintptr{uintptr(o.ID), 0, unix.IPC_RMID}
-	default:
-		return fmt.Errorf("sysvipc: unknown kind %q", o.Kind)
-	}
-	_, _, errno := unix.Syscall6(nr, args[0], args[1], args[2], 0, 0, 0)
-	switch errno {
-	case 0, unix.EINVAL, unix.EIDRM:
+	err := Control(o.Kind, o.ID, unix.IPC_RMID, nil)
+	switch {
+	case err == nil, errors.Is(err, unix.EINVAL), errors.Is(err, unix.EIDRM):
 		// EINVAL: the id no longer names an object (removed meanwhile).
 		return nil
 	}
-	return fmt.Errorf("sysvipc: removing %s: %w", o, errno)
+	return fmt.Errorf("sysvipc: removing %s: %w", o, err)
 }
 
 // RemoveUserObjects removes every SysV IPC object whose owner or creator is
