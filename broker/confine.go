@@ -6,6 +6,7 @@ import (
 	"sort"
 
 	"thermite/fence"
+	"thermite/internal/lanefs"
 	"thermite/internal/seccomp"
 	"thermite/internal/weaken"
 	"thermite/roles"
@@ -28,7 +29,7 @@ type confinement struct {
 // filter refuses mounts, namespaces, set-id modes and the rest, and
 // sockets its network policy forbids. Where the kernel cannot do all of
 // it, the command is refused, saying why: never a weaker sandbox.
-func (b *Broker) ConfineFor(r roles.Role, requested []int, home string) (*confinement, error) {
+func (b *Broker) ConfineFor(r roles.Role, argv []string, requested []int, home string) (*confinement, error) {
 	l, cards, groups, env, err := b.gpuFor(r, requested)
 	if err != nil {
 		return nil, err
@@ -37,7 +38,16 @@ func (b *Broker) ConfineFor(r roles.Role, requested []int, home string) (*confin
 	if err != nil {
 		return nil, err
 	}
-	c := &confinement{groups: groups, env: env, seccomp: &seccomp.Options{Network: pol.Network, AllowPerf: pol.AllowPerf}}
+	c := &confinement{groups: groups, env: env, seccomp: &seccomp.Options{
+		Network: pol.Network, AllowPerf: pol.AllowPerf, FileHelper: fileHelper(r, argv),
+	}}
+	if weaken.Enabled {
+		for _, w := range []string{seccomp.WeakenSysVIPC, seccomp.WeakenSetIDOpenat2} {
+			if weaken.Has(w) {
+				c.seccomp.Weakened = append(c.seccomp.Weakened, w)
+			}
+		}
+	}
 	if weaken.Enabled && weaken.Has("no-landlock") {
 		c.seccomp = nil
 		return c, nil
@@ -62,6 +72,16 @@ func (b *Broker) ConfineFor(r roles.Role, requested []int, home string) (*confin
 		return nil, fmt.Errorf("%w: no command of %s can be confined", err, r.Name)
 	}
 	return c, nil
+}
+
+// fileHelper decides which command keeps openat2, which every other role
+// command is refused (it could make a set-id file, its mode out of the
+// filter's sight): the lane's file helper, `thermite __lanefs`, started by
+// the controller as a lane's command. /proc/self/exe in the shim is this
+// very binary, and the helper refuses any mode beyond 0777 itself. Only the
+// controller asks for commands, so no lane can dress its own up as one.
+func fileHelper(r roles.Role, argv []string) bool {
+	return r.Kind == roles.Lane && len(argv) >= 2 && argv[0] == "/proc/self/exe" && argv[1] == lanefs.Arg
 }
 
 // writableFor is where a role's command may write: its HOME, its TMPDIR and

@@ -85,7 +85,7 @@ func (b *Broker) prepareRun(req *rpc.RunRequest, stdio []*os.File) (*command, ti
 	if cmd.cpus, err = b.CPUsFor(r, req.CPUs); err != nil {
 		return nil, 0, err
 	}
-	conf, err := b.ConfineFor(r, req.GPUs, home)
+	conf, err := b.ConfineFor(r, req.Argv, req.GPUs, home)
 	if err != nil {
 		return nil, 0, err
 	}

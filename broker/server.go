@@ -11,6 +11,7 @@ import (
 
 	"thermite/internal/procs"
 	"thermite/internal/rpc"
+	"thermite/internal/sysvipc"
 	"thermite/roles"
 )
 
@@ -238,12 +239,21 @@ func (b *Broker) resetOwnFolders(r roles.Role) {
 
 // stopAllRoles stops every role's user, the controller's included. It is
 // used only when no controller runs, so a user with no process now cannot
-// get one (only the broker starts them) and may be skipped.
+// get one (only the broker starts them) and may be skipped, unless it still
+// owns SysV IPC objects, which only its stop removes.
 func (b *Broker) stopAllRoles() error {
 	var errs []error
 	counts, _ := procs.CountByUID("/proc", b.uidSet())
+	ipcOwners := map[int]bool{}
+	objs, err := sysvipc.List("/proc")
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for _, o := range objs {
+		ipcOwners[o.UID], ipcOwners[o.CUID] = true, true
+	}
 	for _, r := range b.table.Roles {
-		if len(counts[r.UID]) == 0 {
+		if len(counts[r.UID]) == 0 && !ipcOwners[r.UID] {
 			continue
 		}
 		if _, err := b.stopHelper(r); err != nil {

@@ -424,7 +424,8 @@ func rlimitOf(rl []spawn.Rlimit, r int) uint64 {
 }
 
 // stopHelper runs the shim in stop mode as the role's user: kill(-1,
-// SIGKILL) until no process of that user is left. It returns how many
+// SIGKILL) until no process of that user is left, then every SysV IPC
+// object the user owns or made is removed. It returns how many
 // processes the helper saw when it began.
 func (b *Broker) stopHelper(r roles.Role) (int, error) {
 	// One helper per user at a time: two would kill each other.
@@ -434,7 +435,11 @@ func (b *Broker) stopHelper(r roles.Role) (int, error) {
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
 		c := &command{role: r, stdio: [3]*os.File{b.devnull, b.devnull, b.devnull}}
-		ch, err := b.startShim(c, &spawn.Spec{Mode: spawn.ModeStop, StopTimeoutMS: 10_000})
+		spec := &spawn.Spec{Mode: spawn.ModeStop, StopTimeoutMS: 10_000}
+		if weaken.Enabled {
+			spec.KeepIPC = weaken.Has(seccomp.WeakenSysVIPC)
+		}
+		ch, err := b.startShim(c, spec)
 		if err != nil {
 			return 0, err
 		}

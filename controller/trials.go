@@ -23,7 +23,7 @@ import (
 )
 
 // LaneFSArg is the hidden subcommand of the per-trial file helper.
-const LaneFSArg = "__lanefs"
+const LaneFSArg = lanefs.Arg
 
 // trialRT is what an open trial holds while it runs: its file helper and
 // its API accounting.

@@ -444,5 +444,8 @@ func runAttempt(a Attempt, fds []int) Outcome {
 		n, note := fence.NVMLUsable()
 		return Outcome{ID: a.ID, Got: "ok", Detail: strconv.Itoa(n) + " " + note}
 	}
+	if o, ok := ipcSetIDAttempt(a); ok {
+		return o
+	}
 	return Outcome{ID: a.ID, Got: "error: unknown op " + a.Op}
 }

@@ -97,6 +97,9 @@ func Run(h Host) *rpc.SelftestResult {
 	if err := placeCanaries(h, c, &undo); err != nil {
 		fail("rig", "place canary targets", "placed", err.Error())
 	}
+	if err := placeLeftovers(h, c, &undo); err != nil {
+		fail("rig", "leave SysV IPC objects and set-id files for the probes", "left", err.Error())
+	}
 	if err := listenCanaries(c, &undo); err != nil {
 		fail("rig", "listen on a canary socket", "listening", err.Error())
 	}

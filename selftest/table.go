@@ -15,6 +15,7 @@ import (
 
 	"thermite/fence"
 	"thermite/internal/config"
+	"thermite/internal/sysvipc"
 	"thermite/roles"
 )
 
@@ -49,6 +50,11 @@ type Context struct {
 	ControlKeySHA string            // the SHA-256 the launch named for control's key
 	GPU           *fence.Layout     // nil without a GPU layout
 	Given         map[string][]int  // role name -> the cards its probe runs with
+	// IPCLeft is, per role name, the key of a SysV object of each kind its
+	// user owned when it was stopped; LinkedSetID, per lane number, a set-id
+	// file of the lane's own in its workspace (placeLeftovers).
+	IPCLeft     map[string]map[string]int32
+	LinkedSetID map[int]string
 }
 
 // Who says which roles a row applies to.
@@ -230,6 +236,25 @@ var Policy = []Row{
 		return ""
 	}},
 
+	// Issue 12: SysV IPC is private to its user and goes when the user is
+	// stopped; no set-id file through openat2 or a hard link.
+	{Who: Every, Attempt: "make a SysV IPC object other users may open", Make: sysvKinds(OpSysVShared), Want: notPerm},
+	{Who: Every, Attempt: "open its SysV IPC object up with IPC_SET", Make: sysvKinds(OpSysVOpenUp), Want: notPerm},
+	{Who: Except(roles.Controller), Attempt: "find a SysV IPC object its user owned when it was stopped", Make: func(c *Context, r roles.Role) []Attempt {
+		var out []Attempt
+		for _, kind := range sysvipc.Kinds {
+			if key, ok := c.IPCLeft[r.Name][kind]; ok {
+				out = append(out, Attempt{Op: OpSysVFind, Arg: kind + ":" + strconv.Itoa(int(key))})
+			}
+		}
+		return out
+	}, Want: []string{"ENOENT"}},
+	{Who: Every, Attempt: "create a set-id file through openat2", Make: at(OpOpenat2SetID, func(c *Context, r roles.Role) string { return filepath.Join(tmpOf(c, r.Name), ".selftest-openat2") }),
+		// ENOSYS: callers fall back to openat, whose mode the filter checks.
+		Want: []string{"ENOSYS"}},
+	{Who: Only(roles.Lane), Attempt: "keep the set-id bits of its own file by hard-linking it", Make: at(OpLinkSetID, func(c *Context, r roles.Role) string { return c.LinkedSetID[r.Index] }),
+		Want: succeeds, Check: linkedSetIDGone},
+
 	// The one-container image: the supervisor's place, the exchange
 	// folders, and no host variable.
 	{Who: Except(roles.Supervisor), Attempt: "read the supervisor's folder", Make: at(OpList, func(c *Context, _ roles.Role) string { return existing(c.Cfg.Image.SupervisorDir) }), Want: refused},
@@ -363,6 +388,17 @@ var Policy = []Row{
 	{Who: Only(roles.Builder), Attempt: "write the build folder it was given", Make: at(OpCreateIn, func(c *Context, _ roles.Role) string { return c.BuildDir }), Want: succeeds},
 	{Who: Except(roles.Builder, roles.Controller), Attempt: "open the builder's build folder", Make: at(OpList, func(c *Context, _ roles.Role) string { return c.BuildDir }), Want: refused},
 	{Who: Only(roles.Timing), Attempt: "write its run's out/", Make: at(OpCreateIn, func(c *Context, r roles.Role) string { return c.RunOut[r.Index] }), Want: succeeds},
+}
+
+// sysvKinds is one attempt of op for each kind of SysV IPC object.
+func sysvKinds(op string) func(*Context, roles.Role) []Attempt {
+	return func(*Context, roles.Role) []Attempt {
+		var out []Attempt
+		for _, kind := range sysvipc.Kinds {
+			out = append(out, Attempt{Op: op, Arg: kind})
+		}
+		return out
+	}
 }
 
 func gpuCards(c *Context) []fence.Card {

@@ -11,6 +11,7 @@ import (
 
 	"thermite/internal/rpc"
 	"thermite/internal/testrig"
+	"thermite/internal/weaken"
 )
 
 func selftestJSON(t *testing.T, r *testrig.Rig, args ...string) (*rpc.SelftestResult, int) {
@@ -164,7 +165,28 @@ func TestSelftestCatchesBreakage(t *testing.T) {
 				"write a folder whose mode lets everyone write", "make a user namespace, as unshare -U does",
 				"chmod a file set-uid", "set up io_uring",
 				"connect to the broker's abstract unix socket", "connect to a TCP port that is not the API's",
+				"make a SysV IPC object other users may open", "open its SysV IPC object up with IPC_SET",
+				"create a set-id file through openat2",
 			},
+			roles: "lane-1",
+		},
+		{
+			// Issue 12, point 3: the filter's SysV IPC rules and the stop
+			// helper's removal gone, as before the fix.
+			name: "SysV IPC shared and kept past a stop",
+			opts: testrig.Options{Tags: "thermite_weaken", Env: []string{"THERMITE_WEAKEN=" + weaken.SysVIPC}, Extra: `startup_selftest = "warn"`},
+			want: []string{
+				"make a SysV IPC object other users may open", "open its SysV IPC object up with IPC_SET",
+				"find a SysV IPC object its user owned when it was stopped",
+			},
+			roles: "lane-1",
+		},
+		{
+			// Issue 12, point 6: openat2 answered again and a role's
+			// hard-linked set-id file skipped, as before the fix.
+			name:  "set-id bits through openat2 and hard links",
+			opts:  testrig.Options{Tags: "thermite_weaken", Env: []string{"THERMITE_WEAKEN=" + weaken.SetID}, Extra: `startup_selftest = "warn"`},
+			want:  []string{"create a set-id file through openat2", "keep the set-id bits of its own file by hard-linking it"},
 			roles: "lane-1",
 		},
 		{

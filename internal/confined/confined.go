@@ -14,6 +14,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"thermite/internal/weaken"
 )
 
 // resolve is what every lookup beneath a root refuses: leaving the root,
@@ -264,6 +266,20 @@ func chownFD(fd, uid, gid int) error {
 
 const setIDBits = unix.S_ISUID | unix.S_ISGID
 
+// clearsLinkedSetID decides whether a set-id file with more than one link
+// loses its bits: yes when a role whose tree is being swept or handed back
+// (isRole) owns it. Its other links can only be a role's own doing
+// (fs.protected_hardlinks lets a user link a set-id file only when it owns
+// it), and keeping the bits would let a lane keep a set-id program by
+// linking it twice. A linked file of another owner is not the role's to
+// change: it stays skipped and reported.
+func clearsLinkedSetID(st Stat, isRole func(uid int) bool) bool {
+	if weaken.Enabled && weaken.Has(weaken.SetID) {
+		return false
+	}
+	return st.Mode&unix.S_IFMT == unix.S_IFREG && st.Mode&setIDBits != 0 && isRole(int(st.UID))
+}
+
 // published is a mode everyone can read and nobody can write: folders
 // 0555, files 0444, or 0555 when the owner could run them.
 func published(mode uint32, dir bool) uint32 {
@@ -274,10 +290,10 @@ func published(mode uint32, dir bool) uint32 {
 }
 
 // ClearSetID takes set-user and set-group bits off every file and folder
-// beneath top (and top itself) that uid owns. It never follows a symlink
-// and changes a file only through a descriptor of the entry it checked. It
-// skips, and reports, set-id entries with another owner or, for anything
-// but a folder, more than one link: such a file may also live outside.
+// beneath top (and top itself) that uid owns, hard-linked files included
+// (see clearsLinkedSetID). It never follows a symlink and changes a file
+// only through a descriptor of the entry it checked. It skips, and reports,
+// set-id entries with another owner.
 func ClearSetID(top *os.File, uid int) (cleared, skipped []string, scanned int, err error) {
 	fix := func(fd int, st Stat, path string) {
 		switch {
@@ -286,7 +302,9 @@ func ClearSetID(top *os.File, uid int) (cleared, skipped []string, scanned int, 
 			skipped = append(skipped, path+": owned by uid "+strconv.Itoa(int(st.UID)))
 		case st.Mode&unix.S_IFMT != unix.S_IFDIR && st.Mode&unix.S_IFMT != unix.S_IFREG:
 			// Set-id bits on a FIFO or socket grant nothing; leave it.
-		case st.Mode&unix.S_IFMT != unix.S_IFDIR && st.Nlink > 1:
+		case st.Mode&unix.S_IFMT != unix.S_IFDIR && st.Nlink > 1 && !clearsLinkedSetID(st, func(u int) bool { return u == uid }):
+			// Only uid's own files get here, which clearsLinkedSetID clears
+			// unless a thermite_weaken build says otherwise.
 			skipped = append(skipped, path+": has "+strconv.FormatUint(st.Nlink, 10)+" links")
 		default:
 			if e := chmodFD(fd, st.Mode&0o7777&^setIDBits); e != nil {
@@ -338,7 +356,8 @@ func reopenDir(top *os.File) (int, error) {
 // which current owners may be handed on: anything else (root's files, or a
 // hard link a role made to a file elsewhere) is skipped and reported, so
 // that the broker never gives away a file that was not in the tree. With
-// readOnly, every write bit is taken away too. Set-id bits always go.
+// readOnly, every write bit is taken away too. Set-id bits always go, also
+// from a skipped hard-linked file that a role owns.
 func ChownTree(top *os.File, uid, gid int, allowed func(uid int) bool, readOnly, publish bool, topMode uint32) (changed int, skipped []string, err error) {
 	readOnly = readOnly || publish
 	apply := func(fd int, st Stat, path string) {
@@ -348,7 +367,17 @@ func ChownTree(top *os.File, uid, gid int, allowed func(uid int) bool, readOnly,
 			skipped = append(skipped, path+": owned by uid "+strconv.Itoa(int(st.UID)))
 			return
 		case typ != unix.S_IFDIR && st.Nlink > 1:
-			skipped = append(skipped, path+": has "+strconv.FormatUint(st.Nlink, 10)+" links")
+			// Never handed on: its other links may live outside. Its set-id
+			// bits go all the same when a role owns it.
+			note := path + ": has " + strconv.FormatUint(st.Nlink, 10) + " links"
+			if clearsLinkedSetID(st, allowed) {
+				if e := chmodFD(fd, st.Mode&0o7777&^setIDBits); e != nil {
+					note += "; clearing its set-id bits: " + e.Error()
+				} else {
+					note += "; set-id bits cleared"
+				}
+			}
+			skipped = append(skipped, note)
 			return
 		case typ == unix.S_IFLNK:
 			return

@@ -80,6 +80,8 @@ func TestClearSetID(t *testing.T) {
 	mk(filepath.Join(outside, "victim"), 0o4755, uid)
 	mk(filepath.Join(outside, "linked"), 0o4755, uid)
 	os.Link(filepath.Join(outside, "linked"), filepath.Join(lane, "hardlink"))
+	mk(filepath.Join(outside, "rootlinked"), 0o4755, 0)
+	os.Link(filepath.Join(outside, "rootlinked"), filepath.Join(lane, "roothardlink"))
 	os.Symlink(outside, filepath.Join(lane, "out"))
 	os.Symlink(filepath.Join(outside, "victim"), filepath.Join(lane, "victimlink"))
 	os.Chown(filepath.Join(lane, "sub"), uid, uid)
@@ -95,26 +97,27 @@ func TestClearSetID(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if scanned != 6 { // top, su, sub, sub/sg, rootfile, hardlink: symlinks are not entries it touches
+	if scanned != 7 { // top, su, sub, sub/sg, rootfile, hardlink, roothardlink: symlinks are not entries it touches
 		t.Errorf("scanned %d", scanned)
 	}
 	for p, want := range map[string]uint32{
-		filepath.Join(lane, "su"):        0o755,
-		filepath.Join(lane, "sub", "sg"): 0o755,
-		filepath.Join(lane, "sub"):       0o755,
-		filepath.Join(lane, "rootfile"):  0o4755, // another owner: reported, untouched
-		filepath.Join(outside, "victim"): 0o4755, // behind a symlink: never reached
-		filepath.Join(outside, "linked"): 0o4755, // hard-linked in: reported, untouched
+		filepath.Join(lane, "su"):            0o755,
+		filepath.Join(lane, "sub", "sg"):     0o755,
+		filepath.Join(lane, "sub"):           0o755,
+		filepath.Join(lane, "rootfile"):      0o4755, // another owner: reported, untouched
+		filepath.Join(outside, "victim"):     0o4755, // behind a symlink: never reached
+		filepath.Join(outside, "linked"):     0o755,  // the role's own, hard-linked in: its bits go too
+		filepath.Join(outside, "rootlinked"): 0o4755, // another owner's, hard-linked in: reported, untouched
 	} {
 		if got := mode(t, p); got != want {
 			t.Errorf("%s: mode %04o, want %04o", p, got, want)
 		}
 	}
-	if len(cleared) != 3 {
+	if len(cleared) != 4 {
 		t.Errorf("cleared %v", cleared)
 	}
 	joined := strings.Join(skipped, "\n")
-	if !strings.Contains(joined, "rootfile: owned by uid 0") || !strings.Contains(joined, "hardlink: has 2 links") {
+	if !strings.Contains(joined, "rootfile: owned by uid 0") || !strings.Contains(joined, "roothardlink: owned by uid 0") || len(skipped) != 2 {
 		t.Errorf("skipped:\n%s", joined)
 	}
 }
@@ -162,6 +165,49 @@ func TestChownTree(t *testing.T) {
 	unix.Lstat(filepath.Join(dir, "rootowned"), &st)
 	if st.Uid != 0 {
 		t.Errorf("root's file was handed on")
+	}
+}
+
+// A role that hard-links its own set-id file keeps it out of the hand-back
+// (its other link may live anywhere), but not its bits; another owner's
+// linked file is left as it is.
+func TestChownTreeClearsSetIDOfLinkedRoleFiles(t *testing.T) {
+	requireRoot(t)
+	const from, to = 45996, 45995
+	base := t.TempDir()
+	dir := filepath.Join(base, "area")
+	os.MkdirAll(dir, 0o755)
+	os.Chown(dir, from, from)
+	mk := func(p string, m uint32, owner int) {
+		os.WriteFile(p, []byte("x"), 0o644)
+		os.Chown(p, owner, owner)
+		unix.Chmod(p, m)
+	}
+	mk(filepath.Join(dir, "prog"), 0o6755, from)
+	os.Link(filepath.Join(dir, "prog"), filepath.Join(dir, "prog2"))
+	mk(filepath.Join(base, "foreign"), 0o4755, 0)
+	os.Link(filepath.Join(base, "foreign"), filepath.Join(dir, "foreignlink"))
+	top, err := Open(base, dir, unix.O_PATH|unix.O_DIRECTORY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer top.Close()
+	allowed := func(uid int) bool { return uid == from || uid == to }
+	_, skipped, err := ChownTree(top, to, to, allowed, true, true, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st unix.Stat_t
+	unix.Lstat(filepath.Join(dir, "prog"), &st)
+	if st.Mode&0o7777 != 0o755 || st.Uid != from {
+		t.Errorf("the role's linked set-id file: uid %d mode %04o, want uid %d 0755", st.Uid, st.Mode&0o7777, from)
+	}
+	if got := mode(t, filepath.Join(base, "foreign")); got != 0o4755 {
+		t.Errorf("another owner's linked file: mode %04o, want it untouched (04755)", got)
+	}
+	joined := strings.Join(skipped, "\n")
+	if !strings.Contains(joined, "prog: has 2 links; set-id bits cleared") || !strings.Contains(joined, "foreignlink: owned by uid 0") {
+		t.Errorf("skipped:\n%s", joined)
 	}
 }
 

@@ -236,13 +236,17 @@ func (s *Server) root(i int) (*root, *Error) {
 	return s.roots[i], nil
 }
 
+// Arg is the hidden subcommand that runs the helper. The broker keeps
+// openat2 in the filter of exactly this command (see its fileHelper).
+const Arg = "__lanefs"
+
 // ServeMain is the helper's body, `thermite __lanefs ROOT...`: args are
 // the roots (a leading "__lanefs" is skipped), the workspace first. It
 // serves on fd 0 and answers on fd 1 until fd 0 ends, and returns the
 // exit status. It refuses to run as root: the helper's whole point is
 // that the kernel sees the lane's user.
 func ServeMain(args []string) int {
-	if len(args) > 0 && args[0] == "__lanefs" {
+	if len(args) > 0 && args[0] == Arg {
 		args = args[1:]
 	}
 	if os.Geteuid() == 0 || os.Getuid() == 0 {

@@ -1,6 +1,10 @@
 package seccomp
 
-import "fmt"
+import (
+	"fmt"
+
+	"thermite/internal/weaken"
+)
 
 // The network policies a role command can get.
 const (
@@ -19,6 +23,27 @@ const (
 type Options struct {
 	Network   string // "none", "api" or "open"
 	AllowPerf bool   // perf_event_open allowed
+	// FileHelper keeps openat2 for the lane's file helper (`thermite
+	// __lanefs`), which needs its RESOLVE_BENEATH and checks every mode it
+	// is asked for itself. Every other command gets ENOSYS.
+	FileHelper bool `json:"file_helper,omitempty"`
+	// Weakened names rules to leave out; only a thermite_weaken test build
+	// honours it.
+	Weakened []string `json:"weakened,omitempty"`
+}
+
+// weakened says whether a thermite_weaken test build was asked to leave
+// out the rule named name.
+func (o Options) weakened(name string) bool {
+	if !weaken.Enabled {
+		return false
+	}
+	for _, w := range o.Weakened {
+		if w == name {
+			return true
+		}
+	}
+	return false
 }
 
 // Validate refuses options the filter cannot honour, naming the bad value.
@@ -30,3 +55,9 @@ func (o Options) Validate() error {
 	return fmt.Errorf("seccomp: network policy %q is not one of %s, %s, %s",
 		o.Network, NetworkNone, NetworkAPI, NetworkOpen)
 }
+
+// The rules a thermite_weaken test build can leave out (Options.Weakened).
+const (
+	WeakenSysVIPC      = weaken.SysVIPC // denySharedSysVIPC
+	WeakenSetIDOpenat2 = weaken.SetID   // denyOpenat2
+)

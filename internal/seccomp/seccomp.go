@@ -66,6 +66,12 @@ func Program(o Options) ([]unix.SockFilter, error) {
 	denyIOUring(a)
 	denyTerminalInjection(a)
 	denySetIDModes(a)
+	if !o.weakened(WeakenSetIDOpenat2) {
+		denyOpenat2(a, o.FileHelper)
+	}
+	if !o.weakened(WeakenSysVIPC) {
+		denySharedSysVIPC(a)
+	}
 	restrictSockets(a, o.Network)
 	a.ret(actionAllow)
 	return a.assemble()
@@ -296,11 +302,59 @@ func denySetIDModes(a *assembler) {
 			a.decide(bpf.JumpBitsSet, setIDBits, actionEPERM, actionAllow)
 		})
 	}
-	// openat2 takes its flags and mode in a struct in memory, which a
-	// filter cannot read, so it stays open: the rig's own confined file
-	// tools depend on its RESOLVE_BENEATH. A set-id file made through it
-	// loses its bit in the broker's sweep after the command, and no role
-	// can gain privileges from one anyway (no_new_privs).
+}
+
+// denyOpenat2 answers openat2 with ENOSYS: its flags and mode sit in a
+// struct in memory, which a filter cannot read, so a role could make a
+// set-id file through it. glibc and Go fall back to openat on ENOSYS, whose
+// mode denySetIDModes checks. The lane's file helper keeps openat2
+// (fileHelper): it needs RESOLVE_BENEATH, and it refuses any mode beyond
+// 0777 before it creates anything.
+func denyOpenat2(a *assembler, fileHelper bool) {
+	if fileHelper {
+		return
+	}
+	a.denyCalls("openat2", actionENOSYS, unix.SYS_OPENAT2)
+}
+
+// sysvOthersBits are the group and other permission bits of a SysV IPC
+// object's mode.
+const sysvOthersBits = 0o077
+
+// sysvCmdMask keeps the command of a *ctl call without IPC_64 (0x100),
+// which callers may or in; the kernel takes the rest as the command.
+const sysvCmdMask = 0xff
+
+// denySharedSysVIPC keeps SysV shared memory, message queues and semaphores
+// private to the user that made them, as no other channel between roles
+// may exist: a *get whose flags grant any group or other permission is
+// refused (those bits are the new object's mode, or the access asked of an
+// existing one), and so is IPC_SET, which could open an object up later or
+// hand it to another uid. An object of mode 0600 still works within one
+// command, and the stop helper removes every object of a user it stops.
+// POSIX message queues are not this rule's: mq_open already fails with
+// EACCES in a role command, which TestSysVShmBetweenLanesRefused keeps so.
+func denySharedSysVIPC(a *assembler) {
+	gets := []struct{ nr, flags int }{
+		{unix.SYS_SHMGET, 2}, {unix.SYS_MSGGET, 1}, {unix.SYS_SEMGET, 2},
+	}
+	for _, c := range gets {
+		a.syscallBlock("sysv ipc", uint32(c.nr), func() {
+			// The flags are an int: only the low 32 bits count.
+			a.loadArgLow(c.flags)
+			a.decide(bpf.JumpBitsSet, sysvOthersBits, actionEPERM, actionAllow)
+		})
+	}
+	ctls := []struct{ nr, cmd int }{
+		{unix.SYS_SHMCTL, 1}, {unix.SYS_MSGCTL, 1}, {unix.SYS_SEMCTL, 2},
+	}
+	for _, c := range ctls {
+		a.syscallBlock("sysv ipc", uint32(c.nr), func() {
+			a.loadArgLow(c.cmd)
+			a.and(sysvCmdMask)
+			a.decide(bpf.JumpEqual, unix.IPC_SET, actionEPERM, actionAllow)
+		})
+	}
 }
 
 // restrictSockets applies the role's network policy to socket and

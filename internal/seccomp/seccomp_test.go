@@ -34,6 +34,7 @@ const (
 	envMode      = "THERMITE_SECCOMP_MODE" // one of the mode* constants
 	envNetwork   = "THERMITE_SECCOMP_NETWORK"
 	envAllowPerf = "THERMITE_SECCOMP_ALLOW_PERF"
+	envHelper    = "THERMITE_SECCOMP_FILE_HELPER"
 	envDir       = "THERMITE_SECCOMP_DIR"
 	resultPrefix = "RESULT: "
 )
@@ -159,9 +160,11 @@ func attacks() []attack {
 		{"mkdirat-0755", atCall(unix.SYS_MKDIRAT, "newdir", 0o755), "ok"},
 		{"mknodat-4755", atCall(unix.SYS_MKNODAT, "node", unix.S_IFREG|0o4755, 0), "EPERM"},
 		{"mknodat-0644", atCall(unix.SYS_MKNODAT, "node", unix.S_IFREG|0o644, 0), "ok"},
-		{"openat2", openat2Target, "ok"},
+		{"openat2", openat2Target, "ENOSYS"},
 	}
 	list = append(list, legacyAttacks()...)
+	list = append(list, sysvAttacks()...)
+	list = append(list, openat2Attacks()...)
 	list = append(list, socketAttacks()...)
 	return list
 }
@@ -367,7 +370,7 @@ func child(name string) int {
 	if run == nil {
 		return say("unknown scenario %q", name)
 	}
-	o := Options{Network: os.Getenv(envNetwork), AllowPerf: os.Getenv(envAllowPerf) == "1"}
+	o := Options{Network: os.Getenv(envNetwork), AllowPerf: os.Getenv(envAllowPerf) == "1", FileHelper: os.Getenv(envHelper) == "1"}
 	var witness *otherThread
 	if name == "thread-only" {
 		witness = startOtherThread() // exists before the filter, so has none
@@ -453,7 +456,8 @@ func runChild(t *testing.T, scenario, mode string, o Options, dir string) outcom
 	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestHelperProcess$", "-test.count=1")
 	cmd.Env = append(os.Environ(),
 		envScenario+"="+scenario, envMode+"="+mode, envNetwork+"="+o.Network,
-		envAllowPerf+"="+map[bool]string{true: "1", false: "0"}[o.AllowPerf], envDir+"="+dir)
+		envAllowPerf+"="+map[bool]string{true: "1", false: "0"}[o.AllowPerf], envDir+"="+dir,
+		envHelper+"="+map[bool]string{true: "1", false: "0"}[o.FileHelper])
 	out, err := cmd.CombinedOutput()
 	res := outcome{output: string(out)}
 	var exit *exec.ExitError

@@ -20,6 +20,7 @@ import (
 
 	"thermite/internal/procs"
 	"thermite/internal/seccomp"
+	"thermite/internal/sysvipc"
 	"thermite/internal/weaken"
 )
 
@@ -62,6 +63,9 @@ type Spec struct {
 	// KeepFDs leaves a descriptor open across the exec; only a
 	// thermite_weaken test build honours it.
 	KeepFDs bool `json:"keep_fds,omitempty"`
+	// KeepIPC leaves the stopped user's SysV IPC objects; only a
+	// thermite_weaken test build honours it.
+	KeepIPC bool `json:"keep_ipc,omitempty"`
 }
 
 // Main is the shim. It never returns: it execs the command, or reports on
@@ -91,9 +95,15 @@ func Main() {
 		if err := unprivileged(); err != nil {
 			fail("stop", err)
 		}
-		n, err := stopAll(time.Duration(s.StopTimeoutMS) * time.Millisecond)
+		limit := time.Duration(s.StopTimeoutMS) * time.Millisecond
+		n, err := stopAll(limit)
 		if err != nil {
 			fail("stop", err)
+		}
+		if !(weaken.Enabled && s.KeepIPC) {
+			if err := removeIPC(limit); err != nil {
+				fail("stop", err)
+			}
 		}
 		fmt.Fprintf(report, "ok %d", n)
 		os.Exit(0)
@@ -207,6 +217,19 @@ func unprivileged() error {
 		return fmt.Errorf("refusing kill(-1) with an ambient CAP_KILL")
 	}
 	return nil
+}
+
+// removeIPC removes every SysV IPC object this user owns or made, once
+// stopAll has ended its processes: nothing a command, a repeat or a trial
+// left in shared memory, a queue or a semaphore reaches the next one. Only
+// the owner or creator may remove an object without CAP_IPC_OWNER, which
+// is why the helper, running as the role, does it.
+func removeIPC(limit time.Duration) error {
+	if limit <= 0 {
+		limit = 10 * time.Second
+	}
+	_, err := sysvipc.RemoveUserObjects("/proc", os.Getuid(), limit)
+	return err
 }
 
 // stopAll ends every process of this user but itself. kill(-1, SIGKILL)

@@ -23,6 +23,7 @@ import (
 	"thermite/internal/config"
 	"thermite/internal/procs"
 	"thermite/internal/rpc"
+	"thermite/internal/sysvipc"
 	"thermite/roles"
 )
 
@@ -462,6 +463,19 @@ func (r *Rig) cleanup() {
 		pids, _ := procs.ByUID("/proc", role.UID)
 		for _, p := range pids {
 			syscall.Kill(p, syscall.SIGKILL)
+		}
+	}
+	// SysV IPC objects the rig's roles made or own, which a broken build
+	// under test may have left (root may remove any).
+	uids := map[int]bool{}
+	for _, role := range r.Table.Roles {
+		uids[role.UID] = true
+	}
+	if objs, err := sysvipc.List("/proc"); err == nil {
+		for _, o := range objs {
+			if uids[o.UID] || uids[o.CUID] {
+				sysvipc.Remove(o)
+			}
 		}
 	}
 	if _, stderr, code := r.Thermite("roles", "remove"); code != 0 {
