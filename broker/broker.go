@@ -60,12 +60,10 @@ type Broker struct {
 
 	stopping atomic.Bool
 	stopCh   chan struct{}
-	// ctlBounce asks the supervisor to stop the controller cleanly.
-	ctlBounce chan struct{}
-	phase     string // rpc.Phase…, under mu
-	phaseWhy  string
-	started   time.Time
-	closed    []closedTmp
+	phase    string // rpc.Phase…, under mu
+	phaseWhy string
+	started  time.Time
+	closed   []closedTmp
 	// closedRecorded: the record of closed places is on disk for b.closed.
 	closedRecorded bool
 
@@ -93,7 +91,6 @@ func New(cfg config.Config, log *slog.Logger) (*Broker, error) {
 		cfg: cfg, table: table, log: log,
 		exe:       "/proc/self/exe",
 		stopCh:    make(chan struct{}),
-		ctlBounce: make(chan struct{}),
 		userLocks: map[int]*sync.Mutex{},
 		stopLocks: map[int]*sync.Mutex{},
 		handed:    map[int]map[string]bool{},
@@ -148,7 +145,7 @@ func (b *Broker) Serve() (err error) {
 		return fmt.Errorf("broker: child subreaper: %w", err)
 	}
 	b.reaper = newReaper(func(pid int) {
-		b.log.Warn("a role process stopped under the broker's trace (PTRACE_TRACEME got past the filter); it has not ended, its timeout or stop kills it", "pid", pid)
+		b.log.Warn("a role process stopped under the broker's trace (PTRACE_TRACEME got past the filter); killed", "pid", pid)
 	})
 	if b.devnull, err = os.OpenFile("/dev/null", os.O_RDWR, 0); err != nil {
 		return fmt.Errorf("broker: %w", err)

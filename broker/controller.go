@@ -79,12 +79,6 @@ func (b *Broker) startController() (int, int, <-chan exit, error) {
 func (b *Broker) superviseController() {
 	backoff := time.Second
 	for {
-		// A self-test in progress stopped the controller; it starts again
-		// when the self-test is done.
-		b.selftestMu.Lock()
-		//lint:ignore SA2001 the lock only waits for a running self-test
-		b.selftestMu.Unlock()
-		bounced := false
 		pid, pidfd, exited, err := b.startController()
 		if err != nil {
 			b.log.Error("controller did not start", "err", err)
@@ -98,9 +92,6 @@ func (b *Broker) superviseController() {
 			var e exit
 			select {
 			case e = <-exited:
-			case <-b.ctlBounce:
-				bounced = true
-				e = stopGently(pidfd, exited)
 			case <-b.stopCh:
 				e = stopGently(pidfd, exited)
 			}
@@ -120,12 +111,8 @@ func (b *Broker) superviseController() {
 		if b.stopping.Load() {
 			return
 		}
-		wait := backoff
-		if bounced {
-			wait = 0
-		}
 		select {
-		case <-time.After(wait):
+		case <-time.After(backoff):
 		case <-b.stopCh:
 			return
 		}

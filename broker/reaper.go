@@ -15,6 +15,8 @@ type exit struct {
 	ws unix.WaitStatus
 	ru unix.Rusage
 	at time.Time
+	// traced: it stopped under the broker's trace and the reaper killed it.
+	traced bool
 }
 
 // reaper is the broker's only waiter. The broker is a child subreaper, so
@@ -25,15 +27,15 @@ type reaper struct {
 	mu      sync.Mutex
 	waiters map[int]chan exit
 	orphans int
-	// traced counts stops of children the broker found itself tracing.
-	traced  int
-	onTrace func(pid int)
+	// tracedPIDs are children the broker found itself tracing.
+	tracedPIDs map[int]bool
+	onTrace    func(pid int)
 }
 
 // noteTraced records that a child stopped under the broker's trace.
 func (r *reaper) noteTraced(pid int) {
 	r.mu.Lock()
-	r.traced++
+	r.tracedPIDs[pid] = true
 	f := r.onTrace
 	r.mu.Unlock()
 	if f != nil {
@@ -42,7 +44,7 @@ func (r *reaper) noteTraced(pid int) {
 }
 
 func newReaper(onTrace func(pid int)) *reaper {
-	r := &reaper{waiters: map[int]chan exit{}, onTrace: onTrace}
+	r := &reaper{waiters: map[int]chan exit{}, tracedPIDs: map[int]bool{}, onTrace: onTrace}
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, unix.SIGCHLD)
 	go func() {
@@ -85,14 +87,18 @@ func (r *reaper) reapAll() {
 		// Without WUNTRACED the kernel reports a stop only for a child the
 		// broker traces, which a role makes it by PTRACE_TRACEME (the filter
 		// refuses that; this is the second lock). A stopped child has not
-		// ended: it stays registered, and its timeout or StopUser kills it
-		// (SIGKILL ends a traced, stopped task too).
+		// ended, and the broker never holds a tracee: it is killed now
+		// (SIGKILL ends a traced, stopped task; the pid cannot be reused
+		// before this loop reaps it) and its end says so.
 		if e.ws.Stopped() || e.ws.Continued() {
 			r.noteTraced(pid)
+			unix.Kill(pid, unix.SIGKILL)
 			continue
 		}
 		e.at = time.Now()
 		r.mu.Lock()
+		e.traced = r.tracedPIDs[pid]
+		delete(r.tracedPIDs, pid)
 		ch, ok := r.waiters[pid]
 		delete(r.waiters, pid)
 		if !ok {

@@ -9,7 +9,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -28,87 +27,32 @@ type SelftestFunc func() *rpc.SelftestResult
 func (b *Broker) SetSelftest(f SelftestFunc) { b.selftestFn = f }
 
 // Selftest runs the isolation self-test. It refuses a busy rig unless
-// forced, because each probe stops its role's processes. A running
-// controller is stopped cleanly first (the probe as its user would end it
-// anyway) and started again once the self-test is done; the result says so.
+// forced, because each probe stops its role's processes. The controller's
+// user is the one it leaves running: its probe stops nothing (StopUser
+// refuses that user while a controller runs), so a self-test on a live rig
+// keeps the controller, and the result says so.
 func (b *Broker) Selftest(force, startup bool) (*rpc.SelftestResult, error) {
 	if b.selftestFn == nil {
 		return nil, fmt.Errorf("selftest: this broker has no self-test")
 	}
-	res, bounced, err := b.selftestLocked(force, startup)
-	if err != nil {
-		return nil, err
-	}
-	if bounced {
-		if err := b.waitController(20 * time.Second); err != nil {
-			res.Controller += "; " + err.Error()
-		}
-	}
-	return res, nil
-}
-
-func (b *Broker) selftestLocked(force, startup bool) (*rpc.SelftestResult, bool, error) {
 	b.selftestMu.Lock()
 	defer b.selftestMu.Unlock()
 	if !force {
 		if why := b.busy(); why != "" {
-			return nil, false, fmt.Errorf("selftest: the rig is busy: %s (--force runs it anyway: each probe stops its role's processes)", why)
+			return nil, fmt.Errorf("selftest: the rig is busy: %s (--force runs it anyway: each probe stops its role's processes)", why)
 		}
 	}
-	bounced := false
-	if !startup && b.ControllerPID() != 0 {
-		if err := b.stopControllerForSelftest(10 * time.Second); err != nil {
-			return nil, false, fmt.Errorf("selftest: %w", err)
-		}
-		bounced = true
-	}
+	ctl := b.ControllerPID()
 	res := b.selftestFn()
 	res.Background = startup
-	if bounced {
-		res.Controller = "the controller was stopped for the self-test and is started again"
+	if ctl != 0 {
+		res.Controller = fmt.Sprintf("the controller (pid %d) was left running: the probe as its user stops nothing", ctl)
 	}
 	b.mu.Lock()
 	b.selftest = res
 	b.mu.Unlock()
 	b.log.Info("isolation self-test", "holds", res.Holds, "sentence", res.Sentence, "wall_ms", res.WallMS, "controller", res.Controller)
-	return res, bounced, nil
-}
-
-// stopControllerForSelftest asks the supervisor to stop the controller
-// cleanly and waits until it is gone. The supervisor starts it again only
-// once the self-test lets go of selftestMu.
-func (b *Broker) stopControllerForSelftest(limit time.Duration) error {
-	deadline := time.Now().Add(limit)
-	for asked := false; !asked && b.ControllerPID() != 0; {
-		select {
-		case b.ctlBounce <- struct{}{}:
-			asked = true
-		case <-time.After(10 * time.Millisecond):
-			// It may have exited on its own meanwhile.
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the controller's supervisor did not take the stop request in %s", limit)
-		}
-	}
-	for b.ControllerPID() != 0 {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the controller did not stop in %s", limit)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return nil
-}
-
-// waitController waits until a controller answers again.
-func (b *Broker) waitController(limit time.Duration) error {
-	deadline := time.Now().Add(limit)
-	for pingController(b.cfg.ControllerSocket()) != nil {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the controller did not answer again within %s", limit)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
-	return nil
+	return res, nil
 }
 
 // busy says what makes the rig busy: a role's user with processes (the

@@ -214,6 +214,12 @@ func (b *Broker) cancelOr(c <-chan struct{}) <-chan struct{} {
 // StopUser ends every process of the role's user and says how many there
 // were when it began: the helper's kill(-1) loop, which nothing escapes.
 func (b *Broker) StopUser(r roles.Role) (int, error) {
+	// The controller's user is the running controller: stopping it would
+	// end the controller (its supervisor would start another after
+	// stopping every role). Only the broker's own stop of the rig does that.
+	if r.Kind == roles.Controller && b.ControllerPID() != 0 {
+		return 0, fmt.Errorf("stop: %s is the controller's user and the controller runs: stop the rig instead", r.Name)
+	}
 	n, err := b.stopHelper(r)
 	if err != nil {
 		return n, err

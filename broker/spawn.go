@@ -400,6 +400,9 @@ func (b *Broker) runCommand(c *command, timeout time.Duration, cancel <-chan str
 		// inside its role's cgroup.
 		res.Stopped = rpc.StoppedLimitMem
 	}
+	if e.traced {
+		res.Stopped = rpc.StoppedTraced
+	}
 	if why != "" {
 		res.Stopped = why
 	}

@@ -73,6 +73,7 @@ const (
 	OpTCP       = "tcp"        // connect to 127.0.0.1 port Arg
 	OpCgroup    = "cgroup"     // this process's /proc/self/cgroup
 	OpUDP       = "udp"        // make a UDP socket
+	OpTraceMe   = "traceme"    // ptrace(PTRACE_TRACEME): make the parent, the broker, its tracer
 )
 
 // ProbeMain runs the probe. With `try OP PATH|PID` it runs one attempt and
@@ -382,6 +383,12 @@ func runAttempt(a Attempt, fds []int) Outcome {
 		return result(a.ID, unix.Unshare(unix.CLONE_NEWUSER))
 	case OpMount:
 		return result(a.ID, unix.Mount("thermite-probe", a.Path, "tmpfs", 0, ""))
+	case OpTraceMe:
+		_, _, errno := unix.Syscall6(unix.SYS_PTRACE, unix.PTRACE_TRACEME, 0, 0, 0, 0, 0)
+		if errno != 0 {
+			return result(a.ID, errno)
+		}
+		return result(a.ID, nil)
 	case OpIOUring:
 		params := make([]byte, 120)
 		fd, _, errno := unix.Syscall(unix.SYS_IO_URING_SETUP, 1, uintptr(unsafe.Pointer(&params[0])), 0)

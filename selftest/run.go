@@ -211,13 +211,17 @@ func roleOrder(c *Context, name string) int {
 	return len(c.Table.Roles)
 }
 
-// probeRole runs one role's probe and judges every row against it.
+// probeRole runs one role's probe and judges every row against it. A row
+// marked Alone gets a probe process of its own, so that whatever its
+// attempt does to that process (the broker kills a process that made it
+// its tracer) costs no other row its answer.
 func probeRole(h Host, c *Context, r roles.Role) []rpc.Probe {
 	type planned struct {
 		row     *Row
 		attempt Attempt
 	}
 	var plan []Attempt
+	var alone [][]Attempt
 	var rows []planned
 	for i := range Policy {
 		row := &Policy[i]
@@ -226,31 +230,27 @@ func probeRole(h Host, c *Context, r roles.Role) []rpc.Probe {
 		}
 		for k, a := range row.Make(c, r) {
 			a.ID = fmt.Sprintf("%d.%d", i, k)
-			plan = append(plan, a)
+			if row.Alone {
+				alone = append(alone, []Attempt{a})
+			} else {
+				plan = append(plan, a)
+			}
 			rows = append(rows, planned{row, a})
 		}
 	}
-	data, _ := json.Marshal(plan)
-	stdout, stderr, run, err := h.RunProbe(r, c.Given[r.Name], data)
-	// Each probe stops its role's processes; the controller's user is the
-	// controller itself, and is left alone.
-	if r.Kind != roles.Controller {
-		h.StopUser(r)
-	}
-	if err != nil || run == nil || run.ExitCode != 0 {
-		why := fmt.Sprintf("%v", err)
-		if run != nil {
-			why = fmt.Sprintf("%v, exit %d, %s", err, run.ExitCode, strings.TrimSpace(string(stderr)))
-		}
-		return []rpc.Probe{{Role: r.Name, Attempt: "run its probe", Expect: "ran", Got: "the probe could not run: " + why}}
-	}
-	var outs []Outcome
-	if err := json.Unmarshal(stdout, &outs); err != nil {
-		return []rpc.Probe{{Role: r.Name, Attempt: "run its probe", Expect: "ran", Got: "the probe's answer is unreadable: " + err.Error()}}
-	}
 	byID := map[string]Outcome{}
-	for _, o := range outs {
-		byID[o.ID] = o
+	failedRun := map[string]string{} // attempt ID -> why its probe gave no answer
+	for i, p := range append([][]Attempt{plan}, alone...) {
+		outs, why := runProbe(h, c, r, p)
+		if why != "" && i == 0 {
+			return []rpc.Probe{{Role: r.Name, Attempt: "run its probe", Expect: "ran", Got: why}}
+		}
+		for _, a := range p {
+			failedRun[a.ID] = why
+		}
+		for _, o := range outs {
+			byID[o.ID] = o
+		}
 	}
 	var out []rpc.Probe
 	for _, p := range rows {
@@ -268,6 +268,9 @@ func probeRole(h Host, c *Context, r roles.Role) []rpc.Probe {
 		row := rpc.Probe{Role: r.Name, Attempt: label, Expect: strings.Join(want, " or ")}
 		if !ok {
 			row.Got = "no answer from the probe"
+			if why := failedRun[p.attempt.ID]; why != "" {
+				row.Got += ": " + why
+			}
 			out = append(out, row)
 			continue
 		}
@@ -285,6 +288,29 @@ func probeRole(h Host, c *Context, r roles.Role) []rpc.Probe {
 		out = append(out, row)
 	}
 	return out
+}
+
+// runProbe runs one probe process with plan and reads its outcomes, or says
+// why there are none. The role's processes are stopped after it; the
+// controller's user is the controller itself, and is left alone.
+func runProbe(h Host, c *Context, r roles.Role, plan []Attempt) ([]Outcome, string) {
+	data, _ := json.Marshal(plan)
+	stdout, stderr, run, err := h.RunProbe(r, c.Given[r.Name], data)
+	if r.Kind != roles.Controller {
+		h.StopUser(r)
+	}
+	if err != nil || run == nil || run.ExitCode != 0 {
+		why := fmt.Sprintf("%v", err)
+		if run != nil {
+			why = fmt.Sprintf("%v, exit %d (%s), %s", err, run.ExitCode, run.Stopped, strings.TrimSpace(string(stderr)))
+		}
+		return nil, "the probe could not run: " + why
+	}
+	var outs []Outcome
+	if err := json.Unmarshal(stdout, &outs); err != nil {
+		return nil, "the probe's answer is unreadable: " + err.Error()
+	}
+	return outs, ""
 }
 
 // givenCards decides the cards each probe runs with, where the layout

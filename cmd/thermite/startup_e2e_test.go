@@ -247,24 +247,36 @@ func TestStateDirBelowClosedFolderRefused(t *testing.T) {
 	wantPlaces(t, r, "after the refusal", openModes)
 }
 
-// The self-test on a live rig stops the controller cleanly, says so, and
-// starts it again: its rows about the controller's user hold, and the rig is
-// ready again when the command returns.
-func TestSelftestOnLiveRigRestartsController(t *testing.T) {
+// The self-test on a live rig, idle or forced on a busy one, leaves the
+// controller running and says so: its probe stops nothing of the
+// controller's user, whose rows hold against the real controller; and
+// nobody may stop that user while the controller runs.
+func TestSelftestOnLiveRigLeavesTheController(t *testing.T) {
 	r := testrig.New(t, testrig.Options{})
 	before := r.Status().ControllerPID
-	out, stderr, code := r.Thermite("selftest", "isolation")
-	if code != 0 || !strings.HasPrefix(out, "isolation holds") {
-		t.Fatalf("selftest on a live rig: exit %d\n%s%s", code, out, stderr)
+	for _, args := range [][]string{{"selftest", "isolation"}, {"selftest", "isolation", "--force"}} {
+		if len(args) == 3 {
+			if _, stderr, code := r.Thermite("trial", "start", "--lane", "1", "--project", filepath.Join(testrig.ModuleRoot(), "examples/projects/sum")); code != 0 {
+				t.Fatalf("trial start: %s", stderr)
+			}
+		}
+		out, stderr, code := r.Thermite(args...)
+		if code != 0 || !strings.HasPrefix(out, "isolation holds") {
+			t.Fatalf("%v on a live rig: exit %d\n%s%s", args, code, out, stderr)
+		}
+		if !strings.Contains(stderr, "was left running") {
+			t.Errorf("%v does not say what it did to the controller: %q", args, stderr)
+		}
+		st := r.Status()
+		if st.Phase != rpc.PhaseReady || st.ControllerPID != before || st.ControllerRuns != 1 {
+			t.Errorf("after %v: phase %s, controller pid %d (was %d), started %d times", args, st.Phase, st.ControllerPID, before, st.ControllerRuns)
+		}
 	}
-	if !strings.Contains(stderr, "the controller was stopped for the self-test and is started again") {
-		t.Errorf("the self-test does not say what it did to the controller: %q", stderr)
+	_, stderr, code := r.Thermite("stop", "thermite")
+	if code == 0 || !strings.Contains(stderr, "is the controller's user and the controller runs") {
+		t.Errorf("stop of the controller's user: exit %d %q", code, stderr)
 	}
-	st := r.Status()
-	if st.Phase != rpc.PhaseReady || !st.ControllerUp || st.ControllerPID == before {
-		t.Errorf("after the self-test: phase %s, controller pid %d (was %d), answers %v", st.Phase, st.ControllerPID, before, st.ControllerUp)
-	}
-	if _, stderr, code := r.Thermite("trial", "list"); code != 0 {
-		t.Errorf("trial list after the self-test: exit %d %s", code, stderr)
+	if st := r.Status(); st.ControllerPID != before {
+		t.Errorf("the controller changed: %d, was %d", st.ControllerPID, before)
 	}
 }

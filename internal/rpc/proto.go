@@ -109,6 +109,7 @@ const (
 	StoppedLimitFSZ = "limit:file_size"
 	StoppedLimitMem = "limit:memory" // the role's cgroup memory limit
 	StoppedCanceled = "canceled"     // the caller went away or the broker is stopping
+	StoppedTraced   = "traced"       // it made the broker its tracer and stopped: killed
 )
 
 // RunResult is how a command ended.

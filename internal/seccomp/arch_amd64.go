@@ -21,6 +21,9 @@ const (
 // argLowWord is where the low 32 bits of an argument sit in its 8 bytes.
 const argLowWord = 0 // little-endian
 
+// argHighWord is where the high 32 bits sit.
+const argHighWord = 4
+
 // System calls only the older ABIs have; noSyscall where the ABI lacks one.
 const (
 	sysOpen  = unix.SYS_OPEN

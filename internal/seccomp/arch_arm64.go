@@ -17,6 +17,9 @@ const (
 // argLowWord is where the low 32 bits of an argument sit in its 8 bytes.
 const argLowWord = 0 // little-endian
 
+// argHighWord is where the high 32 bits sit.
+const argHighWord = 4
+
 // arm64 has only the *at forms of these calls.
 const (
 	sysOpen  = noSyscall

@@ -98,6 +98,12 @@ func (a *assembler) loadArgLow(i int) {
 	a.emit(bpf.LoadAbsolute{Off: uint32(offsetArgs + 8*i + argLowWord), Size: 4})
 }
 
+// loadArgHigh loads the high 32 bits of argument i, for an argument the
+// kernel reads as a whole long.
+func (a *assembler) loadArgHigh(i int) {
+	a.emit(bpf.LoadAbsolute{Off: uint32(offsetArgs + 8*i + argHighWord), Size: 4})
+}
+
 // decide ends a block: it returns ifTrue when the accumulator passes the
 // test, ifFalse when it does not.
 func (a *assembler) decide(cond bpf.JumpTest, value uint32, ifTrue, ifFalse uint32) {

@@ -234,6 +234,26 @@ func TestProgramTerminalInjection(t *testing.T) {
 	}
 }
 
+// PTRACE_TRACEME is refused whole; every other request, and a request with
+// high bits (the kernel compares the whole long: not TRACEME), passes.
+func TestProgramPtraceTraceMe(t *testing.T) {
+	m := vm(t, Options{Network: NetworkOpen})
+	for _, tc := range []struct {
+		request uint64
+		want    string
+	}{
+		{unix.PTRACE_TRACEME, "EPERM"},
+		{1 << 32, "allow"},
+		{unix.PTRACE_ATTACH, "allow"},
+		{unix.PTRACE_PEEKDATA, "allow"},
+		{unix.PTRACE_SEIZE, "allow"},
+	} {
+		if got := verdict(t, m, sys(unix.SYS_PTRACE, tc.request, 0, 0, 0)); got != tc.want {
+			t.Errorf("ptrace(%#x): %s, want %s", tc.request, got, tc.want)
+		}
+	}
+}
+
 // modeCall makes a call with the given mode argument.
 type modeCall struct {
 	name string

@@ -72,6 +72,7 @@ func Program(o Options) ([]unix.SockFilter, error) {
 	if !o.weakened(WeakenSysVIPC) {
 		denySharedSysVIPC(a)
 	}
+	denyTraceMe(a)
 	restrictSockets(a, o.Network)
 	a.ret(actionAllow)
 	return a.assemble()
@@ -302,6 +303,23 @@ func denySetIDModes(a *assembler) {
 			a.decide(bpf.JumpBitsSet, setIDBits, actionEPERM, actionAllow)
 		})
 	}
+}
+
+// denyTraceMe refuses PTRACE_TRACEME: it makes the caller's parent its
+// tracer, and the parent of a role's command (and of every orphan, the
+// broker being the child subreaper) is the root broker, whose wait would
+// then see the role's stops. Tracing its own children stays allowed.
+// request is a long the kernel compares whole, so both halves must be 0.
+func denyTraceMe(a *assembler) {
+	a.syscallBlock("ptrace traceme", unix.SYS_PTRACE, func() {
+		allow := a.newLabel()
+		a.loadArgLow(0)
+		a.jumpIf(bpf.JumpEqual, unix.PTRACE_TRACEME, next, allow)
+		a.loadArgHigh(0)
+		a.decide(bpf.JumpEqual, 0, actionEPERM, actionAllow)
+		a.place(allow)
+		a.ret(actionAllow)
+	})
 }
 
 // denyOpenat2 answers openat2 with ENOSYS: its flags and mode sit in a
