@@ -69,16 +69,20 @@ func TestStoppedCommandEndsAtItsTimeout(t *testing.T) {
 }
 
 // Behind the filter, the reaper is the second lock: with the filter off (a
-// test build), PTRACE_TRACEME makes the broker the command's tracer, and its
-// stop is still not an end.
-func TestTracedCommandNotCountedAsEndedBehindTheFilter(t *testing.T) {
+// test build), PTRACE_TRACEME makes the broker the command's tracer; the
+// broker holds no tracee: at its first stop it is killed, reported as
+// traced, not as an exit, and nothing of it remains.
+func TestTracedCommandKilledBehindTheFilter(t *testing.T) {
 	if _, err := lookPerl(); err != nil {
 		t.Skip("needs perl (Debian's perl-base) to call ptrace")
 	}
 	r := testrig.New(t, testrig.Options{Tags: "thermite_weaken", Env: []string{"THERMITE_WEAKEN=no-landlock"}, Extra: `startup_selftest = "warn"`})
-	out := runStopped(t, r, "builder", "perl", "-e", traceMeThenStop)
+	out, stderr, code := r.RunAs("builder", []string{"--timeout", "20s"}, "perl", "-e", traceMeThenStop)
 	if !strings.Contains(out, "traceme=ok") {
 		t.Skipf("PTRACE_TRACEME was refused even without the filter (%q): nothing to show here", out)
+	}
+	if code != 128+9 || !strings.Contains(stderr, "(traced)") || strings.Contains(out, "resumed") {
+		t.Errorf("a command that made the broker its tracer: exit %d %q %q, want 137 and (traced)", code, out, stderr)
 	}
 	if p := r.Procs("builder"); len(p) != 0 {
 		t.Errorf("builder still runs %v", p)

@@ -166,7 +166,7 @@ func TestSelftestCatchesBreakage(t *testing.T) {
 				"chmod a file set-uid", "set up io_uring",
 				"connect to the broker's abstract unix socket", "connect to a TCP port that is not the API's",
 				"make a SysV IPC object other users may open", "open its SysV IPC object up with IPC_SET",
-				"create a set-id file through openat2", "make the broker its tracer (PTRACE_TRACEME)",
+				"create a set-id file through openat2", "make the broker its tracer with PTRACE_TRACEME",
 			},
 			roles: "lane-1",
 		},
