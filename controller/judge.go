@@ -146,19 +146,21 @@ func (c *Controller) Build(ctx context.Context, req BuildRequest) (ledger.Build,
 	}
 	store := filepath.Join(c.cfg.StoreDir(), randomID("", 16))
 	if err := c.storeOutputs(k, src, store); err != nil {
-		os.RemoveAll(store)
+		discardStore(store)
 		b.Status, b.Log = "failed", b.Log+"\n"+err.Error()
 		c.ledger.PutBuild(b)
 		return b, err
 	}
 	manifest, err := hashtree.Hash(store)
 	if err != nil {
-		os.RemoveAll(store)
+		discardStore(store)
+		b.Status, b.Log = "failed", b.Log+"\n"+err.Error()
+		c.ledger.PutBuild(b)
 		return b, fmt.Errorf("judge: %w", err)
 	}
 	b.StorePath, b.Manifest, b.Status = store, manifest, "stored"
 	if err := c.ledger.PutBuild(b); err != nil {
-		os.RemoveAll(store)
+		discardStore(store)
 		return b, err
 	}
 	c.event("judge.build", ledger.Trial{}, map[string]any{"build": b.ID, "kit": b.Kit, "status": b.Status, "files": len(manifest)})
@@ -169,17 +171,13 @@ func (c *Controller) Build(ctx context.Context, req BuildRequest) (ledger.Build,
 // by the controller, files 0444 or 0555, folders 0555. The store itself is
 // 0711, so a build can be reached only by its exact, random path.
 func (c *Controller) storeOutputs(k *kit.Kit, src, store string) error {
+	if err := plainOutputs(src, k.Build.Outputs); err != nil {
+		return err
+	}
 	if err := os.Mkdir(store, 0o700); err != nil {
 		return fmt.Errorf("judge: %w", err)
 	}
 	for _, o := range k.Build.Outputs {
-		// No part of an output's path may be a symlink: the builder made
-		// them, and the controller must not be led outside the build.
-		// (Every builder process has been stopped, and the folder is the
-		// controller's again, so nothing changes under this check.)
-		if err := noSymlinks(src, o); err != nil {
-			return fmt.Errorf("judge: build output %s: %w", o, err)
-		}
 		from := filepath.Join(src, o)
 		st, err := os.Lstat(from)
 		if err != nil {
@@ -191,7 +189,7 @@ func (c *Controller) storeOutputs(k *kit.Kit, src, store string) error {
 		}
 		switch {
 		case st.IsDir():
-			if _, err := copytree.Copy(from, to, copytree.Options{UID: -1, GID: -1, ReadOnly: true}); err != nil {
+			if _, err := copytree.Copy(from, to, copytree.Options{UID: -1, GID: -1, ReadOnly: true, RefuseLinks: true}); err != nil {
 				return fmt.Errorf("judge: build output %s: %w", o, err)
 			}
 		case st.Mode().IsRegular():
@@ -210,6 +208,40 @@ func (c *Controller) storeOutputs(k *kit.Kit, src, store string) error {
 		return nil
 	})
 	return nil
+}
+
+// plainOutputs decides what a build may store: each output, and all it
+// holds, is a folder or a regular file with one link, inside the build.
+// A symlink would let the next timed run execute whatever its target holds
+// then, which no hash covers; a hard link, a device, a FIFO or a socket has
+// no content of the build's own. Each is refused with its path. (Every
+// builder process has been stopped and the folder is the controller's
+// again, so nothing changes between this check and the copy; the store's
+// hash refuses symlinks and links again.)
+func plainOutputs(src string, outputs []string) error {
+	for _, o := range outputs {
+		// No part of an output's path may be a symlink: the controller
+		// must not be led outside the build.
+		if err := noSymlinks(src, o); err != nil {
+			return fmt.Errorf("judge: build output %s: %w", o, err)
+		}
+		if err := plainTree(src, filepath.Join(src, o), "a build's outputs must be plain files and folders"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// discardStore removes a store folder that was not recorded: its folders
+// are read-only, so each is made writable first.
+func discardStore(store string) {
+	filepath.WalkDir(store, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			os.Chmod(p, 0o700)
+		}
+		return nil
+	})
+	os.RemoveAll(store)
 }
 
 // noSymlinks refuses a relative path any part of which, beneath root, is a
@@ -489,11 +521,19 @@ func (c *Controller) removeRunDir(dir string) {
 // files with one link: outputs of an untrusted run that the controller
 // and a kit's check will read by path.
 func PlainTree(root string) error {
+	return plainTree(filepath.Dir(root), root, "a timed run's outputs must be plain files")
+}
+
+// plainTree is the one check of what untrusted code left for the judge to
+// read or store: beneath root, only folders and regular files with one
+// link. A symlink, a hard link, a device, a FIFO or a socket is refused,
+// named by its path relative to base, with why.
+func plainTree(base, root, why string) error {
 	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
-		rel, _ := filepath.Rel(filepath.Dir(root), p)
+		rel, _ := filepath.Rel(base, p)
 		var st unix.Stat_t
 		if err := unix.Lstat(p, &st); err != nil {
 			return err
@@ -503,12 +543,29 @@ func PlainTree(root string) error {
 			return nil
 		case unix.S_IFREG:
 			if st.Nlink > 1 {
-				return fmt.Errorf("judge: %s has %d links: a timed run's outputs must be plain files", rel, st.Nlink)
+				return fmt.Errorf("judge: %s has %d links: %s", rel, st.Nlink, why)
 			}
 			return nil
 		}
-		return fmt.Errorf("judge: %s is not a plain file or folder (mode %o): a timed run's outputs must be plain files", rel, st.Mode&unix.S_IFMT)
+		return fmt.Errorf("judge: %s is not a plain file or folder (%s): %s", rel, kindOf(st.Mode), why)
 	})
+}
+
+// kindOf names a file type for an error.
+func kindOf(mode uint32) string {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFLNK:
+		return "a symlink"
+	case unix.S_IFIFO:
+		return "a FIFO"
+	case unix.S_IFSOCK:
+		return "a socket"
+	case unix.S_IFCHR:
+		return "a character device"
+	case unix.S_IFBLK:
+		return "a block device"
+	}
+	return fmt.Sprintf("mode %o", mode&unix.S_IFMT)
 }
 
 // check runs the kit's check as the controller, in the kit's own folder,
