@@ -330,16 +330,16 @@ func (c *Controller) Time(ctx context.Context, req TimeRequest) (ledger.TimedRun
 	}
 	cpus := judge[:k.Run.CPUs]
 	tr := ledger.TimedRun{ID: randomID("r", 8), Build: b.ID, Kit: k.Name, Card: req.Card, Created: time.Now().UTC(), Status: "running", Role: timingRole(req.Card), CPUs: cpus.String()}
-	// The run's folder: the controller's, 0711 under the 0711 runs/, with
-	// a random name. The command sees it as its working folder and names
-	// what is in it by relative paths (build, kit, out), so its argv, which
-	// every user can read in /proc, shows neither the run nor the store.
+	// The run's folder, with a random name: made private, filled, then
+	// opened to this run's timing user alone (openRunFolder). The command
+	// sees it as its working folder and names what is in it by relative
+	// paths (build, kit, out), so its argv, which every user can read in
+	// /proc, shows neither the run nor the store.
 	runDir := filepath.Join(c.cfg.ScratchDir(), "runs", tr.ID)
-	if err := os.Mkdir(runDir, 0o711); err != nil {
+	if err := os.Mkdir(runDir, 0o700); err != nil {
 		return tr, fmt.Errorf("judge: %w", err)
 	}
 	defer c.removeRunDir(runDir)
-	os.Chmod(runDir, 0o711)
 	kitCopy := filepath.Join(runDir, "kit")
 	out := filepath.Join(runDir, "out")
 	if err := c.copyKitFiles(k, kitCopy); err != nil {
@@ -347,6 +347,9 @@ func (c *Controller) Time(ctx context.Context, req TimeRequest) (ledger.TimedRun
 	}
 	if err := os.Symlink(b.StorePath, filepath.Join(runDir, "build")); err != nil {
 		return tr, fmt.Errorf("judge: %w", err)
+	}
+	if err := c.openRunFolder(runDir, tr.Role); err != nil {
+		return tr, err
 	}
 	var gpus []int
 	if req.Card >= 0 {
@@ -418,6 +421,19 @@ func (c *Controller) Time(ctx context.Context, req TimeRequest) (ledger.TimedRun
 		return tr, fmt.Errorf("judge: timed run %s: %s: %s", tr.ID, tr.Status, tr.Error)
 	}
 	return tr, nil
+}
+
+// openRunFolder decides who reaches a timed run's folder: the controller,
+// which owns it, and the run's timing user, through its own group, and no
+// other role, even one that knows every path in it (the folder holds the
+// kit's cases, hidden ones included, and a link naming the build's place
+// in the store). Only the broker can set that group: owner the controller,
+// group the timing user's own, mode 0750.
+func (c *Controller) openRunFolder(dir, role string) error {
+	if err := c.broker.runFolder(dir, role); err != nil {
+		return fmt.Errorf("judge: run folder %s: %w", dir, err)
+	}
+	return nil
 }
 
 // copyKitFiles makes the run's read-only copy of the kit's run.copy files,
@@ -568,16 +584,28 @@ func kindOf(mode uint32) string {
 	return fmt.Sprintf("mode %o", mode&unix.S_IFMT)
 }
 
+// CheckOut is what the check is told out/ is: the run's out/, as the
+// check's descriptor 3, which its children inherit. A path naming the run
+// folder would show in the command line of every program the check starts
+// (awk's, say), which every role can read in /proc.
+const CheckOut = "/proc/self/fd/3"
+
 // check runs the kit's check as the controller, in the kit's own folder,
-// with THERMITE_OUT naming the run's out/, and splits its answer: the
-// public part, and the hidden cases.
+// with THERMITE_OUT (and {out}) naming the run's out/ by descriptor
+// (CheckOut), and splits its answer: the public part, and the hidden cases.
 func (c *Controller) check(ctx context.Context, k *kit.Kit, out string) (kit.PublicResult, map[string]json.RawMessage, error) {
-	argv := k.Expand(k.Check.Command, "", k.Dir, out)
+	dir, err := os.OpenFile(out, os.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return kit.PublicResult{}, nil, fmt.Errorf("check of kit %q: %w", k.Name, err)
+	}
+	defer dir.Close()
+	argv := k.Expand(k.Check.Command, "", k.Dir, CheckOut)
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Dir = k.Dir
-	cmd.Env = append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + k.Dir}, k.CheckEnv(out)...)
+	cmd.Env = append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + k.Dir}, k.CheckEnv(CheckOut)...)
+	cmd.ExtraFiles = []*os.File{dir}
 	var so, se bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &so, &se
 	if err := cmd.Run(); err != nil {

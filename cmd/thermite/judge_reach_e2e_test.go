@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"thermite/controller/ledger"
+	"thermite/internal/rpc"
 	"thermite/internal/testrig"
 )
 
@@ -243,5 +244,62 @@ done | sort -u
 		if strings.Contains(out, bad) {
 			t.Errorf("a lane read %q in another role's process:\n%s", bad, out)
 		}
+	}
+}
+
+// TestRunFolderGroupIsNarrow: the broker sets a timing user's group on a
+// folder directly in scratch/runs that the controller owns, and nothing
+// else: not for another role, not deeper or elsewhere, not on a folder a
+// role owns, not through a symlink.
+func TestRunFolderGroupIsNarrow(t *testing.T) {
+	r := newRig(t)
+	runs := filepath.Join(r.Cfg.ScratchDir(), "runs")
+	ctl := r.Role("thermite")
+	mk := func(p string, uid int) string {
+		if err := os.Mkdir(p, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		os.Chown(p, uid, uid)
+		t.Cleanup(func() { os.RemoveAll(p) })
+		return p
+	}
+	good := mk(filepath.Join(runs, "rgood"), ctl.UID)
+	deeper := mk(filepath.Join(good, "kit"), ctl.UID)
+	lanes := mk(filepath.Join(runs, "rlane"), r.Role("lane-1").UID)
+	link := filepath.Join(runs, "rlink")
+	os.Symlink(good, link)
+	t.Cleanup(func() { os.Remove(link) })
+	ask := func(path, role string) error {
+		_, err := rpc.Call(r.Cfg.BrokerSocket(), &rpc.Request{Op: rpc.OpRunFolder, RunFolder: &rpc.RunFolderRequest{Path: path, Role: role}})
+		return err
+	}
+	for _, c := range []struct{ path, role, want string }{
+		{good, "lane-1", "not a timing user"},
+		{good, "builder", "not a timing user"},
+		{deeper, "run", "not a folder directly in"},
+		{r.Cfg.StoreDir(), "run", "not a folder directly in"},
+		{runs, "run", "not a folder directly in"},
+		{lanes, "run", "not the controller's"},
+		{link, "run", "rlink"},
+	} {
+		if err := ask(c.path, c.role); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("run_folder %s for %s: %v, want an error with %q", c.path, c.role, err, c.want)
+		}
+	}
+	var st syscallStat
+	statOf(t, good, &st)
+	if int(st.Gid) != ctl.GID || st.Mode&0o777 != 0o700 {
+		t.Fatalf("a refused request changed %s: gid %d mode %o", good, st.Gid, st.Mode&0o777)
+	}
+	if err := ask(good, "run"); err != nil {
+		t.Fatal(err)
+	}
+	statOf(t, good, &st)
+	if int(st.Uid) != ctl.UID || int(st.Gid) != r.Role("run").GID || st.Mode&0o7777 != 0o750 {
+		t.Fatalf("%s: uid %d gid %d mode %o, want the controller's, run's group, 0750", good, st.Uid, st.Gid, st.Mode&0o7777)
+	}
+	statOf(t, deeper, &st)
+	if int(st.Gid) != ctl.GID {
+		t.Fatalf("what the folder holds changed group: %d", st.Gid)
 	}
 }
