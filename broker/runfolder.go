@@ -8,6 +8,7 @@ import (
 
 	"thermite/internal/confined"
 	"thermite/internal/rpc"
+	"thermite/internal/weaken"
 	"thermite/roles"
 )
 
@@ -50,10 +51,16 @@ func (b *Broker) RunFolder(req *rpc.RunFolderRequest) error {
 	if int(st.Uid) != ctl.UID {
 		return fmt.Errorf("run_folder: %s: owned by uid %d, not the controller's", p, st.Uid)
 	}
-	if err := unix.Fchown(fd, ctl.UID, r.GID); err != nil {
+	gid, mode := r.GID, uint32(RunFolderMode)
+	if weaken.Enabled && weaken.Has("run-folder-0711") {
+		// The self-test's breakage test: the folder as it once was, the
+		// controller's and searchable by every user.
+		gid, mode = ctl.GID, 0o711
+	}
+	if err := unix.Fchown(fd, ctl.UID, gid); err != nil {
 		return fmt.Errorf("run_folder: %s: %w", p, err)
 	}
-	if err := unix.Fchmod(fd, RunFolderMode); err != nil {
+	if err := unix.Fchmod(fd, mode); err != nil {
 		return fmt.Errorf("run_folder: %s: %w", p, err)
 	}
 	return nil

@@ -35,6 +35,8 @@ type Context struct {
 	Workspace     map[int]string    // lane number -> a workspace handed to it
 	RunKit        map[int]string    // timing card -> a file of its run's kit copy
 	RunOut        map[int]string    // timing card -> its run's out/
+	RunDir        map[int]string    // timing card -> its run's folder
+	RunBuild      map[int]string    // timing card -> its run's link to the stored build
 	EnvAllowed    map[string]bool   // the variables a role's command may have
 	AgentDir      map[int]string    // agent number -> an agent folder (with a token) handed to it
 	LaneArea      map[int]string    // lane number -> a research area handed to it
@@ -155,6 +157,12 @@ var Policy = []Row{
 		Want: []string{"ok", "EPERM"}, Check: setIDGone},
 	{Who: Every, Attempt: "open another lane's workspace", Make: at(OpList, func(c *Context, r roles.Role) string { return c.Workspace[otherLane(c, r)] }), Want: refused},
 	{Who: Except(roles.Timing), Attempt: "write a timed run's out/", Make: at(OpCreateIn, func(c *Context, _ roles.Role) string { return c.RunOut[1] }), Want: refused},
+	// A timed run's folder holds every case of its kit, hidden ones
+	// included, and the stored build's path: another role that knows every
+	// path (as /proc once told it) still opens none of it.
+	{Who: Except(roles.Controller), Attempt: "list another role's timed run folder", Make: at(OpList, func(c *Context, r roles.Role) string { return c.RunDir[otherTiming(c, r)] }), Want: refused},
+	{Who: Except(roles.Controller), Attempt: "read another role's timed run's copy of the kit", Make: at(OpRead, func(c *Context, r roles.Role) string { return c.RunKit[otherTiming(c, r)] }), Want: refused},
+	{Who: Except(roles.Controller), Attempt: "read another role's timed run's build link", Make: at(OpReadlink, func(c *Context, r roles.Role) string { return c.RunBuild[otherTiming(c, r)] }), Want: refused},
 
 	// Trials: lanes and agents apart from each other and from the judge.
 	{Who: Only(roles.Lane), Attempt: "read another lane's agent folder", Make: at(OpList, func(c *Context, r roles.Role) string { return c.AgentDir[otherLane(c, r)] }), Want: refused},
@@ -362,6 +370,7 @@ var Policy = []Row{
 	}), Want: refused},
 	{Who: Only(roles.Builder), Attempt: "write the build folder it was given", Make: at(OpCreateIn, func(c *Context, _ roles.Role) string { return c.BuildDir }), Want: succeeds},
 	{Who: Except(roles.Builder, roles.Controller), Attempt: "open the builder's build folder", Make: at(OpList, func(c *Context, _ roles.Role) string { return c.BuildDir }), Want: refused},
+	{Who: Only(roles.Timing), Attempt: "read its run's build link", Make: at(OpReadlink, func(c *Context, r roles.Role) string { return c.RunBuild[r.Index] }), Want: succeeds},
 	{Who: Only(roles.Timing), Attempt: "write its run's out/", Make: at(OpCreateIn, func(c *Context, r roles.Role) string { return c.RunOut[r.Index] }), Want: succeeds},
 }
 
@@ -412,6 +421,20 @@ func otherRole(c *Context, r roles.Role) string {
 		return "planner"
 	}
 	return "builder"
+}
+
+// otherTiming is the timing card of a timed run that is not r's: card 1
+// for every role but a timing user, the next card for one (0: there is
+// none).
+func otherTiming(c *Context, r roles.Role) int {
+	if r.Kind != roles.Timing {
+		return 1
+	}
+	n := r.Index%c.Cfg.TimingUsers + 1
+	if n == r.Index {
+		return 0
+	}
+	return n
 }
 
 // otherLane is a lane that is not r.

@@ -168,6 +168,15 @@ func TestSelftestCatchesBreakage(t *testing.T) {
 			roles: "lane-1",
 		},
 		{
+			// The run folder as it was before issue 12: the controller's,
+			// 0711, so whoever knows its path reads the kit copy and the
+			// build link. (Listing it stays refused either way.)
+			name:  "a timed run's folder searchable by every role",
+			opts:  testrig.Options{Tags: "thermite_weaken", Env: []string{"THERMITE_WEAKEN=run-folder-0711"}, Extra: `startup_selftest = "warn"`},
+			want:  []string{"read another role's timed run's copy of the kit", "read another role's timed run's build link"},
+			roles: "lane-1",
+		},
+		{
 			name:  "an ambient capability",
 			opts:  testrig.Options{Tags: "thermite_weaken", Env: []string{"THERMITE_WEAKEN=cap-amb"}, Extra: `startup_selftest = "warn"`},
 			want:  []string{"CapEff, CapPrm, CapAmb and CapInh are 0"},
