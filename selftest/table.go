@@ -650,6 +650,70 @@ var RigChecks = []RigCheck{
 			ownerMode(c.Cfg.ScratchDir(), 0, 0, 0o755, unix.S_IFDIR),
 			ownerMode(c.Cfg.ResearchDir(), ctl.UID, ctl.GID, 0o755, unix.S_IFDIR))
 	}},
+	{"every timed run's folder is the controller's, open to one timing user's group alone", runFoldersClosed},
+	{"every stored build holds plain files and folders only", func(c *Context) string {
+		return unplainStored(c.Cfg.StoreDir())
+	}},
+}
+
+// runFoldersClosed checks each folder in scratch/runs: the controller's,
+// either still private (0700, its own group: a run being set up) or 0750
+// with a timing user's own group. Anything more open lets a role that
+// learns the path read the kit's cases and the build's place in the store.
+func runFoldersClosed(c *Context) string {
+	ctl := c.Table.Controller()
+	timing := map[int]bool{}
+	for _, r := range c.Table.Roles {
+		if r.Kind == roles.Timing {
+			timing[r.GID] = true
+		}
+	}
+	runs := filepath.Join(c.Cfg.ScratchDir(), "runs")
+	names, _ := readNames(runs)
+	var bad []string
+	for _, n := range names {
+		p := filepath.Join(runs, n)
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			continue // gone since the listing: a run that ended
+		}
+		mode, gid := st.Mode&0o7777, int(st.Gid)
+		private := mode == 0o700 && gid == ctl.GID
+		open := mode == 0o750 && timing[gid]
+		if st.Mode&unix.S_IFMT != unix.S_IFDIR || int(st.Uid) != ctl.UID || !private && !open {
+			bad = append(bad, fmt.Sprintf("%s is %d:%d %04o, want %d:<a timing user's group> 0750", p, st.Uid, gid, mode, ctl.UID))
+		}
+		if len(bad) == 10 {
+			break
+		}
+	}
+	return strings.Join(bad, "; ")
+}
+
+// unplainStored lists what in the store is neither a folder nor a regular
+// file with one link: a stored symlink runs whatever its target holds at
+// the time, which no hash covers.
+func unplainStored(store string) string {
+	var bad []string
+	filepath.WalkDir(store, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || len(bad) == 10 {
+			return nil
+		}
+		var st unix.Stat_t
+		if unix.Lstat(p, &st) != nil {
+			return nil
+		}
+		switch {
+		case st.Mode&unix.S_IFMT == unix.S_IFDIR:
+		case st.Mode&unix.S_IFMT == unix.S_IFREG && st.Nlink == 1:
+		case st.Mode&unix.S_IFMT == unix.S_IFREG:
+			bad = append(bad, fmt.Sprintf("%s has %d links", p, st.Nlink))
+		default:
+			bad = append(bad, fmt.Sprintf("%s is not a file or folder (type %o)", p, st.Mode&unix.S_IFMT))
+		}
+		return nil
+	})
+	return strings.Join(bad, "; ")
 }
 
 // setIDFiles lists regular files with a set-user or set-group bit on the
