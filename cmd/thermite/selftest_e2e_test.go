@@ -171,8 +171,8 @@ func TestSelftestCatchesBreakage(t *testing.T) {
 			// The run folder as it was before issue 12: the controller's,
 			// 0711, so whoever knows its path reads the kit copy and the
 			// build link. (Listing it stays refused either way.)
-			name:  "a timed run's folder searchable by every role",
-			opts:  testrig.Options{Tags: "thermite_weaken", Env: []string{"THERMITE_WEAKEN=run-folder-0711"}, Extra: `startup_selftest = "warn"`},
+			name: "a timed run's folder searchable by every role",
+			opts: testrig.Options{Tags: "thermite_weaken", Env: []string{"THERMITE_WEAKEN=run-folder-0711"}, Extra: `startup_selftest = "warn"`},
 			want: []string{"read another role's timed run's copy of the kit", "read another role's timed run's build link",
 				"every timed run's folder is the controller's, open to one timing user's group alone"},
 			roles: "lane-1",
