@@ -151,6 +151,14 @@ func (b *Broker) dispatch(c *rpc.Conn, req *rpc.Request, files []*os.File, cred 
 			return fail(err)
 		}
 		return &rpc.Response{HandFolder: res}, true
+	case rpc.OpRunFolder:
+		if req.RunFolder == nil {
+			return fail(fmt.Errorf("run_folder: missing run_folder field"))
+		}
+		if err := b.RunFolder(req.RunFolder); err != nil {
+			return fail(err)
+		}
+		return &rpc.Response{}, true
 	case rpc.OpClearSetID:
 		if req.ClearSetID == nil {
 			return fail(fmt.Errorf("clear_setid: missing clear_setid field"))

@@ -93,3 +93,9 @@ func (b *brokerClient) diskUsage(role string) (int64, error) {
 	}
 	return resp.DiskUsage.Bytes, nil
 }
+
+// runFolder opens a timed run's folder to its timing user alone.
+func (b *brokerClient) runFolder(path, role string) error {
+	_, err := b.call(&rpc.Request{Op: rpc.OpRunFolder, RunFolder: &rpc.RunFolderRequest{Path: path, Role: role}})
+	return err
+}

@@ -146,19 +146,21 @@ func (c *Controller) Build(ctx context.Context, req BuildRequest) (ledger.Build,
 	}
 	store := filepath.Join(c.cfg.StoreDir(), randomID("", 16))
 	if err := c.storeOutputs(k, src, store); err != nil {
-		os.RemoveAll(store)
+		discardStore(store)
 		b.Status, b.Log = "failed", b.Log+"\n"+err.Error()
 		c.ledger.PutBuild(b)
 		return b, err
 	}
 	manifest, err := hashtree.Hash(store)
 	if err != nil {
-		os.RemoveAll(store)
+		discardStore(store)
+		b.Status, b.Log = "failed", b.Log+"\n"+err.Error()
+		c.ledger.PutBuild(b)
 		return b, fmt.Errorf("judge: %w", err)
 	}
 	b.StorePath, b.Manifest, b.Status = store, manifest, "stored"
 	if err := c.ledger.PutBuild(b); err != nil {
-		os.RemoveAll(store)
+		discardStore(store)
 		return b, err
 	}
 	c.event("judge.build", ledger.Trial{}, map[string]any{"build": b.ID, "kit": b.Kit, "status": b.Status, "files": len(manifest)})
@@ -169,17 +171,13 @@ func (c *Controller) Build(ctx context.Context, req BuildRequest) (ledger.Build,
 // by the controller, files 0444 or 0555, folders 0555. The store itself is
 // 0711, so a build can be reached only by its exact, random path.
 func (c *Controller) storeOutputs(k *kit.Kit, src, store string) error {
+	if err := plainOutputs(src, k.Build.Outputs); err != nil {
+		return err
+	}
 	if err := os.Mkdir(store, 0o700); err != nil {
 		return fmt.Errorf("judge: %w", err)
 	}
 	for _, o := range k.Build.Outputs {
-		// No part of an output's path may be a symlink: the builder made
-		// them, and the controller must not be led outside the build.
-		// (Every builder process has been stopped, and the folder is the
-		// controller's again, so nothing changes under this check.)
-		if err := noSymlinks(src, o); err != nil {
-			return fmt.Errorf("judge: build output %s: %w", o, err)
-		}
 		from := filepath.Join(src, o)
 		st, err := os.Lstat(from)
 		if err != nil {
@@ -191,7 +189,7 @@ func (c *Controller) storeOutputs(k *kit.Kit, src, store string) error {
 		}
 		switch {
 		case st.IsDir():
-			if _, err := copytree.Copy(from, to, copytree.Options{UID: -1, GID: -1, ReadOnly: true}); err != nil {
+			if _, err := copytree.Copy(from, to, copytree.Options{UID: -1, GID: -1, ReadOnly: true, RefuseLinks: true}); err != nil {
 				return fmt.Errorf("judge: build output %s: %w", o, err)
 			}
 		case st.Mode().IsRegular():
@@ -210,6 +208,40 @@ func (c *Controller) storeOutputs(k *kit.Kit, src, store string) error {
 		return nil
 	})
 	return nil
+}
+
+// plainOutputs decides what a build may store: each output, and all it
+// holds, is a folder or a regular file with one link, inside the build.
+// A symlink would let the next timed run execute whatever its target holds
+// then, which no hash covers; a hard link, a device, a FIFO or a socket has
+// no content of the build's own. Each is refused with its path. (Every
+// builder process has been stopped and the folder is the controller's
+// again, so nothing changes between this check and the copy; the store's
+// hash refuses symlinks and links again.)
+func plainOutputs(src string, outputs []string) error {
+	for _, o := range outputs {
+		// No part of an output's path may be a symlink: the controller
+		// must not be led outside the build.
+		if err := noSymlinks(src, o); err != nil {
+			return fmt.Errorf("judge: build output %s: %w", o, err)
+		}
+		if err := plainTree(src, filepath.Join(src, o), "a build's outputs must be plain files and folders"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// discardStore removes a store folder that was not recorded: its folders
+// are read-only, so each is made writable first.
+func discardStore(store string) {
+	filepath.WalkDir(store, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			os.Chmod(p, 0o700)
+		}
+		return nil
+	})
+	os.RemoveAll(store)
 }
 
 // noSymlinks refuses a relative path any part of which, beneath root, is a
@@ -298,16 +330,16 @@ func (c *Controller) Time(ctx context.Context, req TimeRequest) (ledger.TimedRun
 	}
 	cpus := judge[:k.Run.CPUs]
 	tr := ledger.TimedRun{ID: randomID("r", 8), Build: b.ID, Kit: k.Name, Card: req.Card, Created: time.Now().UTC(), Status: "running", Role: timingRole(req.Card), CPUs: cpus.String()}
-	// The run's folder: the controller's, 0711 under the 0711 runs/, with
-	// a random name. The command sees it as its working folder and names
-	// what is in it by relative paths (build, kit, out), so its argv, which
-	// every user can read in /proc, shows neither the run nor the store.
+	// The run's folder, with a random name: made private, filled, then
+	// opened to this run's timing user alone (openRunFolder). The command
+	// sees it as its working folder and names what is in it by relative
+	// paths (build, kit, out), so its argv, which every user can read in
+	// /proc, shows neither the run nor the store.
 	runDir := filepath.Join(c.cfg.ScratchDir(), "runs", tr.ID)
-	if err := os.Mkdir(runDir, 0o711); err != nil {
+	if err := os.Mkdir(runDir, 0o700); err != nil {
 		return tr, fmt.Errorf("judge: %w", err)
 	}
 	defer c.removeRunDir(runDir)
-	os.Chmod(runDir, 0o711)
 	kitCopy := filepath.Join(runDir, "kit")
 	out := filepath.Join(runDir, "out")
 	if err := c.copyKitFiles(k, kitCopy); err != nil {
@@ -315,6 +347,9 @@ func (c *Controller) Time(ctx context.Context, req TimeRequest) (ledger.TimedRun
 	}
 	if err := os.Symlink(b.StorePath, filepath.Join(runDir, "build")); err != nil {
 		return tr, fmt.Errorf("judge: %w", err)
+	}
+	if err := c.openRunFolder(runDir, tr.Role); err != nil {
+		return tr, err
 	}
 	var gpus []int
 	if req.Card >= 0 {
@@ -386,6 +421,19 @@ func (c *Controller) Time(ctx context.Context, req TimeRequest) (ledger.TimedRun
 		return tr, fmt.Errorf("judge: timed run %s: %s: %s", tr.ID, tr.Status, tr.Error)
 	}
 	return tr, nil
+}
+
+// openRunFolder decides who reaches a timed run's folder: the controller,
+// which owns it, and the run's timing user, through its own group, and no
+// other role, even one that knows every path in it (the folder holds the
+// kit's cases, hidden ones included, and a link naming the build's place
+// in the store). Only the broker can set that group: owner the controller,
+// group the timing user's own, mode 0750.
+func (c *Controller) openRunFolder(dir, role string) error {
+	if err := c.broker.runFolder(dir, role); err != nil {
+		return fmt.Errorf("judge: run folder %s: %w", dir, err)
+	}
+	return nil
 }
 
 // copyKitFiles makes the run's read-only copy of the kit's run.copy files,
@@ -489,11 +537,19 @@ func (c *Controller) removeRunDir(dir string) {
 // files with one link: outputs of an untrusted run that the controller
 // and a kit's check will read by path.
 func PlainTree(root string) error {
+	return plainTree(filepath.Dir(root), root, "a timed run's outputs must be plain files")
+}
+
+// plainTree is the one check of what untrusted code left for the judge to
+// read or store: beneath root, only folders and regular files with one
+// link. A symlink, a hard link, a device, a FIFO or a socket is refused,
+// named by its path relative to base, with why.
+func plainTree(base, root, why string) error {
 	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
-		rel, _ := filepath.Rel(filepath.Dir(root), p)
+		rel, _ := filepath.Rel(base, p)
 		var st unix.Stat_t
 		if err := unix.Lstat(p, &st); err != nil {
 			return err
@@ -503,24 +559,53 @@ func PlainTree(root string) error {
 			return nil
 		case unix.S_IFREG:
 			if st.Nlink > 1 {
-				return fmt.Errorf("judge: %s has %d links: a timed run's outputs must be plain files", rel, st.Nlink)
+				return fmt.Errorf("judge: %s has %d links: %s", rel, st.Nlink, why)
 			}
 			return nil
 		}
-		return fmt.Errorf("judge: %s is not a plain file or folder (mode %o): a timed run's outputs must be plain files", rel, st.Mode&unix.S_IFMT)
+		return fmt.Errorf("judge: %s is not a plain file or folder (%s): %s", rel, kindOf(st.Mode), why)
 	})
 }
 
+// kindOf names a file type for an error.
+func kindOf(mode uint32) string {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFLNK:
+		return "a symlink"
+	case unix.S_IFIFO:
+		return "a FIFO"
+	case unix.S_IFSOCK:
+		return "a socket"
+	case unix.S_IFCHR:
+		return "a character device"
+	case unix.S_IFBLK:
+		return "a block device"
+	}
+	return fmt.Sprintf("mode %o", mode&unix.S_IFMT)
+}
+
+// CheckOut is what the check is told out/ is: the run's out/, as the
+// check's descriptor 3, which its children inherit. A path naming the run
+// folder would show in the command line of every program the check starts
+// (awk's, say), which every role can read in /proc.
+const CheckOut = "/proc/self/fd/3"
+
 // check runs the kit's check as the controller, in the kit's own folder,
-// with THERMITE_OUT naming the run's out/, and splits its answer: the
-// public part, and the hidden cases.
+// with THERMITE_OUT (and {out}) naming the run's out/ by descriptor
+// (CheckOut), and splits its answer: the public part, and the hidden cases.
 func (c *Controller) check(ctx context.Context, k *kit.Kit, out string) (kit.PublicResult, map[string]json.RawMessage, error) {
-	argv := k.Expand(k.Check.Command, "", k.Dir, out)
+	dir, err := os.OpenFile(out, os.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return kit.PublicResult{}, nil, fmt.Errorf("check of kit %q: %w", k.Name, err)
+	}
+	defer dir.Close()
+	argv := k.Expand(k.Check.Command, "", k.Dir, CheckOut)
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Dir = k.Dir
-	cmd.Env = append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + k.Dir}, k.CheckEnv(out)...)
+	cmd.Env = append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + k.Dir}, k.CheckEnv(CheckOut)...)
+	cmd.ExtraFiles = []*os.File{dir}
 	var so, se bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &so, &se
 	if err := cmd.Run(); err != nil {

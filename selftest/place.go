@@ -87,6 +87,23 @@ func placeDir(stateDir, path string, uid, gid int, mode os.FileMode) error {
 	return setOwnerMode(fd, uid, gid, mode)
 }
 
+// placeSymlink makes a new symlink at path to target, owned by uid:gid.
+func placeSymlink(stateDir, path, target string, uid, gid int) error {
+	pfd, err := openParent(stateDir, path)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(pfd)
+	name := filepath.Base(path)
+	if err := unix.Symlinkat(target, pfd, name); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if err := unix.Fchownat(pfd, name, uid, gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
+}
+
 // removePlaced removes a canary, a folder with all it holds, through
 // descriptors: nothing is followed out of it.
 func removePlaced(stateDir, path string) {

@@ -49,6 +49,7 @@ const (
 	OpEnv       = "env"        // the environment, names only, and whether Arg's values appear in it
 	OpRead      = "read"       // open Path read-only and read a byte
 	OpList      = "list"       // open the folder Path and read its entries
+	OpReadlink  = "readlink"   // read the target of the symlink Path (the target goes to Detail)
 	OpCreateIn  = "create-in"  // create a new file in the folder Path, then remove it
 	OpWrite     = "write"      // open the existing file Path for writing
 	OpChmod     = "chmod"      // chmod Path to its mode with u+w
@@ -238,6 +239,13 @@ func runAttempt(a Attempt, fds []int) Outcome {
 			err = nil
 		}
 		return result(a.ID, err)
+	case OpReadlink:
+		target, err := os.Readlink(a.Path)
+		o := result(a.ID, err)
+		if err == nil {
+			o.Detail = target
+		}
+		return o
 	case OpCreateIn:
 		p := fmt.Sprintf("%s/.thermite-probe-%d", a.Path, os.Getpid())
 		fd, err := unix.Open(p, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC, 0o600)

@@ -36,6 +36,7 @@ type Host interface {
 	StartCanary(role roles.Role) (pid int, stop func(), err error)
 	StopUser(role roles.Role) (int, error)
 	HandFolder(req *rpc.HandFolderRequest) (*rpc.HandFolderResult, error)
+	RunFolder(req *rpc.RunFolderRequest) error
 	GPULayout() *fence.Layout
 	APIPort() int
 	CgroupOf(role roles.Role) string
@@ -67,6 +68,7 @@ func Run(h Host) *rpc.SelftestResult {
 	c := &Context{
 		Cfg: h.Config(), Table: h.Table(), BrokerPID: h.BrokerPID(),
 		OtherPID: map[string]int{}, Workspace: map[int]string{}, RunKit: map[int]string{}, RunOut: map[int]string{},
+		RunDir: map[int]string{}, RunBuild: map[int]string{},
 		AgentDir: map[int]string{}, LaneArea: map[int]string{},
 		EnvAllowed: map[string]bool{}, Given: map[string][]int{},
 	}
@@ -481,14 +483,16 @@ func placeCanaries(h Host, c *Context, undo *[]func()) error {
 		*undo = append(*undo, func() { h.HandFolder(&rpc.HandFolderRequest{Path: area, Role: ctl.Name}) })
 	}
 	c.EndedToken = endedToken(c)
-	// A timed run's folder for each timing user: a read-only kit copy owned
-	// by the controller and an out/ of the timing user's own.
+	// A timed run's folder for each timing user, made as the judge makes
+	// one: the controller's, with a read-only kit copy, a link to the
+	// stored build and an out/ of the timing user's own, then opened to the
+	// timing user alone by the broker (the same request the judge makes).
 	for _, r := range c.Table.Roles {
 		if r.Kind != roles.Timing {
 			continue
 		}
 		run := filepath.Join(c.Cfg.ScratchDir(), "runs", randomName("selftest-"))
-		if err := dir(run, ctl.UID, ctl.GID, 0o755); err != nil {
+		if err := dir(run, ctl.UID, ctl.GID, 0o700); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -496,6 +500,12 @@ func placeCanaries(h Host, c *Context, undo *[]func()) error {
 		errs = append(errs, dir(kit, ctl.UID, ctl.GID, 0o755))
 		c.RunKit[r.Index] = filepath.Join(kit, "input.txt")
 		errs = append(errs, file(c.RunKit[r.Index], ctl.UID, ctl.GID, 0o444), os.Chmod(kit, 0o555))
+		build := filepath.Join(run, "build")
+		if err := placeSymlink(state, build, sb, ctl.UID, ctl.GID); err != nil {
+			errs = append(errs, err)
+		} else {
+			c.RunBuild[r.Index] = build
+		}
 		out := filepath.Join(run, "out")
 		errs = append(errs, dir(out, ctl.UID, ctl.GID, 0o700))
 		if _, err := h.HandFolder(&rpc.HandFolderRequest{Path: out, Role: r.Name, Mode: 0o700}); err != nil {
@@ -503,6 +513,11 @@ func placeCanaries(h Host, c *Context, undo *[]func()) error {
 		}
 		c.RunOut[r.Index] = out
 		*undo = append(*undo, func() { h.HandFolder(&rpc.HandFolderRequest{Path: out, Role: ctl.Name}) })
+		if err := h.RunFolder(&rpc.RunFolderRequest{Path: run, Role: r.Name}); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		c.RunDir[r.Index] = run
 	}
 	return errors.Join(errs...)
 }

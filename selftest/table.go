@@ -36,6 +36,8 @@ type Context struct {
 	Workspace     map[int]string    // lane number -> a workspace handed to it
 	RunKit        map[int]string    // timing card -> a file of its run's kit copy
 	RunOut        map[int]string    // timing card -> its run's out/
+	RunDir        map[int]string    // timing card -> its run's folder
+	RunBuild      map[int]string    // timing card -> its run's link to the stored build
 	EnvAllowed    map[string]bool   // the variables a role's command may have
 	AgentDir      map[int]string    // agent number -> an agent folder (with a token) handed to it
 	LaneArea      map[int]string    // lane number -> a research area handed to it
@@ -163,6 +165,12 @@ var Policy = []Row{
 		Want: []string{"ok", "EPERM"}, Check: setIDGone},
 	{Who: Every, Attempt: "open another lane's workspace", Make: at(OpList, func(c *Context, r roles.Role) string { return c.Workspace[otherLane(c, r)] }), Want: refused},
 	{Who: Except(roles.Timing), Attempt: "write a timed run's out/", Make: at(OpCreateIn, func(c *Context, _ roles.Role) string { return c.RunOut[1] }), Want: refused},
+	// A timed run's folder holds every case of its kit, hidden ones
+	// included, and the stored build's path: another role that knows every
+	// path (as /proc once told it) still opens none of it.
+	{Who: Except(roles.Controller), Attempt: "list another role's timed run folder", Make: at(OpList, func(c *Context, r roles.Role) string { return c.RunDir[otherTiming(c, r)] }), Want: refused},
+	{Who: Except(roles.Controller), Attempt: "read another role's timed run's copy of the kit", Make: at(OpRead, func(c *Context, r roles.Role) string { return c.RunKit[otherTiming(c, r)] }), Want: refused},
+	{Who: Except(roles.Controller), Attempt: "read another role's timed run's build link", Make: at(OpReadlink, func(c *Context, r roles.Role) string { return c.RunBuild[otherTiming(c, r)] }), Want: refused},
 
 	// Trials: lanes and agents apart from each other and from the judge.
 	{Who: Only(roles.Lane), Attempt: "read another lane's agent folder", Make: at(OpList, func(c *Context, r roles.Role) string { return c.AgentDir[otherLane(c, r)] }), Want: refused},
@@ -390,6 +398,7 @@ var Policy = []Row{
 	}), Want: refused},
 	{Who: Only(roles.Builder), Attempt: "write the build folder it was given", Make: at(OpCreateIn, func(c *Context, _ roles.Role) string { return c.BuildDir }), Want: succeeds},
 	{Who: Except(roles.Builder, roles.Controller), Attempt: "open the builder's build folder", Make: at(OpList, func(c *Context, _ roles.Role) string { return c.BuildDir }), Want: refused},
+	{Who: Only(roles.Timing), Attempt: "read its run's build link", Make: at(OpReadlink, func(c *Context, r roles.Role) string { return c.RunBuild[r.Index] }), Want: succeeds},
 	{Who: Only(roles.Timing), Attempt: "write its run's out/", Make: at(OpCreateIn, func(c *Context, r roles.Role) string { return c.RunOut[r.Index] }), Want: succeeds},
 }
 
@@ -451,6 +460,20 @@ func otherRole(c *Context, r roles.Role) string {
 		return "planner"
 	}
 	return "builder"
+}
+
+// otherTiming is the timing card of a timed run that is not r's: card 1
+// for every role but a timing user, the next card for one (0: there is
+// none).
+func otherTiming(c *Context, r roles.Role) int {
+	if r.Kind != roles.Timing {
+		return 1
+	}
+	n := r.Index%c.Cfg.TimingUsers + 1
+	if n == r.Index {
+		return 0
+	}
+	return n
 }
 
 // otherLane is a lane that is not r.
@@ -666,6 +689,70 @@ var RigChecks = []RigCheck{
 			ownerMode(c.Cfg.ScratchDir(), 0, 0, 0o755, unix.S_IFDIR),
 			ownerMode(c.Cfg.ResearchDir(), ctl.UID, ctl.GID, 0o755, unix.S_IFDIR))
 	}},
+	{"every timed run's folder is the controller's, open to one timing user's group alone", runFoldersClosed},
+	{"every stored build holds plain files and folders only", func(c *Context) string {
+		return unplainStored(c.Cfg.StoreDir())
+	}},
+}
+
+// runFoldersClosed checks each folder in scratch/runs: the controller's,
+// either still private (0700, its own group: a run being set up) or 0750
+// with a timing user's own group. Anything more open lets a role that
+// learns the path read the kit's cases and the build's place in the store.
+func runFoldersClosed(c *Context) string {
+	ctl := c.Table.Controller()
+	timing := map[int]bool{}
+	for _, r := range c.Table.Roles {
+		if r.Kind == roles.Timing {
+			timing[r.GID] = true
+		}
+	}
+	runs := filepath.Join(c.Cfg.ScratchDir(), "runs")
+	names, _ := readNames(runs)
+	var bad []string
+	for _, n := range names {
+		p := filepath.Join(runs, n)
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			continue // gone since the listing: a run that ended
+		}
+		mode, gid := st.Mode&0o7777, int(st.Gid)
+		private := mode == 0o700 && gid == ctl.GID
+		open := mode == 0o750 && timing[gid]
+		if st.Mode&unix.S_IFMT != unix.S_IFDIR || int(st.Uid) != ctl.UID || !private && !open {
+			bad = append(bad, fmt.Sprintf("%s is %d:%d %04o, want %d:<a timing user's group> 0750", p, st.Uid, gid, mode, ctl.UID))
+		}
+		if len(bad) == 10 {
+			break
+		}
+	}
+	return strings.Join(bad, "; ")
+}
+
+// unplainStored lists what in the store is neither a folder nor a regular
+// file with one link: a stored symlink runs whatever its target holds at
+// the time, which no hash covers.
+func unplainStored(store string) string {
+	var bad []string
+	filepath.WalkDir(store, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || len(bad) == 10 {
+			return nil
+		}
+		var st unix.Stat_t
+		if unix.Lstat(p, &st) != nil {
+			return nil
+		}
+		switch {
+		case st.Mode&unix.S_IFMT == unix.S_IFDIR:
+		case st.Mode&unix.S_IFMT == unix.S_IFREG && st.Nlink == 1:
+		case st.Mode&unix.S_IFMT == unix.S_IFREG:
+			bad = append(bad, fmt.Sprintf("%s has %d links", p, st.Nlink))
+		default:
+			bad = append(bad, fmt.Sprintf("%s is not a file or folder (type %o)", p, st.Mode&unix.S_IFMT))
+		}
+		return nil
+	})
+	return strings.Join(bad, "; ")
 }
 
 // setIDFiles lists regular files with a set-user or set-group bit on the

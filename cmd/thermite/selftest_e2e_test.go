@@ -190,6 +190,31 @@ func TestSelftestCatchesBreakage(t *testing.T) {
 			roles: "lane-1",
 		},
 		{
+			// The run folder as it was before issue 12: the controller's,
+			// 0711, so whoever knows its path reads the kit copy and the
+			// build link. (Listing it stays refused either way.)
+			name: "a timed run's folder searchable by every role",
+			opts: testrig.Options{Tags: "thermite_weaken", Env: []string{"THERMITE_WEAKEN=" + weaken.RunFolder0711}, Extra: `startup_selftest = "warn"`},
+			want: []string{"read another role's timed run's copy of the kit", "read another role's timed run's build link",
+				"every timed run's folder is the controller's, open to one timing user's group alone"},
+			roles: "lane-1",
+		},
+		{
+			// A build stored as older versions stored it: its program a
+			// symlink to a place a lane writes.
+			name: "a stored build with a symlink",
+			breakf: func(t *testing.T, r *testrig.Rig) {
+				b := filepath.Join(r.Cfg.StoreDir(), "0123456789abcdef")
+				if err := os.Mkdir(b, 0o555); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { os.RemoveAll(b) })
+				os.Symlink(filepath.Join(r.Cfg.ScratchDir(), "trials", "x", "workspace", "prog"), filepath.Join(b, "prog"))
+			},
+			want:  []string{"every stored build holds plain files and folders only"},
+			roles: "rig",
+		},
+		{
 			name:  "an ambient capability",
 			opts:  testrig.Options{Tags: "thermite_weaken", Env: []string{"THERMITE_WEAKEN=cap-amb"}, Extra: `startup_selftest = "warn"`},
 			want:  []string{"CapEff, CapPrm, CapAmb and CapInh are 0"},

@@ -5,16 +5,21 @@
 // written with "/", to what the entry is:
 //
 //	"<64 hex digits>"   a regular file, by the SHA-256 of its content
-//	"symlink:<target>"  a symlink, by its target (never followed)
 //	"dir"               an empty folder (a folder with entries is implied
 //	                    by their paths)
+//
+// A stored build holds nothing else: what runs must be exactly what was
+// hashed, so a symlink (whose target can change), a regular file with more
+// than one link (which can change through its other name), a device, a
+// FIFO or a socket is an error naming it, in Hash and so in Verify. A
+// manifest that records a symlink ("symlink:<target>", as older versions
+// wrote) is refused.
 //
 // The tree is walked by descriptor: every folder is opened with
 // openat(O_NOFOLLOW|O_DIRECTORY) relative to its parent, every file with
 // openat(O_NOFOLLOW) and checked again with fstat, so a symlink swapped in
-// while the walk runs is recorded as a symlink, never followed. A device,
-// FIFO or socket is an error naming it. Files are hashed in parallel, one
-// worker per CPU.
+// while the walk runs is refused, never followed. Files are hashed in
+// parallel, one worker per CPU.
 package hashtree
 
 import (
@@ -32,7 +37,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// SymlinkPrefix starts a symlink's manifest value; its target follows.
+// SymlinkPrefix started a symlink's manifest value in older versions; a
+// manifest holding one is refused.
 const SymlinkPrefix = "symlink:"
 
 // Dir is an empty folder's manifest value.
@@ -78,8 +84,8 @@ func (h *hasher) put(rel, v string) {
 }
 
 // Hash returns the manifest of the folder root: every regular file by its
-// SHA-256, every symlink by its target, every empty folder as Dir. root
-// itself must be a folder, not a symlink to one.
+// SHA-256, every empty folder as Dir. Anything else beneath root is an
+// error (plainEntry). root itself must be a folder, not a symlink to one.
 func Hash(root string) (map[string]string, error) {
 	fd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -184,6 +190,9 @@ func (h *hasher) entry(dir int, name, rel string) error {
 	if err := unix.Fstatat(dir, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return fmt.Errorf("hashtree: %s: %w", rel, err)
 	}
+	if err := h.plainEntry(dir, name, rel, &st); err != nil {
+		return err
+	}
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFREG:
 		// O_NONBLOCK: should a FIFO be swapped in after the stat, the open
@@ -197,13 +206,13 @@ func (h *hasher) entry(dir int, name, rel string) error {
 			unix.Close(fd)
 			return fmt.Errorf("hashtree: %s: %w", rel, err)
 		}
-		if now.Dev != st.Dev || now.Ino != st.Ino {
+		if now.Dev != st.Dev || now.Ino != st.Ino || now.Nlink != 1 {
 			unix.Close(fd)
 			return fmt.Errorf("hashtree: %s: replaced while being hashed", rel)
 		}
 		h.jobs <- job{rel: rel, fd: fd}
 		return nil
-	case unix.S_IFDIR:
+	default: // a folder
 		fd, err := unix.Openat(dir, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		if err != nil {
 			if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
@@ -219,16 +228,29 @@ func (h *hasher) entry(dir int, name, rel string) error {
 			h.put(rel, Dir)
 		}
 		return nil
+	}
+}
+
+// plainEntry decides what a stored build may hold: folders, and regular
+// files with one link. Anything else is an error naming it (a symlink with
+// its target).
+func (h *hasher) plainEntry(dir int, name, rel string, st *unix.Stat_t) error {
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFDIR:
+		return nil
+	case unix.S_IFREG:
+		if st.Nlink != 1 {
+			return fmt.Errorf("hashtree: %s has %d links: a stored build holds files with one link only", rel, st.Nlink)
+		}
+		return nil
 	case unix.S_IFLNK:
 		target, err := h.readlink(dir, name)
 		if err != nil {
 			return fmt.Errorf("hashtree: %s: %w", rel, err)
 		}
-		h.put(rel, SymlinkPrefix+target)
-		return nil
-	default:
-		return fmt.Errorf("hashtree: %s: %s, not a file, folder or symlink", rel, kind(st.Mode))
+		return fmt.Errorf("hashtree: %s: a symlink (to %q): a stored build holds files and folders only", rel, target)
 	}
+	return fmt.Errorf("hashtree: %s: %s, not a file or folder", rel, kind(st.Mode))
 }
 
 func (h *hasher) readlink(dir int, name string) (string, error) {
@@ -286,8 +308,11 @@ func checkManifest(m map[string]string) error {
 		if p == "" || p == "." || path.Clean(p) != p || strings.HasPrefix(p, "/") || p == ".." || strings.HasPrefix(p, "../") {
 			return fmt.Errorf("hashtree: manifest: %q is not a clean path inside the build", p)
 		}
-		if v != Dir && !strings.HasPrefix(v, SymlinkPrefix) && !IsSHA256(v) {
-			return fmt.Errorf("hashtree: manifest: %s: %q is not a hex SHA-256, %q or %q", p, v, SymlinkPrefix+"…", Dir)
+		if strings.HasPrefix(v, SymlinkPrefix) {
+			return fmt.Errorf("hashtree: manifest: %s records a symlink: a stored build holds files and folders only", p)
+		}
+		if v != Dir && !IsSHA256(v) {
+			return fmt.Errorf("hashtree: manifest: %s: %q is not a hex SHA-256 or %q", p, v, Dir)
 		}
 	}
 	return nil
@@ -332,8 +357,6 @@ func Diff(recorded, now map[string]string) error {
 		case w == g:
 		case IsSHA256(w) && IsSHA256(g):
 			return fmt.Errorf("hashtree: %s: content changed (sha256 %s… now, %s… recorded)", k, g[:12], w[:12])
-		case strings.HasPrefix(w, SymlinkPrefix) && strings.HasPrefix(g, SymlinkPrefix):
-			return fmt.Errorf("hashtree: %s: symlink changed (now -> %q, recorded -> %q)", k, g[len(SymlinkPrefix):], w[len(SymlinkPrefix):])
 		default:
 			return fmt.Errorf("hashtree: %s: now %s, %s was recorded", k, describe(g), describe(w))
 		}
@@ -358,12 +381,8 @@ func withFolders(m map[string]string) map[string]string {
 }
 
 func describe(v string) string {
-	switch {
-	case v == Dir:
+	if v == Dir {
 		return "a folder"
-	case strings.HasPrefix(v, SymlinkPrefix):
-		return fmt.Sprintf("a symlink to %q", v[len(SymlinkPrefix):])
-	default:
-		return "a file"
 	}
+	return "a file"
 }

@@ -19,8 +19,7 @@ func sum(s string) string {
 	return hex.EncodeToString(b[:])
 }
 
-// build makes a small build: files at two depths, a symlink, an empty
-// folder.
+// build makes a small build: files at two depths, an empty folder.
 func build(t *testing.T) string {
 	t.Helper()
 	root := t.TempDir()
@@ -39,9 +38,6 @@ func build(t *testing.T) string {
 			t.Fatal(err)
 		}
 	}
-	if err := os.Symlink("prog", filepath.Join(root, "bin", "alias")); err != nil {
-		t.Fatal(err)
-	}
 	if err := os.Mkdir(filepath.Join(root, "empty"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +52,6 @@ func TestHashRoundTrip(t *testing.T) {
 	}
 	want := map[string]string{
 		"bin/prog":          sum("#!/bin/sh\necho hi\n"),
-		"bin/alias":         "symlink:prog",
 		"lib/a/b/data.bin":  sum(strings.Repeat("x", 300<<10)),
 		"README":            sum(""),
 		"lib/a/notes.txt":   sum("notes"),
@@ -173,7 +168,7 @@ func TestVerifySymlinkSwappedIn(t *testing.T) {
 		os.WriteFile(other, []byte("#!/bin/sh\necho hi\n"), 0o644)
 		os.Remove(filepath.Join(root, "bin/prog"))
 		os.Symlink(other, filepath.Join(root, "bin/prog"))
-	}, "hashtree: bin/prog: now a symlink to ", "a file was recorded")
+	}, "hashtree: bin/prog: a symlink (to ", "a stored build holds files and folders only")
 }
 
 func TestVerifyFolderSwappedForSymlink(t *testing.T) {
@@ -181,14 +176,48 @@ func TestVerifyFolderSwappedForSymlink(t *testing.T) {
 		elsewhere := t.TempDir()
 		os.Rename(filepath.Join(root, "lib"), filepath.Join(elsewhere, "lib"))
 		os.Symlink(filepath.Join(elsewhere, "lib"), filepath.Join(root, "lib"))
-	}, "hashtree: lib: now a symlink to ", "a folder was recorded")
+	}, "hashtree: lib: a symlink (to ", "a stored build holds files and folders only")
 }
 
-func TestVerifySymlinkRetargeted(t *testing.T) {
-	verifyAfter(t, func(root string) {
-		os.Remove(filepath.Join(root, "bin/alias"))
-		os.Symlink("/etc/passwd", filepath.Join(root, "bin/alias"))
-	}, `hashtree: bin/alias: symlink changed (now -> "/etc/passwd", recorded -> "prog")`)
+// A symlink is never stored, even one that stays inside the build: what
+// runs must be content that was hashed.
+func TestSymlinkRefused(t *testing.T) {
+	root := build(t)
+	os.Symlink("prog", filepath.Join(root, "bin", "alias"))
+	_, err := Hash(root)
+	if err == nil || err.Error() != `hashtree: bin/alias: a symlink (to "prog"): a stored build holds files and folders only` {
+		t.Fatalf("Hash: %v", err)
+	}
+}
+
+// A file with a second name could change through it: refused, in Hash and
+// in Verify.
+func TestHardLinkRefused(t *testing.T) {
+	root := build(t)
+	m, err := Hash(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(filepath.Join(root, "lib/a/notes.txt"), filepath.Join(t.TempDir(), "other")); err != nil {
+		t.Skip("no hard link across these folders:", err)
+	}
+	if err := Verify(root, m); err == nil || err.Error() != "hashtree: lib/a/notes.txt has 2 links: a stored build holds files with one link only" {
+		t.Fatalf("Verify: %v", err)
+	}
+}
+
+// A manifest that older versions wrote with a symlink in it is refused, so
+// such a build is never timed again.
+func TestSymlinkManifestRefused(t *testing.T) {
+	root := build(t)
+	m, err := Hash(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m["bin/alias"] = SymlinkPrefix + "prog"
+	if err := Verify(root, m); err == nil || !strings.Contains(err.Error(), "bin/alias records a symlink") {
+		t.Fatalf("Verify: %v", err)
+	}
 }
 
 func TestFIFORefused(t *testing.T) {
@@ -197,7 +226,7 @@ func TestFIFORefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := Hash(root)
-	if err == nil || err.Error() != "hashtree: lib/a/pipe: a FIFO, not a file, folder or symlink" {
+	if err == nil || err.Error() != "hashtree: lib/a/pipe: a FIFO, not a file or folder" {
 		t.Fatalf("Hash: %v", err)
 	}
 	// Verify refuses it the same way (and never blocks opening it).

@@ -28,6 +28,7 @@ const (
 	OpStatus     = "status"
 	OpSelftest   = "selftest"
 	OpDiskUsage  = "disk_usage"
+	OpRunFolder  = "run_folder"
 )
 
 // Request is one call. Exactly the field named by Op is set.
@@ -40,6 +41,7 @@ type Request struct {
 	ClearSetID *ClearSetIDRequest `json:"clear_setid,omitempty"`
 	Selftest   *SelftestRequest   `json:"selftest,omitempty"`
 	DiskUsage  *DiskUsageRequest  `json:"disk_usage,omitempty"`
+	RunFolder  *RunFolderRequest  `json:"run_folder,omitempty"`
 }
 
 // DiskUsageRequest measures what a role's user holds in scratch and in the
@@ -154,6 +156,14 @@ type HandFolderRequest struct {
 type HandFolderResult struct {
 	Changed int      `json:"changed"`
 	Skipped []string `json:"skipped,omitempty"`
+}
+
+// RunFolderRequest opens a timed run's folder (a folder directly in
+// scratch/runs, the controller's) to one timing user and no one else: the
+// broker makes its group the timing user's own group and its mode 0750.
+type RunFolderRequest struct {
+	Path string `json:"path"`
+	Role string `json:"role"`
 }
 
 // ClearSetIDRequest sweeps a lane's folders for set-id bits.

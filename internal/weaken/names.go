@@ -10,4 +10,7 @@ const (
 	// SetID answers openat2 again in every role command, and lets the
 	// sweep and the hand-back skip a role's hard-linked set-id files.
 	SetID = "setid"
+	// RunFolder0711 leaves a timed run's folder as it was before issue 12:
+	// the controller's, 0711, reachable by whoever knows its path.
+	RunFolder0711 = "run-folder-0711"
 )
