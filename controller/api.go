@@ -1,9 +1,11 @@
 package controller
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -67,31 +69,48 @@ func (c *Controller) apiRoutes() http.Handler {
 }
 
 // authed finds the open trial a request's token belongs to, or answers
-// 401, the same for every kind of bad token. It also holds the token's
-// share of concurrent requests.
+// 401, the same for every kind of bad token, and closes the connection.
+// Then, in order: the token's share of concurrent requests, its share of
+// body bytes (reserved from the Content-Length, before the body is read),
+// the body itself within its deadline, and the decoy guard.
 func (c *Controller) authed(f func(http.ResponseWriter, *http.Request, *trialRT)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		rt := c.TrialForToken(r.Header.Get("Authorization"))
 		if rt == nil {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="thermite"`)
-			writeError(w, http.StatusUnauthorized, unauthorized)
+			refuse(w, r, http.StatusUnauthorized, unauthorized)
 			return
 		}
 		if n := rt.inflight.Add(1); n > int64(c.cfg.API.MaxConnsPerToken) {
 			rt.inflight.Add(-1)
-			writeError(w, http.StatusTooManyRequests, fmt.Sprintf("more than %d requests at once on this token", c.cfg.API.MaxConnsPerToken))
+			refuse(w, r, http.StatusTooManyRequests, fmt.Sprintf("more than %d requests at once on this token", c.cfg.API.MaxConnsPerToken))
 			return
 		}
 		defer rt.inflight.Add(-1)
 		if rt.closing.Load() {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="thermite"`)
-			writeError(w, http.StatusUnauthorized, unauthorized)
+			refuse(w, r, http.StatusUnauthorized, unauthorized)
 			return
 		}
 		ctx, cancel := rt.within(r.Context())
 		defer cancel()
 		r = r.WithContext(ctx)
-		if !c.guardDecoy(w, r, rt) {
+		limit := c.bodyLimit(r)
+		want := r.ContentLength
+		if want < 0 {
+			want = limit
+		}
+		release, code, msg := c.bodies.reserveBody(rt.t.ID, want)
+		if release == nil {
+			refuse(w, r, code, msg)
+			return
+		}
+		defer release()
+		body, code, msg := readBody(w, r, rt, limit)
+		if code != 0 {
+			refuse(w, r, code, msg)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		if !c.guardDecoy(w, r, rt, body) {
 			return
 		}
 		f(w, r, rt)

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -101,21 +100,9 @@ func anyString(v any, f func(string) bool) bool {
 	return false
 }
 
-// guardDecoy reads a request's body (within the API's limit), and refuses
-// the request and ends its trial when the decoy shows. The body is put
-// back for the handler.
-func (c *Controller) guardDecoy(w http.ResponseWriter, r *http.Request, rt *trialRT) bool {
-	body, err := io.ReadAll(io.LimitReader(r.Body, c.cfg.API.MaxBodyBytes+1))
-	r.Body.Close()
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "reading the body: "+err.Error())
-		return false
-	}
-	if int64(len(body)) > c.cfg.API.MaxBodyBytes {
-		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body over the %d-byte limit", c.cfg.API.MaxBodyBytes))
-		return false
-	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
+// guardDecoy refuses a request, and ends its trial, when the trial's
+// decoy shows in it; body is the request's body, already read.
+func (c *Controller) guardDecoy(w http.ResponseWriter, r *http.Request, rt *trialRT, body []byte) bool {
 	place := DecoySeen(rt.t, r, body)
 	if place == "" {
 		return true
