@@ -92,7 +92,11 @@ func TestIdleConnectionFloodFromLaneLeavesOtherLanesServed(t *testing.T) {
 	before := fdCount(t, pid)
 
 	flood := startAs(t, r, "lane-1", "idle", "ATTACK_SOCKET="+t1.APISocket, "ATTACK_N=600")
-	line := flood.expect("idle ", 60*time.Second)
+	line, ok := flood.next("idle ", 60*time.Second)
+	if !ok {
+		_, list := openTrials(t, r)
+		t.Fatalf("lane-1's flooding process was stopped before it could report: its trial ended under the flood:\n%s", list)
+	}
 	t.Logf("lane-1: %s", line)
 	if alive := field(t, line, "alive"); alive > 32 {
 		t.Errorf("the controller keeps %d of lane-1's idle connections open, over its max_conns_per_peer of 32", alive)

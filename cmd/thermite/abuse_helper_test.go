@@ -57,9 +57,6 @@ func attackMain(mode string) int {
 		held = append(held, idleConns(sock, envInt("ATTACK_N"))...)
 	case "withheld":
 		held = append(held, withheldBodies(sock, token, os.Getenv("ATTACK_PATH"), envInt("ATTACK_N"), int64(envInt("ATTACK_LEN")))...)
-	case "flood":
-		held = append(held, idleConns(sock, envInt("ATTACK_N"))...)
-		held = append(held, withheldBodies(sock, token, "/v1/fs/write", envInt("ATTACK_BODIES"), int64(envInt("ATTACK_LEN")))...)
 	case "oversize":
 		oversize(sock, token)
 	case "held-note":
@@ -150,10 +147,14 @@ func withheldBodies(sock, token, path string, n int, size int64) []net.Conn {
 				left -= k
 			}
 			c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
-			line, _ := bufio.NewReader(c).ReadString('\n')
-			code := "held"
+			line, rerr := bufio.NewReader(c).ReadString('\n')
+			var code string
 			if f := strings.Fields(line); len(f) >= 2 {
 				code = f[1]
+			} else if ne, ok := rerr.(net.Error); ok && ne.Timeout() {
+				code = "held"
+			} else {
+				code = "closed"
 			}
 			mu.Lock()
 			codes[code]++
@@ -318,15 +319,26 @@ func startAs(t testing.TB, r *testrig.Rig, role, mode string, env ...string) *ro
 // expect waits for the child's next line starting with prefix.
 func (p *roleProc) expect(prefix string, within time.Duration) string {
 	p.t.Helper()
+	l, ok := p.next(prefix, within)
+	if !ok {
+		p.t.Fatalf("the role's process ended before saying %q", prefix)
+	}
+	return l
+}
+
+// next waits for the child's next line starting with prefix; false when
+// the child ended first.
+func (p *roleProc) next(prefix string, within time.Duration) (string, bool) {
+	p.t.Helper()
 	deadline := time.After(within)
 	for {
 		select {
 		case l, ok := <-p.lines:
 			if !ok {
-				p.t.Fatalf("the role's process ended before saying %q", prefix)
+				return "", false
 			}
 			if strings.HasPrefix(l, prefix) {
-				return l
+				return l, true
 			}
 			p.t.Logf("role's process: %s", l)
 		case <-deadline:
