@@ -1,9 +1,11 @@
 package controller
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -67,31 +69,48 @@ func (c *Controller) apiRoutes() http.Handler {
 }
 
 // authed finds the open trial a request's token belongs to, or answers
-// 401, the same for every kind of bad token. It also holds the token's
-// share of concurrent requests.
+// 401, the same for every kind of bad token, and closes the connection.
+// Then, in order: the token's share of concurrent requests, its share of
+// body bytes (reserved from the Content-Length, before the body is read),
+// the body itself within its deadline, and the decoy guard.
 func (c *Controller) authed(f func(http.ResponseWriter, *http.Request, *trialRT)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		rt := c.TrialForToken(r.Header.Get("Authorization"))
 		if rt == nil {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="thermite"`)
-			writeError(w, http.StatusUnauthorized, unauthorized)
+			refuse(w, r, http.StatusUnauthorized, unauthorized)
 			return
 		}
 		if n := rt.inflight.Add(1); n > int64(c.cfg.API.MaxConnsPerToken) {
 			rt.inflight.Add(-1)
-			writeError(w, http.StatusTooManyRequests, fmt.Sprintf("more than %d requests at once on this token", c.cfg.API.MaxConnsPerToken))
+			refuse(w, r, http.StatusTooManyRequests, fmt.Sprintf("more than %d requests at once on this token", c.cfg.API.MaxConnsPerToken))
 			return
 		}
 		defer rt.inflight.Add(-1)
 		if rt.closing.Load() {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="thermite"`)
-			writeError(w, http.StatusUnauthorized, unauthorized)
+			refuse(w, r, http.StatusUnauthorized, unauthorized)
 			return
 		}
 		ctx, cancel := rt.within(r.Context())
 		defer cancel()
 		r = r.WithContext(ctx)
-		if !c.guardDecoy(w, r, rt) {
+		limit := c.bodyLimit(r)
+		want := r.ContentLength
+		if want < 0 {
+			want = limit
+		}
+		release, code, msg := c.bodies.reserveBody(rt.t.ID, want)
+		if release == nil {
+			refuse(w, r, code, msg)
+			return
+		}
+		defer release()
+		body, code, msg := readBody(w, r, rt, limit)
+		if code != 0 {
+			refuse(w, r, code, msg)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		if !c.guardDecoy(w, r, rt, body) {
 			return
 		}
 		f(w, r, rt)
@@ -118,13 +137,18 @@ func (c *Controller) TrialForToken(header string) *trialRT {
 
 // fsOp decodes one file request, pins it to the trial's root (the caller
 // never chooses it), asks the trial's file helper, and answers.
-func fsOp[Q any, R any](c *Controller, w http.ResponseWriter, r *http.Request, root int, pin func(*Q, int), call func(context.Context, Q) (R, error)) {
+func fsOp[Q any, R any](c *Controller, w http.ResponseWriter, r *http.Request, rt *trialRT, root int, pin func(*Q, int), call func(context.Context, Q) (R, error)) {
 	var q Q
 	if !decode(w, r, c.cfg.API.MaxBodyBytes, &q) {
 		return
 	}
 	pin(&q, root)
-	res, err := call(r.Context(), q)
+	var res R
+	var err error
+	if !rt.effect(func() { res, err = call(r.Context(), q) }) {
+		refuse(w, r, http.StatusUnauthorized, unauthorized)
+		return
+	}
 	if err != nil {
 		var le *lanefs.Error
 		if errors.As(err, &le) {
@@ -142,23 +166,23 @@ func (c *Controller) fsCall(w http.ResponseWriter, r *http.Request, rt *trialRT,
 	fs := rt.files()
 	switch op {
 	case "read":
-		fsOp(c, w, r, root, func(q *lanefs.ReadRequest, n int) { q.Root = n }, fs.Read)
+		fsOp(c, w, r, rt, root, func(q *lanefs.ReadRequest, n int) { q.Root = n }, fs.Read)
 	case "write":
-		fsOp(c, w, r, root, func(q *lanefs.WriteRequest, n int) { q.Root = n }, fs.Write)
+		fsOp(c, w, r, rt, root, func(q *lanefs.WriteRequest, n int) { q.Root = n }, fs.Write)
 	case "edit":
-		fsOp(c, w, r, root, func(q *lanefs.EditRequest, n int) { q.Root = n }, fs.Edit)
+		fsOp(c, w, r, rt, root, func(q *lanefs.EditRequest, n int) { q.Root = n }, fs.Edit)
 	case "list":
-		fsOp(c, w, r, root, func(q *lanefs.ListRequest, n int) { q.Root = n }, fs.List)
+		fsOp(c, w, r, rt, root, func(q *lanefs.ListRequest, n int) { q.Root = n }, fs.List)
 	case "stat":
-		fsOp(c, w, r, root, func(q *lanefs.StatRequest, n int) { q.Root = n }, fs.Stat)
+		fsOp(c, w, r, rt, root, func(q *lanefs.StatRequest, n int) { q.Root = n }, fs.Stat)
 	case "delete":
-		fsOp(c, w, r, root, func(q *lanefs.DeleteRequest, n int) { q.Root = n }, fs.Delete)
+		fsOp(c, w, r, rt, root, func(q *lanefs.DeleteRequest, n int) { q.Root = n }, fs.Delete)
 	case "mkdir":
-		fsOp(c, w, r, root, func(q *lanefs.MkdirRequest, n int) { q.Root = n }, fs.Mkdir)
+		fsOp(c, w, r, rt, root, func(q *lanefs.MkdirRequest, n int) { q.Root = n }, fs.Mkdir)
 	case "grep":
-		fsOp(c, w, r, root, func(q *lanefs.GrepRequest, n int) { q.Root = n }, fs.Grep)
+		fsOp(c, w, r, rt, root, func(q *lanefs.GrepRequest, n int) { q.Root = n }, fs.Grep)
 	case "find":
-		fsOp(c, w, r, root, func(q *lanefs.FindRequest, n int) { q.Root = n }, fs.Find)
+		fsOp(c, w, r, rt, root, func(q *lanefs.FindRequest, n int) { q.Root = n }, fs.Find)
 	default:
 		writeError(w, http.StatusNotFound, "no route "+r.URL.Path)
 	}
@@ -203,7 +227,10 @@ func (c *Controller) apiStep(w http.ResponseWriter, r *http.Request, rt *trialRT
 	if !c.record(w, rt, int64(len(req.Text)+len(req.Kind))) {
 		return
 	}
-	c.event("step", rt.t, req)
+	if !c.trialEvent(rt, "step", req) {
+		refuse(w, r, http.StatusUnauthorized, unauthorized)
+		return
+	}
 	writeJSON(w, 200, map[string]any{"recorded": len(req.Text)})
 }
 
@@ -221,19 +248,47 @@ func (c *Controller) apiNote(w http.ResponseWriter, r *http.Request, rt *trialRT
 	if !c.record(w, rt, int64(len(req.Title)+len(req.Body))) {
 		return
 	}
-	n := rt.notes.Add(1)
-	name := fmt.Sprintf("%s-%03d.md", rt.t.ID, n)
-	text := fmt.Sprintf("# %s\n\nlane %d, trial %s, %s\n\n%s\n", req.Title, rt.t.Lane, rt.t.ID, time.Now().UTC().Format(time.RFC3339), req.Body)
-	p := filepath.Join(rt.t.ResearchDir, "notes", name)
+	var p string
+	var err error
+	ran := rt.effect(func() {
+		n := rt.notes.Add(1)
+		name := fmt.Sprintf("%s-%03d.md", rt.t.ID, n)
+		text := fmt.Sprintf("# %s\n\nlane %d, trial %s, %s\n\n%s\n", req.Title, rt.t.Lane, rt.t.ID, time.Now().UTC().Format(time.RFC3339), req.Body)
+		p = filepath.Join(rt.t.ResearchDir, "notes", name)
+		if err = writeNew(p, text); err == nil {
+			c.event("research.note", rt.t, map[string]any{"path": p, "title": req.Title})
+		}
+	})
+	switch {
+	case !ran:
+		refuse(w, r, http.StatusUnauthorized, unauthorized)
+	case err != nil:
+		writeError(w, 500, err.Error())
+	default:
+		writeJSON(w, 200, map[string]any{"path": p})
+	}
+}
+
+// writeNew writes a file that must not exist yet.
+func writeNew(p, text string) error {
 	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
-		writeError(w, 500, "note: "+err.Error())
-		return
+		return fmt.Errorf("note %s: %w", p, err)
 	}
-	f.WriteString(text)
-	f.Close()
-	c.event("research.note", rt.t, map[string]any{"path": p, "title": req.Title})
-	writeJSON(w, 200, map[string]any{"path": p})
+	_, err = f.WriteString(text)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("note %s: %w", p, err)
+	}
+	return nil
+}
+
+// trialEvent records an event of a request of the trial, unless the
+// trial has ended; it reports whether it did.
+func (c *Controller) trialEvent(rt *trialRT, kind string, data any) bool {
+	return rt.effect(func() { c.event(kind, rt.t, data) })
 }
 
 // FetchRequest asks the controller to fetch a page for the run.
@@ -254,15 +309,23 @@ func (c *Controller) apiFetch(w http.ResponseWriter, r *http.Request, rt *trialR
 	}
 	page, err := c.fetcher.Fetch(r.Context(), req.URL)
 	if err != nil {
-		c.event("fetch.refused", rt.t, map[string]any{"url": req.URL, "error": err.Error()})
+		c.trialEvent(rt, "fetch.refused", map[string]any{"url": req.URL, "error": err.Error()})
 		writeError(w, fetch.HTTPStatus(err), err.Error())
 		return
 	}
-	path, err := fetch.Archive(filepath.Join(rt.t.ResearchDir, "pages"), page)
+	var path string
+	ran := rt.effect(func() {
+		if path, err = fetch.Archive(filepath.Join(rt.t.ResearchDir, "pages"), page); err == nil {
+			c.event("fetch", rt.t, map[string]any{"url": page.URL, "status": page.Status, "bytes": len(page.Body)})
+		}
+	})
+	if !ran {
+		refuse(w, r, http.StatusUnauthorized, unauthorized)
+		return
+	}
 	if err != nil {
 		writeError(w, 500, "archive: "+err.Error())
 		return
 	}
-	c.event("fetch", rt.t, map[string]any{"url": page.URL, "status": page.Status, "bytes": len(page.Body)})
 	writeJSON(w, 200, map[string]any{"url": page.URL, "status": page.Status, "content_type": page.ContentType, "size": len(page.Body), "path": path})
 }

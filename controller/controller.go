@@ -37,6 +37,10 @@ type Controller struct {
 	ledger  *ledger.Ledger
 	fetcher *fetch.Fetcher
 	devnull *os.File
+	// conns and bodies are the API's budgets of connections and of body
+	// bytes held at once.
+	conns  *connBudget
+	bodies *byteBudget
 
 	mu      sync.Mutex
 	trials  map[string]*trialRT
@@ -112,7 +116,19 @@ func (c *Controller) serve() error {
 	if err != nil {
 		return err
 	}
-	apiSrv := &http.Server{Handler: c.apiRoutes(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
+	c.conns = newConnBudget(c.apiMaxConns(), c.cfg.API.MaxConnsPerPeer, c.log)
+	c.bodies = newByteBudget(c.cfg.API.MaxInflightBytes, c.cfg.API.MaxInflightBytesPerToken)
+	apiL = &budgetListener{Listener: apiL, budget: c.conns}
+	// No ReadTimeout: apiGate gives each body its own deadline, and an
+	// exec's answer streams for as long as it runs. A connection that has
+	// sent no complete header within header_timeout is closed.
+	apiSrv := &http.Server{
+		Handler:           c.apiGate(c.apiRoutes()),
+		ReadHeaderTimeout: c.cfg.API.HeaderTimeout.Duration,
+		IdleTimeout:       c.cfg.API.IdleTimeout.Duration,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(c.log.With("server", "api").Handler(), slog.LevelWarn),
+	}
 	var tcpL net.Listener
 	if c.apiTCP != "" {
 		// The broker made the listener, so it knows the port for the
@@ -125,6 +141,7 @@ func (c *Controller) serve() error {
 		if err != nil {
 			return fmt.Errorf("controller: api tcp %s: %w", c.apiTCP, err)
 		}
+		tcpL = &budgetListener{Listener: tcpL, budget: c.conns}
 		c.mu.Lock()
 		c.apiAddr = tcpL.Addr().String()
 		c.mu.Unlock()
@@ -167,6 +184,23 @@ func (c *Controller) serve() error {
 	}
 	c.mu.Unlock()
 	return nil
+}
+
+// apiMaxConns is api.max_conns, lowered (loudly) to half the controller's
+// descriptor limit when that is less: the API's peers must never take the
+// descriptors the controller needs to measure disks and reach the broker.
+func (c *Controller) apiMaxConns() int {
+	n := c.cfg.API.MaxConns
+	var rl unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err == nil && rl.Cur < uint64(2*n) {
+		lowered := max(int(rl.Cur/2), 1)
+		c.log.Warn("api.max_conns is more than half the controller's descriptor limit; lowered", "max_conns", n, "nofile", rl.Cur, "now", lowered)
+		n = lowered
+	}
+	if c.cfg.API.MaxConnsPerPeer > n {
+		c.log.Warn("api.max_conns_per_peer is over the lowered api.max_conns", "max_conns_per_peer", c.cfg.API.MaxConnsPerPeer, "max_conns", n)
+	}
+	return n
 }
 
 func listenUnix(path string, mode os.FileMode) (net.Listener, error) {

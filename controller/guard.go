@@ -4,14 +4,15 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strings"
 	"time"
 
 	"thermite/controller/ledger"
+	"thermite/internal/confined"
 	"thermite/internal/rpc"
 )
 
@@ -101,26 +102,17 @@ func anyString(v any, f func(string) bool) bool {
 	return false
 }
 
-// guardDecoy reads a request's body (within the API's limit), and refuses
-// the request and ends its trial when the decoy shows. The body is put
-// back for the handler.
-func (c *Controller) guardDecoy(w http.ResponseWriter, r *http.Request, rt *trialRT) bool {
-	body, err := io.ReadAll(io.LimitReader(r.Body, c.cfg.API.MaxBodyBytes+1))
-	r.Body.Close()
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "reading the body: "+err.Error())
-		return false
-	}
-	if int64(len(body)) > c.cfg.API.MaxBodyBytes {
-		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body over the %d-byte limit", c.cfg.API.MaxBodyBytes))
-		return false
-	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
+// guardDecoy refuses a request, and ends its trial, when the trial's
+// decoy shows in it; body is the request's body, already read.
+func (c *Controller) guardDecoy(w http.ResponseWriter, r *http.Request, rt *trialRT, body []byte) bool {
 	place := DecoySeen(rt.t, r, body)
 	if place == "" {
 		return true
 	}
-	c.event("security.decoy", rt.t, map[string]any{"place": place, "route": r.URL.Path})
+	if !c.trialEvent(rt, "security.decoy", map[string]any{"place": place, "route": r.URL.Path}) {
+		refuse(w, r, http.StatusUnauthorized, unauthorized)
+		return false
+	}
 	c.log.Warn("decoy credential seen; ending the trial", "trial", rt.t.ID, "place", place)
 	reason := "security: its decoy credential appeared in " + place
 	go c.EndTrial(rt.t.ID, reason)
@@ -146,45 +138,119 @@ func (c *Controller) watchDisks() {
 	}
 }
 
-// checkDisk measures one trial, and ends it when it is over its cap.
+// checkDisk measures one trial, and ends it when it is over its cap. A
+// measurement the rig could not make (the controller out of descriptors,
+// the broker unreachable) is the rig's failure, not the lane's: it is
+// logged loudly, shown in the trial's status, and retried at the next
+// check, and the trial goes on. Only what the lane did ends it: a real
+// measurement over its cap, or a tree built so that it cannot be walked.
 func (c *Controller) checkDisk(rt *trialRT) int64 {
 	lane, _ := c.table.Lane(rt.t.Lane)
-	agent, _ := c.table.Agent(rt.t.Lane)
-	var total int64
-	unmeasurable := ""
-	for _, r := range []string{lane.Name, agent.Name} {
-		n, err := c.broker.diskUsage(r)
-		if err != nil {
-			unmeasurable = err.Error()
-		}
-		total += n
-	}
+	total, err := c.measure(rt.t.Lane)
 	capBytes := c.cfg.Trial.DiskCapMB << 20
-	if unmeasurable != "" {
-		c.event("trial.disk", rt.t, map[string]any{"bytes": total, "error": unmeasurable})
-		c.broker.stopUser(lane.Name)
-		c.EndTrial(rt.t.ID, "over its disk limit: its folders cannot be measured ("+unmeasurable+")")
-		return total
-	}
-	if total > capBytes {
-		c.event("trial.disk", rt.t, map[string]any{"bytes": total, "cap_bytes": capBytes})
+	switch verdict := diskVerdict(total, capBytes, err); verdict {
+	case diskOver, diskUnwalkable:
+		c.event("trial.disk", rt.t, map[string]any{"bytes": total, "cap_bytes": capBytes, "error": errString(err)})
 		// Stop the writer first, so the disk stops filling.
 		c.broker.stopUser(lane.Name)
-		c.EndTrial(rt.t.ID, fmt.Sprintf("over its disk limit: %d MiB of %d MiB", total>>20, c.cfg.Trial.DiskCapMB))
+		reason := fmt.Sprintf("over its disk limit: %d MiB of %d MiB", total>>20, c.cfg.Trial.DiskCapMB)
+		if verdict == diskUnwalkable {
+			reason = "over its disk limit: its folders are too deep or too large to walk (" + err.Error() + ")"
+		}
+		c.EndTrial(rt.t.ID, reason)
+	case diskUnmeasured:
+		c.diskUnmeasured(rt, total, err)
+	default:
+		c.diskMeasured(rt, total)
 	}
 	return total
 }
 
-// measure is what a lane's and its agent's folders hold now.
-func (c *Controller) measure(lane int) int64 {
+// The verdicts of one disk check.
+const (
+	diskWithin     = iota // measured, within its cap
+	diskOver              // measured (perhaps in part) over its cap
+	diskUnwalkable        // the lane's tree defeats the walk: over every cap
+	diskUnmeasured        // the rig could not measure it: retried, no verdict
+)
+
+// diskVerdict decides what one disk check means for a trial. What was
+// measured over the cap ends it, even when another part failed; a walk
+// the broker stopped at its bounds (confined.ErrTooBig) is the lane's
+// doing; every other failure is the rig's.
+func diskVerdict(total, capBytes int64, err error) int {
+	switch {
+	case total > capBytes:
+		return diskOver
+	case err == nil:
+		return diskWithin
+	case strings.Contains(err.Error(), confined.ErrTooBig.Error()):
+		return diskUnwalkable
+	}
+	return diskUnmeasured
+}
+
+// diskUnmeasured records a failed measurement: the first of a run of
+// failures as an event, and each as an error in the log at most every
+// 30 seconds, with the alert flag an operator's log watch keys on.
+func (c *Controller) diskUnmeasured(rt *trialRT, total int64, err error) {
+	now := time.Now().UTC()
+	rt.mu.Lock()
+	first := rt.disk.Error == ""
+	if first {
+		rt.disk.Since = now
+	}
+	rt.disk.Error = err.Error()
+	rt.disk.Failures++
+	n, since := rt.disk.Failures, rt.disk.Since
+	loud := first || now.Sub(rt.diskLogged) >= 30*time.Second
+	if loud {
+		rt.diskLogged = now
+	}
+	rt.mu.Unlock()
+	if first {
+		c.trialEvent(rt, "trial.disk.unmeasured", map[string]any{"bytes_measured": total, "error": err.Error()})
+	}
+	if loud {
+		c.log.Error("ALERT: a trial's folders cannot be measured; the trial goes on and the check is retried", "alert", true, "trial", rt.t.ID, "lane", rt.t.Lane, "since", since, "failures", n, "retry_in", c.cfg.Trial.DiskCheck.Duration.String(), "err", err)
+	}
+}
+
+// diskMeasured records a good measurement, and the end of a run of
+// failures.
+func (c *Controller) diskMeasured(rt *trialRT, total int64) {
+	rt.mu.Lock()
+	was, n := rt.disk.Error, rt.disk.Failures
+	rt.disk = DiskState{Bytes: total, Checked: time.Now().UTC()}
+	rt.mu.Unlock()
+	if was != "" {
+		c.trialEvent(rt, "trial.disk.measured", map[string]any{"bytes": total, "after_failures": n})
+		c.log.Warn("a trial's folders can be measured again", "trial", rt.t.ID, "after_failures", n, "bytes", total)
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// measure is what a lane's and its agent's folders hold now, and why any
+// part of it could not be measured.
+func (c *Controller) measure(lane int) (int64, error) {
 	l, _ := c.table.Lane(lane)
 	a, _ := c.table.Agent(lane)
 	var total int64
+	var errs []error
 	for _, r := range []string{l.Name, a.Name} {
-		n, _ := c.broker.diskUsage(r)
+		n, err := c.broker.diskUsage(r)
 		total += n
+		if err != nil {
+			errs = append(errs, fmt.Errorf("disk usage of %s: %w", r, err))
+		}
 	}
-	return total
+	return total, errors.Join(errs...)
 }
 
 // afterExec ends a trial whose command went over the lane's memory limit:

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"thermite/controller/ledger"
 	"thermite/internal/rpc"
 )
 
@@ -16,6 +17,13 @@ type StartRequest struct {
 	Lane    int    `json:"lane"`
 	Project string `json:"project"`
 	Run     string `json:"run,omitempty"`
+}
+
+// TrialStatus is a trial as `thermite trial list` shows it: its record
+// and, while it is open, what the disk watcher last found.
+type TrialStatus struct {
+	ledger.Trial
+	Disk *DiskState `json:"disk,omitempty"`
 }
 
 // EndRequest ends a trial.
@@ -86,7 +94,19 @@ func (c *Controller) operatorRoutes() http.Handler {
 			writeError(w, 500, err.Error())
 			return
 		}
-		writeJSON(w, 200, ts)
+		out := make([]TrialStatus, len(ts))
+		c.mu.Lock()
+		for i, t := range ts {
+			out[i].Trial = t
+			if rt := c.trials[t.ID]; rt != nil && t.State == "open" {
+				rt.mu.Lock()
+				d := rt.disk
+				rt.mu.Unlock()
+				out[i].Disk = &d
+			}
+		}
+		c.mu.Unlock()
+		writeJSON(w, 200, out)
 	})
 	trialCommand := func(run func(http.ResponseWriter, *http.Request, *trialRT, ExecRequest)) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
@@ -203,7 +223,7 @@ func (c *Controller) execInTrial(w http.ResponseWriter, r *http.Request, rt *tri
 	run := &rpc.RunRequest{Role: lane.Name, Argv: req.Argv, Env: append(trialEnv(rt.t), req.Env...), Cwd: rt.t.Workspace, Limits: rpc.Limits{TimeoutMS: req.TimeoutMS}}
 	f := c.streamCommand(r.Context(), w, run, c.cfg.API.ExecOutputCap)
 	c.afterExec(rt, f)
-	c.event("trial.exec", rt.t, map[string]any{"argv0": filepath.Base(req.Argv[0]), "exit_code": f.ExitCode, "stopped": f.Stopped, "wall_ms": f.WallMS})
+	c.trialEvent(rt, "trial.exec", map[string]any{"argv0": filepath.Base(req.Argv[0]), "exit_code": f.ExitCode, "stopped": f.Stopped, "wall_ms": f.WallMS})
 	return f
 }
 
@@ -227,5 +247,5 @@ func (c *Controller) runAgent(w http.ResponseWriter, r *http.Request, rt *trialR
 	}
 	run := &rpc.RunRequest{Role: agent.Name, Argv: req.Argv, Env: env, Home: rt.t.AgentDir, Cwd: rt.t.AgentDir, Limits: rpc.Limits{TimeoutMS: req.TimeoutMS}}
 	f := c.streamCommand(r.Context(), w, run, c.cfg.API.ExecOutputCap)
-	c.event("trial.agent", rt.t, map[string]any{"argv0": filepath.Base(req.Argv[0]), "exit_code": f.ExitCode, "stopped": f.Stopped})
+	c.trialEvent(rt, "trial.agent", map[string]any{"argv0": filepath.Base(req.Argv[0]), "exit_code": f.ExitCode, "stopped": f.Stopped})
 }

@@ -41,6 +41,39 @@ type trialRT struct {
 	closing atomic.Bool
 	ctx     context.Context
 	cancel  context.CancelFunc
+	// life is the lock a trial's end takes; every effect of a request
+	// (a note written, an event recorded, a file changed) holds it shared
+	// and checks ended under it, so none lands after the end.
+	life  sync.RWMutex
+	ended bool
+	// disk is the last measurement of its folders, and why it failed.
+	disk       DiskState
+	diskLogged time.Time
+}
+
+// DiskState is what the watcher last found of a trial's folders.
+type DiskState struct {
+	Bytes   int64     `json:"bytes"`
+	Checked time.Time `json:"checked,omitzero"`
+	// Error is why the last measurement failed: the rig's failure, not the
+	// lane's, retried every disk_check; Since is when the failures began.
+	Error    string    `json:"error,omitempty"`
+	Since    time.Time `json:"since,omitzero"`
+	Failures int       `json:"failures,omitempty"`
+}
+
+// effect decides whether a request of the trial may still act: it runs f
+// while the trial is open, under the lock its end takes, and reports
+// whether it ran. A request authenticated before the end, whose body
+// arrives after it, acts on nothing.
+func (rt *trialRT) effect(f func()) bool {
+	rt.life.RLock()
+	defer rt.life.RUnlock()
+	if rt.ended {
+		return false
+	}
+	f()
+	return true
 }
 
 func newTrialRT(t ledger.Trial) *trialRT {
@@ -339,31 +372,37 @@ func (c *Controller) EndTrial(id, reason string) error {
 	if reason == "" {
 		reason = "ended"
 	}
-	// The token first, so no API call starts after this.
-	if err := c.ledger.EndTrial(id, reason, time.Now().UTC()); err != nil {
-		return err
-	}
-	// Once more at its end: what its folders hold.
-	c.mu.Lock()
-	rtEnd := c.trials[id]
-	c.mu.Unlock()
-	if rtEnd != nil {
-		rtEnd.t.DiskBytes = c.measure(t.Lane)
-	}
 	c.mu.Lock()
 	rt := c.trials[id]
 	delete(c.trials, id)
 	c.mu.Unlock()
 	if rt != nil {
+		// No request starts after this, and those in flight are cancelled
+		// (a body still arriving is cut short), so that they end before
+		// the lane's processes are stopped.
 		rt.closing.Store(true)
 		rt.cancel()
-		// What was in flight ends before the lane's processes are stopped.
 		for deadline := time.Now().Add(10 * time.Second); rt.inflight.Load() > 0 && time.Now().Before(deadline); {
 			time.Sleep(10 * time.Millisecond)
 		}
 		if rt.stopFS != nil {
 			rt.stopFS()
 		}
+		// The end itself: from here no effect of any request of the
+		// trial, however far it got, lands.
+		rt.life.Lock()
+		rt.ended = true
+	}
+	err = c.ledger.EndTrial(id, reason, time.Now().UTC())
+	if rt != nil {
+		rt.life.Unlock()
+	}
+	if err != nil {
+		return err
+	}
+	if rt != nil {
+		// Once more at its end: what its folders hold.
+		rt.t.DiskBytes, _ = c.measure(t.Lane)
 	}
 	laneRole, _ := c.table.Lane(t.Lane)
 	agentRole, _ := c.table.Agent(t.Lane)

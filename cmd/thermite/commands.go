@@ -352,6 +352,12 @@ func statusCmd() *cobra.Command {
 				}
 			} else {
 				printStatus(st)
+				if st.ControllerUp {
+					var ts []controller.TrialStatus
+					if err := ctlCall(cfg, "GET", "/v1/trials", nil, &ts); err == nil {
+						diskAlerts(os.Stdout, ts)
+					}
+				}
 				fmt.Print("host check: ")
 				printHostCheck(host, false)
 			}

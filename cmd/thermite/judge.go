@@ -19,6 +19,7 @@ import (
 	"thermite/controller/ledger"
 	"thermite/internal/config"
 	"thermite/internal/copytree"
+	"thermite/internal/termsafe"
 )
 
 func kitCmd() *cobra.Command {
@@ -102,7 +103,9 @@ func judgeCmd() *cobra.Command {
 			var b ledger.Build
 			if err := ctlJudge(cfg, "/v1/judge/builds", controller.BuildRequest{Kit: kitName, Project: copyDir}, "build", &b); err != nil {
 				if b.Log != "" {
-					os.Stderr.WriteString(b.Log)
+					// The log is the builder's output: what a project's build
+					// script printed, escaped before it reaches the terminal.
+					os.Stderr.WriteString(termsafe.Escape(b.Log))
 				}
 				return fmt.Errorf("judge build: %w", err)
 			}
@@ -200,7 +203,7 @@ func judgeCmd() *cobra.Command {
 			b := one.Build
 			fmt.Printf("build   %s\nkit     %s\nstatus  %s (exit %d)\nstore   %s\n", b.ID, b.Kit, b.Status, b.ExitCode, b.StorePath)
 			for p, h := range b.Manifest {
-				fmt.Printf("  %s  %s\n", h, p)
+				fmt.Printf("  %s  %s\n", h, termsafe.Line(p))
 			}
 			return nil
 		},
@@ -243,7 +246,7 @@ func printRun(r ledger.TimedRun) {
 		fmt.Printf("  %2d  wall %s  user %s  sys %s  rss %d KiB  exit %d\n", i+1, time.Duration(x.WallNS), time.Duration(x.UserNS), time.Duration(x.SysNS), x.MaxRSSKB, x.ExitCode)
 	}
 	if r.Error != "" {
-		fmt.Printf("error   %s\n", r.Error)
+		fmt.Printf("error   %s\n", termsafe.Line(r.Error))
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 	"thermite/internal/config"
 	"thermite/internal/lanefs"
 	"thermite/internal/spawn"
+	"thermite/internal/termsafe"
 	"thermite/roles"
 	"thermite/selftest"
 )
@@ -51,11 +52,13 @@ func main() {
 		var ee *exitError
 		if errors.As(err, &ee) {
 			if ee.msg != "" {
-				fmt.Fprintln(os.Stderr, "thermite: "+ee.msg)
+				fmt.Fprintln(os.Stderr, "thermite: "+termsafe.Escape(ee.msg))
 			}
 			os.Exit(ee.code)
 		}
-		fmt.Fprintln(os.Stderr, "thermite: "+err.Error())
+		// An error can carry what a role wrote (a build's error, a file's
+		// name): escaped, as everything printed for the operator.
+		fmt.Fprintln(os.Stderr, "thermite: "+termsafe.Escape(err.Error()))
 		os.Exit(1)
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"thermite/internal/config"
 	"thermite/internal/copytree"
 	"thermite/internal/rpc"
+	"thermite/internal/termsafe"
 	"thermite/roles"
 )
 
@@ -238,7 +239,7 @@ func trialCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var ts []ledger.Trial
+			var ts []controller.TrialStatus
 			if err := ctlCall(cfg, "GET", "/v1/trials", nil, &ts); err != nil {
 				return fmt.Errorf("trial list: %w", err)
 			}
@@ -246,20 +247,49 @@ func trialCmd() *cobra.Command {
 				return printJSON(ts)
 			}
 			w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "TRIAL\tLANE\tRUN\tSTATE\tSTARTED\tENDED\tREASON")
+			fmt.Fprintln(w, "TRIAL\tLANE\tRUN\tSTATE\tSTARTED\tENDED\tDISK\tREASON")
 			for _, t := range ts {
 				ended := "-"
 				if !t.Ended.IsZero() {
 					ended = t.Ended.Format(time.RFC3339)
 				}
-				fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%s\t%s\n", t.ID, t.Lane, t.Run, t.State, t.Started.Format(time.RFC3339), ended, t.EndReason)
+				fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", t.ID, t.Lane, t.Run, t.State, t.Started.Format(time.RFC3339), ended, diskCell(t), termsafe.Line(t.EndReason))
 			}
-			return w.Flush()
+			if err := w.Flush(); err != nil {
+				return err
+			}
+			diskAlerts(os.Stderr, ts)
+			return nil
 		},
 	}
 	list.Flags().BoolVar(&listJSON, "json", false, "print JSON")
 	c.AddCommand(start, execCmd, agentCmd, end, list)
 	return c
+}
+
+// diskCell is a trial's disk as the list shows it: what it last held, or
+// that it cannot be measured.
+func diskCell(t controller.TrialStatus) string {
+	switch {
+	case t.Disk == nil:
+		return "-"
+	case t.Disk.Error != "":
+		return "UNMEASURED"
+	case t.Disk.Checked.IsZero():
+		return "not yet measured"
+	}
+	return fmt.Sprintf("%d MiB", t.Disk.Bytes>>20)
+}
+
+// diskAlerts prints a line for every open trial whose folders the rig
+// cannot measure: the rig's failure, retried, shown until it clears.
+func diskAlerts(w io.Writer, ts []controller.TrialStatus) {
+	for _, t := range ts {
+		if d := t.Disk; d != nil && d.Error != "" {
+			fmt.Fprintf(w, "ALERT: trial %s (lane %d): its folders cannot be measured since %s (%d tries; retrying, the trial goes on): %s\n",
+				t.ID, t.Lane, d.Since.Format(time.RFC3339), d.Failures, termsafe.Line(d.Error))
+		}
+	}
 }
 
 func ledgerCmd() *cobra.Command {

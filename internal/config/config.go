@@ -72,6 +72,23 @@ type API struct {
 	ExecOutputCap    int64    `toml:"exec_output_cap" json:"exec_output_cap"`
 	FetchMaxBytes    int64    `toml:"fetch_max_bytes" json:"fetch_max_bytes"`
 	FetchTimeout     Duration `toml:"fetch_timeout" json:"fetch_timeout"`
+	// The budgets the API enforces before it reads much, so that one peer
+	// cannot take the controller's descriptors or memory from the others.
+	// MaxConns bounds the API's open connections, all peers together.
+	MaxConns int `toml:"max_conns" json:"max_conns"`
+	// MaxConnsPerPeer bounds one peer's: one uid on the unix socket, one
+	// remote address on TCP.
+	MaxConnsPerPeer int `toml:"max_conns_per_peer" json:"max_conns_per_peer"`
+	// IdleTimeout closes a kept-alive connection that sends nothing.
+	IdleTimeout Duration `toml:"idle_timeout" json:"idle_timeout"`
+	// HeaderTimeout bounds reading a request's headers, from its first
+	// byte (or the connection's accept); BodyTimeout bounds its body.
+	HeaderTimeout Duration `toml:"header_timeout" json:"header_timeout"`
+	BodyTimeout   Duration `toml:"body_timeout" json:"body_timeout"`
+	// MaxInflightBytes bounds the request bodies being read or held at
+	// once, all tokens together; MaxInflightBytesPerToken one token's.
+	MaxInflightBytes         int64 `toml:"max_inflight_bytes" json:"max_inflight_bytes"`
+	MaxInflightBytesPerToken int64 `toml:"max_inflight_bytes_per_token" json:"max_inflight_bytes_per_token"`
 }
 
 // Cgroup is the per-role cgroup every command of a role runs in.
@@ -192,6 +209,14 @@ func Default() Config {
 			ExecOutputCap:    1 << 20,
 			FetchMaxBytes:    5 << 20,
 			FetchTimeout:     Duration{20 * time.Second},
+
+			MaxConns:                 4096,
+			MaxConnsPerPeer:          64,
+			IdleTimeout:              Duration{30 * time.Second},
+			HeaderTimeout:            Duration{5 * time.Second},
+			BodyTimeout:              Duration{30 * time.Second},
+			MaxInflightBytes:         256 << 20,
+			MaxInflightBytesPerToken: 32 << 20,
 		},
 	}
 }
@@ -334,6 +359,20 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("api.fetch_max_bytes: %d must be at least 1", a.FetchMaxBytes)
 	case a.FetchTimeout.Duration <= 0:
 		return fmt.Errorf("api.fetch_timeout: %s must be more than 0", a.FetchTimeout)
+	case a.MaxConns < 1:
+		return fmt.Errorf("api.max_conns: %d must be at least 1", a.MaxConns)
+	case a.MaxConnsPerPeer < 1 || a.MaxConnsPerPeer > a.MaxConns:
+		return fmt.Errorf("api.max_conns_per_peer: %d must be at least 1 and at most api.max_conns (%d)", a.MaxConnsPerPeer, a.MaxConns)
+	case a.IdleTimeout.Duration <= 0:
+		return fmt.Errorf("api.idle_timeout: %s must be more than 0", a.IdleTimeout)
+	case a.HeaderTimeout.Duration <= 0:
+		return fmt.Errorf("api.header_timeout: %s must be more than 0", a.HeaderTimeout)
+	case a.BodyTimeout.Duration <= 0:
+		return fmt.Errorf("api.body_timeout: %s must be more than 0", a.BodyTimeout)
+	case a.MaxInflightBytesPerToken < a.MaxBodyBytes:
+		return fmt.Errorf("api.max_inflight_bytes_per_token: %d must be at least api.max_body_bytes (%d), or the largest body could never be read", a.MaxInflightBytesPerToken, a.MaxBodyBytes)
+	case a.MaxInflightBytes < a.MaxInflightBytesPerToken:
+		return fmt.Errorf("api.max_inflight_bytes: %d must be at least api.max_inflight_bytes_per_token (%d)", a.MaxInflightBytes, a.MaxInflightBytesPerToken)
 	}
 	if a.TCP != "" {
 		host, port, err := net.SplitHostPort(a.TCP)

@@ -54,6 +54,14 @@ func TestBadInputNamesTheKey(t *testing.T) {
 		"[gpu]\nlayout = \"sideways\"\n":                    "gpu.layout",
 		"[gpu]\nfence_min_abi = 4\n":                        "gpu.fence_min_abi",
 		"state_dir = \"/tmp/x\"\nclosed_tmp = [\"/tmp\"]\n": "holds state_dir",
+		"[api]\nmax_conns_per_peer = 0\n":                   "api.max_conns_per_peer",
+		"[api]\nmax_conns = 8\nmax_conns_per_peer = 9\n":    "api.max_conns_per_peer: 9",
+		"[api]\nidle_timeout = \"forever\"\n":               "idle_timeout",
+		"[api]\nheader_timeout = \"0s\"\n":                  "api.header_timeout",
+		"[api]\nbody_timeout = \"-1s\"\n":                   "api.body_timeout",
+		"[api]\nmax_inflight_bytes_per_token = 1024\n":      "api.max_inflight_bytes_per_token",
+		"[api]\nmax_inflight_bytes = 1048576\n":             "api.max_inflight_bytes:",
+		"[api]\nmax_connections = 3\n":                      `unknown key "api.max_connections"`,
 	}
 	for text, want := range cases {
 		p := write(t, text)
