@@ -824,7 +824,7 @@ if build build "$IMG_BUILD" "$BASE_IMAGE" && build one-container "$IMG_ONE" "$BA
 	out="$(podman run --rm "${RUNTIME[@]}" "${RUN_HARDENING[@]}" "$IMG_ONE" config 2>&1)"
 	expect "thermite config in the image reads its rig.toml: RIG_TOML's layout and the [image] table's one_container = true" \
 		"layout = \"dedicated\"|proc_root = \"$GPU_PROC\"|one_container = true" \
-		"$(printf '%s\n' "$out" | sed -n 's/^[[:space:]]*\(layout = .*\|proc_root = .*\|one_container = .*\)$/\1/p' | paste -sd'|')" "$out"
+		"$(printf '%s\n' "$out" | sed -n '/^\[host\]/,/^\[/d; s/^[[:space:]]*\(layout = .*\|proc_root = .*\|one_container = .*\)$/\1/p' | paste -sd'|')" "$out"
 
 	# The same rig serves from this image: the state volume is the harness's,
 	# now stopped, so this also shows a restart on old state.

@@ -268,7 +268,7 @@ func (r *Rig) Start() error {
 		default:
 		}
 		resp, err := rpc.Call(r.Cfg.BrokerSocket(), &rpc.Request{Op: rpc.OpStatus})
-		if err == nil && resp.Status.ControllerUp {
+		if err == nil && resp.Status.Phase == rpc.PhaseReady {
 			return nil
 		}
 		time.Sleep(30 * time.Millisecond)
