@@ -25,6 +25,7 @@ import (
 	"thermite/internal/cpuset"
 	"thermite/internal/procs"
 	"thermite/internal/rpc"
+	"thermite/internal/weaken"
 	"thermite/roles"
 )
 
@@ -138,6 +139,16 @@ func (b *Broker) Serve() (err error) {
 	}()
 	if err := caps.Verify(caps.Broker); err != nil {
 		return fmt.Errorf("broker: %w", err)
+	}
+	// Inheritable served the broker's own exec; nothing it forks carries it.
+	// (A test build that hands roles an ambient capability needs it kept.)
+	if !(weaken.Enabled && weaken.Has("cap-amb")) {
+		if err := caps.ClearInheritable(); err != nil {
+			return fmt.Errorf("broker: %w", err)
+		}
+	}
+	if !caps.BoundingCleared() {
+		b.note("the capability bounding set holds the broker's six: this container gives no CAP_SETPCAP to clear it, so role commands keep it too (unusable under no_new_privs with a non-zero uid)")
 	}
 	// Orphans of role commands become the broker's children, so the
 	// reaper can reap them and kill(-1) loops see them go.

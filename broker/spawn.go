@@ -109,6 +109,7 @@ func (b *Broker) startShim(c *command, spec *spawn.Spec) (*child, error) {
 			attr.Sys.AmbientCaps = []uintptr{unix.CAP_CHOWN}
 		}
 		spec.KeepFDs = weaken.Has("leak-fd")
+		spec.KeepCaps = weaken.Has("cap-amb")
 	}
 	started := time.Now()
 	pid, exited, err := b.reaper.fork(func() (int, error) {

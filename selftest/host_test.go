@@ -31,7 +31,7 @@ func newHostTree(t *testing.T) *hostTree {
 		"sys/fs/protected_fifos": "2", "sys/fs/protected_regular": "2",
 		"sys/kernel/perf_event_paranoid": "3", "sys/kernel/yama/ptrace_scope": "1",
 		"sys/user/max_user_namespaces": "0",
-		"swaps":                          "Filename\tType\tSize\tUsed\tPriority\n",
+		"swaps":                        "Filename\tType\tSize\tUsed\tPriority\n",
 	} {
 		h.write("proc/"+k, v, 0o644)
 	}

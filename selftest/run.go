@@ -17,6 +17,7 @@ import (
 
 	"thermite/fence"
 	"thermite/internal/config"
+	"thermite/internal/procs"
 	"thermite/internal/rpc"
 	"thermite/roles"
 )
@@ -73,6 +74,9 @@ func Run(h Host) *rpc.SelftestResult {
 		EnvAllowed: map[string]bool{}, Given: map[string][]int{},
 	}
 	c.GPU = h.GPULayout()
+	if st, err := procs.Status("/proc/self/status"); err == nil {
+		c.BrokerCapBnd = st["CapBnd"]
+	}
 	givenCards(c)
 	c.APIPort = h.APIPort()
 	c.ControlKeySHA = h.ControlKeySHA256()

@@ -51,6 +51,7 @@ type Context struct {
 	Cgroup        map[string]string // role name -> its cgroup's path, "" without cgroups
 	ControlKeySHA string            // the SHA-256 the launch named for control's key
 	GPU           *fence.Layout     // nil without a GPU layout
+	BrokerCapBnd  string            // the broker's own bounding set, as /proc shows it
 	Given         map[string][]int  // role name -> the cards its probe runs with
 	// IPCLeft is, per role name, the key of a SysV object of each kind its
 	// user owned when it was stopped; LinkedSetID, per lane number, a set-id
@@ -291,6 +292,7 @@ var Policy = []Row{
 
 	// What must hold for every role.
 	{Who: Every, Attempt: "CapEff, CapPrm, CapAmb and CapInh are 0", Make: one(OpStatus, ""), Want: succeeds, Check: capsZero},
+	{Who: Every, Attempt: "the capability bounding set is empty", Make: one(OpStatus, ""), Want: succeeds, Check: boundingEmpty},
 	{Who: Every, Attempt: "no_new_privs is set", Make: one(OpStatus, ""), Want: succeeds, Check: noNewPrivs},
 	{Who: Every, Attempt: "uid, gid and groups are the table's", Make: one(OpStatus, ""), Want: succeeds, Check: idsMatch},
 	{Who: Every, Attempt: "/etc/group gives it only the table's groups", Make: func(c *Context, r roles.Role) []Attempt {
@@ -507,6 +509,17 @@ func capsZero(_ *Context, _ roles.Role, o Outcome) string {
 		}
 	}
 	return strings.Join(bad, ", ")
+}
+
+// boundingEmpty wants no capability even to lose. Where the broker's own
+// bounding set could not be cleared (a container without CAP_SETPCAP), the
+// role's may hold what the broker's does, and never more.
+func boundingEmpty(c *Context, _ roles.Role, o Outcome) string {
+	v := statusField(o.Detail, "CapBnd")
+	if v == "0000000000000000" || v == c.BrokerCapBnd {
+		return ""
+	}
+	return fmt.Sprintf("CapBnd %s (the broker's is %s)", v, c.BrokerCapBnd)
 }
 
 func noNewPrivs(_ *Context, _ roles.Role, o Outcome) string {

@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"thermite/internal/rpc"
+	"thermite/selftest"
 )
 
 func selftestCmd() *cobra.Command {
@@ -47,6 +48,14 @@ func selftestCmd() *cobra.Command {
 	}
 	iso.Flags().BoolVar(&asJSON, "json", false, "print every probe's row as JSON")
 	iso.Flags().BoolVar(&force, "force", false, "run on a busy rig: each probe stops its role's processes")
-	c.AddCommand(iso)
+	c.AddCommand(iso, &cobra.Command{
+		Use:   "reference",
+		Short: "Print the rig checks reference (docs/rig-checks.md): every probe of the self-test, every rig row and every host check",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			fmt.Print(selftest.Reference())
+			return nil
+		},
+	})
 	return c
 }

@@ -8,6 +8,8 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -76,6 +78,9 @@ func ReduceAndExec(keep []int, argv []string, env []string) error {
 			return fmt.Errorf("caps: drop capability %d from the bounding set: %w (the container gives it, but not CAP_SETPCAP to drop it: give the container only %s)", c, err, Names(k))
 		}
 	}
+	if err := clearBounding(k); err != nil {
+		return err
+	}
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("caps: no_new_privs: %w", err)
 	}
@@ -85,16 +90,102 @@ func ReduceAndExec(keep []int, argv []string, env []string) error {
 	return nil
 }
 
-// Verify checks that this process holds exactly keep, effective, permitted
-// and in the bounding set, nothing ambient or inheritable, and has
-// no_new_privs. It names what is missing or extra.
+// clearBounding empties the bounding set where this thread may (it holds
+// CAP_SETPCAP: `serve` on a host), so that no process the broker forks has
+// a capability even to lose. The broker keeps keep through the exec as
+// inheritable: root's exec gives it permitted = inheritable when the
+// bounding set is empty. Inheritable first, as the kernel allows it only
+// within inheritable | bounding. A container without CAP_SETPCAP leaves
+// the bounding set at keep, its own six.
+func clearBounding(keep uint64) error {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("caps: capget: %w", err)
+	}
+	if data[0].Effective&(1<<unix.CAP_SETPCAP) == 0 {
+		return nil
+	}
+	data[0].Inheritable, data[1].Inheritable = uint32(keep), uint32(keep>>32)
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("caps: keep %s inheritable across the exec: %w", Names(keep), err)
+	}
+	for c := 0; c < 64; c++ {
+		if keep&(1<<uint(c)) == 0 {
+			continue
+		}
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil {
+			return fmt.Errorf("caps: clear %s from the bounding set: %w", Names(1<<uint(c)), err)
+		}
+	}
+	return nil
+}
+
+// BoundingCleared says whether this process's bounding set is empty, as
+// `serve` leaves it on a host; in a container without CAP_SETPCAP it holds
+// the broker's six.
+func BoundingCleared() bool {
+	st, err := procs.Status("/proc/self/status")
+	if err != nil {
+		return false
+	}
+	v, err := strconv.ParseUint(st["CapBnd"], 16, 64)
+	return err == nil && v == 0
+}
+
+// ClearInheritable empties the inheritable set, which the broker kept only
+// for its own exec: nothing it forks should carry it. Lowering it needs no
+// capability. It is per thread: every thread where the runtime can do that
+// (a static build), else the calling one, which the shim locks and execs
+// from.
+func ClearInheritable() error {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("caps: capget: %w", err)
+	}
+	if data[0].Inheritable == 0 && data[1].Inheritable == 0 {
+		return nil
+	}
+	data[0].Inheritable, data[1].Inheritable = 0, 0
+	_, _, errno := syscall.AllThreadsSyscall(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0)
+	runtime.KeepAlive(&data)
+	if errno == 0 {
+		return nil
+	}
+	if errno != unix.ENOTSUP {
+		return fmt.Errorf("caps: clear the inheritable set: %w", errno)
+	}
+	// A cgo build: this thread only.
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("caps: clear the inheritable set: %w", err)
+	}
+	return nil
+}
+
+// Verify checks that this process holds exactly keep, effective and
+// permitted, nothing ambient, no_new_privs, and either an empty bounding
+// set with keep inheritable (a host: `serve` cleared it) or keep in the
+// bounding set with nothing inheritable (a container without CAP_SETPCAP).
+// It names what is missing or extra.
 func Verify(keep []int) error {
 	st, err := procs.Status("/proc/self/status")
 	if err != nil {
 		return fmt.Errorf("caps: %w", err)
 	}
 	want := Mask(keep)
-	for _, f := range []string{"CapEff", "CapPrm", "CapBnd"} {
+	bnd, err := strconv.ParseUint(st["CapBnd"], 16, 64)
+	if err != nil {
+		return fmt.Errorf("caps: /proc/self/status CapBnd: %q", st["CapBnd"])
+	}
+	inh, _ := strconv.ParseUint(st["CapInh"], 16, 64)
+	switch {
+	case bnd == 0 && (inh == want || inh == 0):
+	case bnd == want && inh == 0:
+	default:
+		return fmt.Errorf("caps: bounding set %016x with inheritable %016x: want 0 with %016x, or %016x with 0", bnd, inh, want, want)
+	}
+	for _, f := range []string{"CapEff", "CapPrm"} {
 		v, err := strconv.ParseUint(st[f], 16, 64)
 		if err != nil {
 			return fmt.Errorf("caps: /proc/self/status %s: %q", f, st[f])
@@ -106,10 +197,8 @@ func Verify(keep []int) error {
 			return fmt.Errorf("caps: %s still holds %016x beyond the broker's set", f, extra)
 		}
 	}
-	for _, f := range []string{"CapAmb", "CapInh"} {
-		if v, _ := strconv.ParseUint(st[f], 16, 64); v != 0 {
-			return fmt.Errorf("caps: %s is %016x, not 0", f, v)
-		}
+	if v, _ := strconv.ParseUint(st["CapAmb"], 16, 64); v != 0 {
+		return fmt.Errorf("caps: CapAmb is %016x, not 0", v)
 	}
 	if st["NoNewPrivs"] != "1" {
 		return fmt.Errorf("caps: no_new_privs is not set")

@@ -18,6 +18,7 @@ import (
 	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
 	"golang.org/x/sys/unix"
 
+	"thermite/internal/caps"
 	"thermite/internal/procs"
 	"thermite/internal/seccomp"
 	"thermite/internal/sysvipc"
@@ -66,6 +67,9 @@ type Spec struct {
 	// KeepIPC leaves the stopped user's SysV IPC objects; only a
 	// thermite_weaken test build honours it.
 	KeepIPC bool `json:"keep_ipc,omitempty"`
+	// KeepCaps leaves the inheritable (and so the ambient) set as the
+	// broker's fork left it; only a thermite_weaken build honours it.
+	KeepCaps bool `json:"keep_caps,omitempty"`
 }
 
 // Main is the shim. It never returns: it execs the command, or reports on
@@ -92,6 +96,10 @@ func Main() {
 	}
 	switch s.Mode {
 	case ModeStop:
+		// Whatever the broker left inheritable is not the helper's to keep.
+		if err := caps.ClearInheritable(); err != nil {
+			fail("stop", err)
+		}
 		if err := unprivileged(); err != nil {
 			fail("stop", err)
 		}
@@ -125,6 +133,14 @@ func Main() {
 	}
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		fail("no_new_privs", err)
+	}
+	// The broker clears it on its threads; this is the exec'ing thread's
+	// own, for a build where it could not. Lowering inheritable also
+	// lowers the ambient set.
+	if !(weaken.Enabled && s.KeepCaps) {
+		if err := caps.ClearInheritable(); err != nil {
+			fail("capabilities", err)
+		}
 	}
 	if s.Landlock {
 		if err := llsys.LandlockRestrictSelf(FDLandlock, 0); err != nil {

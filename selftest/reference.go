@@ -1,0 +1,110 @@
+package selftest
+
+import (
+	"fmt"
+	"strings"
+
+	"thermite/roles"
+)
+
+// The rig checks reference (docs/rig-checks.md) is written from the tables
+// in this package, so it lists every probe there is and nothing else; a
+// test fails when the committed file and the tables differ.
+
+// referenceKinds are the role kinds in the order the reference names them,
+// each with a role standing for its kind.
+var referenceKinds = []roles.Role{
+	{Name: "thermite", Kind: roles.Controller},
+	{Name: "builder", Kind: roles.Builder},
+	{Name: "run", Kind: roles.Timing},
+	{Name: "planner", Kind: roles.Planner},
+	{Name: "model-check", Kind: roles.ModelCheck},
+	{Name: "lane-1", Kind: roles.Lane, Index: 1},
+	{Name: "agent-1", Kind: roles.Agent, Index: 1},
+	{Name: "supervisor", Kind: roles.Supervisor},
+}
+
+// whoFor spells which kinds of role a row applies to.
+func whoFor(w Who) string {
+	var in, out []string
+	for _, r := range referenceKinds {
+		if w(r) {
+			in = append(in, string(r.Kind))
+		} else {
+			out = append(out, string(r.Kind))
+		}
+	}
+	switch {
+	case len(out) == 0:
+		return "every role"
+	case len(in) == 0:
+		return "none"
+	case len(out) < len(in):
+		return "every role but " + strings.Join(out, ", ")
+	}
+	return strings.Join(in, ", ")
+}
+
+// Reference is docs/rig-checks.md: every probe of the isolation self-test,
+// every rig row, and every host check, from the tables themselves.
+func Reference() string {
+	var b strings.Builder
+	b.WriteString(`# Rig checks reference
+
+Written from the tables in ` + "`selftest/`" + ` by ` + "`thermite selftest reference`" + `; a test
+fails when this file and the tables differ. Do not edit it by hand.
+
+## The isolation self-test
+
+` + "`thermite selftest isolation`" + ` (and the broker at every start) runs a probe as
+every role of the table, through the spawn path a real command of that role
+takes. Each row below is one attempt: the roles it applies to, and the
+outcomes that count as right. Anything else, "the target was not there"
+(ENOENT) and "the probe could not run" included, is a failure that the
+verdict names. Rows marked *alone* run in a probe process of their own.
+
+| # | attempt | roles | right outcome |
+|---|---|---|---|
+`)
+	for i, row := range Policy {
+		want := strings.Join(row.Want, " or ")
+		if row.WantFor != nil {
+			want = "as the layout and policy say for the role"
+		}
+		if row.Check != nil {
+			want += ", then checked"
+		}
+		if row.Alone {
+			want += " (alone)"
+		}
+		fmt.Fprintf(&b, "| %d | %s | %s | %s |\n", i+1, cell(row.Attempt), whoFor(row.Who), cell(want))
+	}
+	b.WriteString(`
+## The rig's own rows
+
+Checked by the broker as root during the self-test; each must hold.
+
+| # | row |
+|---|---|
+`)
+	for i, rc := range RigChecks {
+		fmt.Fprintf(&b, "| %d | %s |\n", i+1, cell(rc.Attempt))
+	}
+	b.WriteString(`
+## The host check
+
+` + "`thermite check`" + ` (and ` + "`thermite status`" + `) reads the host's settings. A failing
+*isolation* row makes the verdict say the host weakens isolation; a
+*warning* row is hardening beyond what thermite needs, or timing hygiene.
+Each failing row prints the exact setting to change.
+
+| # | check | severity | want | why |
+|---|---|---|---|---|
+`)
+	for i, h := range HostChecks {
+		fmt.Fprintf(&b, "| %d | %s | %s | %s | %s |\n", i+1, cell(h.Name), h.Severity, cell(h.Want), cell(h.Why))
+	}
+	return b.String()
+}
+
+func cell(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
