@@ -57,18 +57,35 @@ func (b *Broker) HandFolder(req *rpc.HandFolderRequest) (*rpc.HandFolderResult, 
 	if err != nil {
 		return nil, fmt.Errorf("hand_folder: %w", err)
 	}
+	b.recordHanded(r, req.Path)
+	return &rpc.HandFolderResult{Changed: changed, Skipped: skipped}, nil
+}
+
+// recordHanded notes that path now belongs to r, and no longer to any
+// other role. A folder given back to the controller is not recorded: it is
+// the controller's own again, and its role's commands (a kit's check) need
+// no write right there nor a sweep of it, so the cost of each command never
+// grows with the trials, builds and runs of the rig's history.
+func (b *Broker) recordHanded(r roles.Role, path string) {
 	b.mu.Lock()
-	for uid, m := range b.handed {
-		if uid != r.UID {
-			delete(m, req.Path)
-		}
+	defer b.mu.Unlock()
+	for _, m := range b.handed {
+		delete(m, path)
+	}
+	if r.Kind == roles.Controller {
+		return
 	}
 	if b.handed[r.UID] == nil {
 		b.handed[r.UID] = map[string]bool{}
 	}
-	b.handed[r.UID][req.Path] = true
+	b.handed[r.UID][path] = true
+}
+
+// forgetHanded drops a handed folder that is gone.
+func (b *Broker) forgetHanded(r roles.Role, path string) {
+	b.mu.Lock()
+	delete(b.handed[r.UID], path)
 	b.mu.Unlock()
-	return &rpc.HandFolderResult{Changed: changed, Skipped: skipped}, nil
 }
 
 // eachOwnedFolder opens every folder a role owns (its HOME, its TMPDIR and
@@ -89,7 +106,9 @@ func (b *Broker) eachOwnedFolder(r roles.Role, f func(top *os.File), fail func(e
 		}
 		top, err := confined.Open(root, d, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW)
 		if err != nil {
-			if !errors.Is(err, unix.ENOENT) {
+			if errors.Is(err, unix.ENOENT) {
+				b.forgetHanded(r, d)
+			} else {
 				fail(err)
 			}
 			continue
