@@ -16,6 +16,7 @@ import (
 // its user: the rule set, the filter, the groups and variables for GPUs.
 type confinement struct {
 	ruleSet *os.File
+	release func() // lets go of ruleSet; nil without one
 	seccomp *seccomp.Options
 	groups  []int
 	env     []string
@@ -68,7 +69,7 @@ func (b *Broker) ConfineFor(r roles.Role, argv []string, requested []int, home s
 		spec = fence.RoleSpec{DenyGPU: l.Deny(cards), DevRoot: b.cfg.GPU.DevRoot, FenceOnly: true}
 		c.seccomp = nil
 	}
-	if c.ruleSet, err = b.ruleSet(spec); err != nil {
+	if c.ruleSet, c.release, err = b.ruleSet(spec); err != nil {
 		return nil, fmt.Errorf("%w: no command of %s can be confined", err, r.Name)
 	}
 	return c, nil

@@ -27,9 +27,22 @@ type gpuState struct {
 }
 
 // builtFence is one rule set, kept and handed to every shim that needs it.
+// Commands hold it from their preparation until their shim has started;
+// an evicted one is closed when the last of them lets go, never while a
+// command may still hand its descriptor number to a shim.
 type builtFence struct {
-	fd     *os.File
-	stamps []fence.Stamp
+	fd      *os.File
+	stamps  []fence.Stamp
+	refs    int
+	evicted bool
+}
+
+// evictLocked takes a rule set out of the cache; it closes once unheld.
+func (bf *builtFence) evictLocked() {
+	bf.evicted = true
+	if bf.refs == 0 {
+		bf.fd.Close()
+	}
 }
 
 // initFence discovers the GPUs, places them in the layout, fixes their
@@ -131,9 +144,9 @@ func (b *Broker) gpuFor(r roles.Role, requested []int) (l *fence.Layout, cards [
 
 // ruleSet returns the built rule set for a spec, building it the first
 // time and again whenever a folder it was built from has changed (a node
-// appeared in /dev). Old descriptors are closed a minute later: a shim may
-// be starting with one.
-func (b *Broker) ruleSet(spec fence.RoleSpec) (*os.File, error) {
+// appeared in /dev), and a release the caller calls once its shim has
+// started (or will not start).
+func (b *Broker) ruleSet(spec fence.RoleSpec) (*os.File, func(), error) {
 	// Landlock rules hold the inodes of their paths: a writable place made
 	// anew at the same path (a timed run's fresh out/) is another rule set.
 	key := fmt.Sprintf("%v", spec)
@@ -147,15 +160,14 @@ func (b *Broker) ruleSet(spec fence.RoleSpec) (*os.File, error) {
 	defer b.gpu.mu.Unlock()
 	if bf, ok := b.gpu.built[key]; ok {
 		if fence.Stale(bf.stamps) == "" {
-			return bf.fd, nil
+			return bf.fd, b.holdRuleSetLocked(bf), nil
 		}
-		old := bf.fd
-		time.AfterFunc(time.Minute, func() { old.Close() })
 		delete(b.gpu.built, key)
+		bf.evictLocked()
 	}
 	p, walked, err := fence.RolePolicy(spec)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	stamps := fence.Stamps(walked)
 	minABI := fence.PolicyABI
@@ -164,19 +176,36 @@ func (b *Broker) ruleSet(spec fence.RoleSpec) (*os.File, error) {
 	}
 	fd, err := p.Build(minABI)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if len(b.gpu.built) >= 256 {
 		// Rule sets of places long gone (every timed run has its own out/):
-		// let them go, a minute after the last shim may have taken one.
+		// let them go once no command holds them.
 		for k, old := range b.gpu.built {
-			f := old.fd
-			time.AfterFunc(time.Minute, func() { f.Close() })
 			delete(b.gpu.built, k)
+			old.evictLocked()
 		}
 	}
-	b.gpu.built[key] = &builtFence{fd: fd, stamps: stamps}
-	return fd, nil
+	bf := &builtFence{fd: fd, stamps: stamps}
+	b.gpu.built[key] = bf
+	return fd, b.holdRuleSetLocked(bf), nil
+}
+
+// holdRuleSetLocked counts one more holder of bf and returns its release,
+// which is safe to call more than once.
+func (b *Broker) holdRuleSetLocked(bf *builtFence) func() {
+	bf.refs++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			b.gpu.mu.Lock()
+			defer b.gpu.mu.Unlock()
+			bf.refs--
+			if bf.evicted && bf.refs == 0 {
+				bf.fd.Close()
+			}
+		})
+	}
 }
 
 func (b *Broker) gpuStatus() *rpc.GPUStatus {

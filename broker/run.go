@@ -89,9 +89,10 @@ func (b *Broker) prepareRun(req *rpc.RunRequest, stdio []*os.File) (*command, ti
 	if err != nil {
 		return nil, 0, err
 	}
-	cmd.landlock, cmd.groups, cmd.seccomp = conf.ruleSet, conf.groups, conf.seccomp
+	cmd.landlock, cmd.unland, cmd.groups, cmd.seccomp = conf.ruleSet, conf.release, conf.groups, conf.seccomp
 	cmd.env = append(cmd.env, conf.env...)
 	if cmd.cgroup, err = b.groupFor(r); err != nil {
+		cmd.release()
 		return nil, 0, err
 	}
 	cwd := req.Cwd
@@ -99,6 +100,7 @@ func (b *Broker) prepareRun(req *rpc.RunRequest, stdio []*os.File) (*command, ti
 		cwd = home
 	}
 	if cmd.cwd, err = confined.Open(b.cfg.ScratchDir(), cwd, unix.O_PATH|unix.O_DIRECTORY); err != nil {
+		cmd.release()
 		return nil, 0, fmt.Errorf("cwd %w", err)
 	}
 	if r.Kind == roles.Timing {

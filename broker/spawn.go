@@ -33,10 +33,12 @@ type command struct {
 	cpus     cpuset.Set
 	rlimits  []spawn.Rlimit
 	landlock *os.File // the role's rule set, or nil
-	groups   []int
-	seccomp  *seccomp.Options // the role's system-call filter, or nil
-	cgroup   *cgroup.Group    // the role's cgroup, or nil where none is writable
-	unhold   func()           // a timed run's release of its CPUs and cards
+	// unland lets go of landlock once the shim has it (or never will).
+	unland  func()
+	groups  []int
+	seccomp *seccomp.Options // the role's system-call filter, or nil
+	cgroup  *cgroup.Group    // the role's cgroup, or nil where none is writable
+	unhold  func()           // a timed run's release of its CPUs and cards
 }
 
 // child is a started command.
@@ -149,6 +151,10 @@ func (b *Broker) startShim(c *command, spec *spawn.Spec) (*child, error) {
 func (c *command) release() {
 	if c.cwd != nil {
 		c.cwd.Close()
+	}
+	if c.unland != nil {
+		c.unland()
+		c.unland = nil
 	}
 	if c.unhold != nil {
 		c.unhold()
