@@ -6,10 +6,12 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // fuzzSecret is the content of every file outside the served folders: an
@@ -242,4 +244,57 @@ func FuzzServe(f *testing.F) {
 func frameOf(body string) []byte {
 	b := binary.BigEndian.AppendUint32(nil, uint32(len(body)))
 	return append(b, body...)
+}
+
+// FuzzClientAnswers plays the helper, which runs as the lane's user, and
+// answers three calls in flight with any byte stream before it goes
+// away. The controller's client never hangs or panics on it: each call
+// returns, with a result, a request's *Error, or ErrConnection.
+func FuzzClientAnswers(f *testing.F) {
+	f.Add(frameOf(`{"id":1,"result":{"data":"aGk=","size":2,"truncated":false}}`))
+	f.Add(append(frameOf(`{"id":2,"error":{"code":"not_found","msg":"x"}}`), frameOf(`{"id":0,"error":{"code":"too_large","msg":"y"}}`)...))
+	f.Add(frameOf(`{"id":3,"result":{"paths":["a"],"truncated":true}}`))
+	f.Fuzz(func(t *testing.T, stream []byte) {
+		helper, conn := socketPair(t)
+		defer helper.Close()
+		c := NewClient(conn)
+		defer c.Close()
+		errs := make(chan error, 3)
+		// One call at a time gets under way, so that ids 1, 2, 3 are
+		// read, stat and find in every run and a failure reproduces.
+		calls := []func() error{
+			func() error { _, err := c.Read(ctx, ReadRequest{Path: "file"}); return err },
+			func() error { _, err := c.Stat(ctx, StatRequest{Path: "file"}); return err },
+			func() error { _, err := c.Find(ctx, FindRequest{Path: ""}); return err },
+		}
+		for i, call := range calls {
+			go func() { errs <- call() }()
+			for deadline := time.Now().Add(5 * time.Second); ; {
+				c.mu.Lock()
+				n := len(c.pending)
+				c.mu.Unlock()
+				if n == i+1 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("call %d never got under way", i+1)
+				}
+				time.Sleep(20 * time.Microsecond)
+			}
+		}
+		helper.Write(stream)
+		helper.Close()
+		timeout := time.After(10 * time.Second)
+		for range 3 {
+			select {
+			case err := <-errs:
+				var le *Error
+				if err != nil && !errors.As(err, &le) && !errors.Is(err, ErrConnection) {
+					t.Fatalf("a call failed with %T %v, neither *Error nor ErrConnection", err, err)
+				}
+			case <-timeout:
+				t.Fatal("a call still waits after the helper went away")
+			}
+		}
+	})
 }
