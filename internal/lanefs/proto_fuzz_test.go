@@ -196,7 +196,8 @@ func stays(p string) bool {
 
 // FuzzServe feeds the server any byte stream as its requests. Every
 // answer is a whole frame that decodes as an answer, at most one (the
-// last) has id 0, and nothing outside the roots changes or is read.
+// last) has id 0 and then Serve has stopped with an error, and nothing
+// outside the roots changes or is read.
 func FuzzServe(f *testing.F) {
 	f.Add(frameOf(`{"id":1,"op":"read","args":{"root":0,"path":"file"}}`))
 	f.Add(append(frameOf(`{"id":1,"op":"list","args":{"root":0,"path":""}}`), frameOf(`{"id":2,"op":"stat","args":{"root":1,"path":"notes"}}`)...))
@@ -209,7 +210,7 @@ func FuzzServe(f *testing.F) {
 		}
 		defer s.Close()
 		var out bytes.Buffer
-		s.Serve(bytes.NewReader(stream), &out)
+		serr := s.Serve(bytes.NewReader(stream), &out)
 		ft.check(t, out.Bytes())
 		br := bufio.NewReader(bytes.NewReader(out.Bytes()))
 		zero := false
@@ -236,6 +237,9 @@ func FuzzServe(f *testing.F) {
 				t.Fatalf("an answer with neither or both of error and result: %.200q", body)
 			}
 			zero = resp.ID == 0
+			if zero && serr == nil {
+				t.Fatalf("an id-0 answer, which closes the connection, and Serve went on: %.200q", body)
+			}
 		}
 	})
 }
