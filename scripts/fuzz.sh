@@ -4,11 +4,14 @@
 # A failing input is written by go test under the package's
 # testdata/fuzz/FuzzX/: commit it with the fix, as a regression case.
 # Needs no root. FUZZPARALLEL sets the workers per target (default: all
-# CPUs); FUZZ picks targets by an extended regexp on their names.
+# CPUs); FUZZ picks targets by an extended regexp on their names;
+# FUZZMINIMIZETIME bounds minimizing an input (default 5s, not go test's
+# 60s, which would eat a short run's whole budget on one input).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/go/bin:$PATH
 fuzztime=${FUZZTIME:-10s}
+minimize=${FUZZMINIMIZETIME:-5s}
 filter=${FUZZ:-.}
 parallel=()
 if [[ -n "${FUZZPARALLEL:-}" ]]; then
@@ -32,7 +35,7 @@ for t in "${targets[@]}"; do
 	dir=${t% *}
 	name=${t#* }
 	echo "=== $name (./$dir, $fuzztime)"
-	if go test -run '^$' -fuzz "^${name}\$" -fuzztime "$fuzztime" "${parallel[@]}" "./$dir" >"$log" 2>&1; then
+	if go test -run '^$' -fuzz "^${name}\$" -fuzztime "$fuzztime" -fuzzminimizetime "$minimize" "${parallel[@]}" "./$dir" >"$log" 2>&1; then
 		# The last progress line: executions, their rate, corpus size.
 		grep '^fuzz: elapsed' "$log" | tail -n 1
 	else
