@@ -78,9 +78,9 @@ func DecoySeen(t ledger.Trial, r *http.Request, body []byte) string {
 	return ""
 }
 
-// percentUndone undoes every well-formed %XX escape in s, again and again
-// while that changes it (at most 8 times: %2541 is %41 is A), and leaves
-// a malformed one and '+' as they are.
+// percentUndone undoes every well-formed %XX escape in s (ParseUint takes
+// no sign), again and again while that changes it (at most 8 times: %2541
+// is %41 is A), and leaves a malformed one and '+' as they are.
 func percentUndone(s string) string {
 	for range 8 {
 		if !strings.Contains(s, "%") {
@@ -89,7 +89,7 @@ func percentUndone(s string) string {
 		var b strings.Builder
 		for i := 0; i < len(s); i++ {
 			if s[i] == '%' && i+2 < len(s) {
-				if v, err := strconv.ParseUint(s[i+1:i+3], 16, 8); err == nil && s[i+1] != '+' && s[i+1] != '-' {
+				if v, err := strconv.ParseUint(s[i+1:i+3], 16, 8); err == nil {
 					b.WriteByte(byte(v))
 					i += 2
 					continue
