@@ -7,7 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -53,13 +53,11 @@ func DecoySeen(t ledger.Trial, r *http.Request, body []byte) string {
 		return strings.Contains(s, t.DecoyKeyID) || strings.Contains(s, t.DecoySecret)
 	}
 	// Every form it may take: as sent, and each JSON string of the body
-	// decoded, and again with its percent-escapes undone (a URL).
+	// decoded, and again with its percent-escapes undone (a URL), each
+	// well-formed escape even where others are not, and escapes of
+	// escapes too: a server at the other end reads them so.
 	unescaped := func(v string) bool {
-		if has(v) {
-			return true
-		}
-		u, err := url.QueryUnescape(v)
-		return err == nil && has(u)
+		return has(v) || has(percentUndone(v))
 	}
 	switch {
 	case unescaped(r.URL.Path) || unescaped(r.URL.RawQuery):
@@ -79,6 +77,33 @@ func DecoySeen(t ledger.Trial, r *http.Request, body []byte) string {
 		}
 	}
 	return ""
+}
+
+// percentUndone undoes every well-formed %XX escape in s (ParseUint takes
+// no sign), again and again while that changes it (at most 8 times: %2541
+// is %41 is A), and leaves a malformed one and '+' as they are.
+func percentUndone(s string) string {
+	for range 8 {
+		if !strings.Contains(s, "%") {
+			return s
+		}
+		var b strings.Builder
+		for i := 0; i < len(s); i++ {
+			if s[i] == '%' && i+2 < len(s) {
+				if v, err := strconv.ParseUint(s[i+1:i+3], 16, 8); err == nil {
+					b.WriteByte(byte(v))
+					i += 2
+					continue
+				}
+			}
+			b.WriteByte(s[i])
+		}
+		if b.Len() == len(s) {
+			return s
+		}
+		s = b.String()
+	}
+	return s
 }
 
 // anyString reports whether f holds for any string in a decoded JSON value.

@@ -274,13 +274,19 @@ func validPrefix(p string) bool {
 	return true
 }
 
+// cleanAbs is a path the rig can hand the kernel as it is: absolute,
+// clean, and without a NUL byte (which no system call takes).
+func cleanAbs(p string) bool {
+	return filepath.IsAbs(p) && filepath.Clean(p) == p && !strings.ContainsRune(p, 0)
+}
+
 // MaxLanes bounds lanes and timing users: each kind has 99 uids in the layout.
 const MaxLanes = 99
 
 // Validate checks every value and names the key at fault.
 func (c *Config) Validate() error {
 	for key, p := range map[string]string{"state_dir": c.StateDir, "secrets_dir": c.SecretsDir, "gpu.dev_root": c.GPU.DevRoot, "gpu.proc_root": c.GPU.ProcRoot, "host.proc_root": c.Host.ProcRoot, "host.sys_root": c.Host.SysRoot} {
-		if !filepath.IsAbs(p) || filepath.Clean(p) != p {
+		if !cleanAbs(p) {
 			return fmt.Errorf("%s: %q is not a clean absolute path", key, p)
 		}
 	}
@@ -301,7 +307,7 @@ func (c *Config) Validate() error {
 	}
 	seen := map[string]bool{}
 	for _, p := range c.ClosedTmp {
-		if !filepath.IsAbs(p) || filepath.Clean(p) != p || p == "/" {
+		if !cleanAbs(p) || p == "/" {
 			return fmt.Errorf("closed_tmp: %q is not a clean absolute path other than /", p)
 		}
 		if seen[p] {
@@ -345,7 +351,7 @@ func (c *Config) Validate() error {
 	}
 	a := c.API
 	switch {
-	case a.Socket != "" && (!filepath.IsAbs(a.Socket) || filepath.Clean(a.Socket) != a.Socket):
+	case a.Socket != "" && !cleanAbs(a.Socket):
 		return fmt.Errorf("api.socket: %q is not a clean absolute path", a.Socket)
 	case a.MaxConnsPerToken < 1:
 		return fmt.Errorf("api.max_conns_per_token: %d must be at least 1", a.MaxConnsPerToken)
@@ -405,7 +411,7 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("trial.disk_check: %s must be at least 100ms", c.Trial.DiskCheck)
 	}
 	for key, p := range map[string]string{"image.supervisor_dir": c.Image.SupervisorDir, "image.inbox": c.Image.Inbox, "image.outbox": c.Image.Outbox} {
-		if p != "" && (!filepath.IsAbs(p) || filepath.Clean(p) != p) {
+		if p != "" && !cleanAbs(p) {
 			return fmt.Errorf("%s: %q is not a clean absolute path", key, p)
 		}
 	}

@@ -132,8 +132,9 @@ func (s *Server) Serve(r io.Reader, w io.Writer) error {
 			return fmt.Errorf("lanefs: reading a request: %w", err)
 		}
 		id, op, ok := peekOp(body)
-		if !ok {
-			// Not the shape our client writes: decode it whole.
+		if !ok || id == 0 {
+			// Not the shape our client writes (which never uses id 0):
+			// decode it whole.
 			var req wireRequest
 			err := json.Unmarshal(body, &req)
 			id, op = req.ID, req.Op
