@@ -41,7 +41,13 @@ func (a *agentClient) do(method, path string, body any) (int, map[string]any, st
 	if a.token != "" {
 		req.Header.Set("Authorization", "Bearer "+a.token)
 	}
-	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+	if rd != nil {
+		// As a careful client does: the body goes only once the server
+		// wants it, so a body refused by its length is answered 413, not
+		// cut off mid-write.
+		req.Header.Set("Expect", "100-continue")
+	}
+	c := &http.Client{Transport: &http.Transport{ExpectContinueTimeout: 10 * time.Second, DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		var d net.Dialer
 		return d.DialContext(ctx, "unix", a.socket)
 	}}}
