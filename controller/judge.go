@@ -563,25 +563,8 @@ func plainTree(base, root, why string) error {
 			}
 			return nil
 		}
-		return fmt.Errorf("judge: %s is not a plain file or folder (%s): %s", rel, kindOf(st.Mode), why)
+		return fmt.Errorf("judge: %s is not a plain file or folder (%s): %s", rel, hashtree.Kind(st.Mode), why)
 	})
-}
-
-// kindOf names a file type for an error.
-func kindOf(mode uint32) string {
-	switch mode & unix.S_IFMT {
-	case unix.S_IFLNK:
-		return "a symlink"
-	case unix.S_IFIFO:
-		return "a FIFO"
-	case unix.S_IFSOCK:
-		return "a socket"
-	case unix.S_IFCHR:
-		return "a character device"
-	case unix.S_IFBLK:
-		return "a block device"
-	}
-	return fmt.Sprintf("mode %o", mode&unix.S_IFMT)
 }
 
 // CheckOut is what the check is told out/ is: the run's out/, as the

@@ -52,6 +52,13 @@ func setOwnerMode(fd, uid, gid int, mode os.FileMode) error {
 
 // placeFile makes a new file at path with the given owner and mode.
 func placeFile(stateDir, path string, uid, gid int, mode os.FileMode) error {
+	return placeContent(stateDir, path, "thermite self-test canary\n", uid, gid, uint32(mode.Perm()))
+}
+
+// placeContent makes a new file at path holding content, then sets its
+// owner and then its raw mode (set-id bits included: chown clears them,
+// so the mode comes after), all through the new file's descriptor.
+func placeContent(stateDir, path, content string, uid, gid int, mode uint32) error {
 	pfd, err := openParent(stateDir, path)
 	if err != nil {
 		return err
@@ -62,10 +69,16 @@ func placeFile(stateDir, path string, uid, gid int, mode os.FileMode) error {
 		return fmt.Errorf("%s: %w", path, err)
 	}
 	defer unix.Close(fd)
-	if _, err := unix.Write(fd, []byte("thermite self-test canary\n")); err != nil {
+	if _, err := unix.Write(fd, []byte(content)); err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
-	return setOwnerMode(fd, uid, gid, mode)
+	if err := unix.Fchownat(fd, "", uid, gid, unix.AT_EMPTY_PATH); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if err := unix.Chmod("/proc/self/fd/"+strconv.Itoa(fd), mode); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
 }
 
 // placeDir makes a new folder at path with the given owner and mode.

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"strconv"
 
 	"golang.org/x/sys/unix"
 
@@ -104,29 +103,9 @@ func removeIPCCanary(kind string, key int32, id int) {
 }
 
 // placeSetIDFile makes a new file at path, owned by uid:gid, mode 06755,
-// through descriptors as placeFile does. The mode is set after the owner:
-// chown clears set-id bits.
+// through descriptors as placeFile does.
 func placeSetIDFile(stateDir, path string, uid, gid int) error {
-	pfd, err := openParent(stateDir, path)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(pfd)
-	fd, err := unix.Openat(pfd, filepath.Base(path), unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
-	if err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	defer unix.Close(fd)
-	if _, err := unix.Write(fd, []byte("#!/bin/sh\n")); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	if err := unix.Fchownat(fd, "", uid, gid, unix.AT_EMPTY_PATH); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	if err := unix.Chmod("/proc/self/fd/"+strconv.Itoa(fd), 0o6755); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	return nil
+	return placeContent(stateDir, path, "#!/bin/sh\n", uid, gid, 0o6755)
 }
 
 // linkedSetIDGone looks, after the run, at the set-id file the lane's probe

@@ -250,7 +250,7 @@ func (h *hasher) plainEntry(dir int, name, rel string, st *unix.Stat_t) error {
 		}
 		return fmt.Errorf("hashtree: %s: a symlink (to %q): a stored build holds files and folders only", rel, target)
 	}
-	return fmt.Errorf("hashtree: %s: %s, not a file or folder", rel, kind(st.Mode))
+	return fmt.Errorf("hashtree: %s: %s, not a file or folder", rel, Kind(st.Mode))
 }
 
 func (h *hasher) readlink(dir int, name string) (string, error) {
@@ -266,8 +266,11 @@ func (h *hasher) readlink(dir int, name string) (string, error) {
 	}
 }
 
-func kind(mode uint32) string {
+// Kind names a file type for an error ("a symlink", "a FIFO", …).
+func Kind(mode uint32) string {
 	switch mode & unix.S_IFMT {
+	case unix.S_IFLNK:
+		return "a symlink"
 	case unix.S_IFIFO:
 		return "a FIFO"
 	case unix.S_IFCHR:
