@@ -214,6 +214,9 @@ closed_tmp = [%q, %q, %q]
 	return r
 }
 
+// reserveDir holds one marker per uid range a running test holds.
+const reserveDir = "/run/thermite-testrig"
+
 // freeIDs picks a role prefix and a uid base that nothing on the machine
 // uses: no user or group id in [base, base+500).
 func freeIDs(t testing.TB) (string, int) {
@@ -229,11 +232,22 @@ func freeIDs(t testing.TB) (string, int) {
 			}
 		}
 	}
-	for i := 0; i < 100; i++ {
-		base := 40000 + 1000*rand.IntN(19)
+	// Tests in other processes (other packages, other checkouts) pick at
+	// the same time, before any of them has written its users: a marker
+	// made with O_EXCL reserves the range until this test ends.
+	os.MkdirAll(reserveDir, 0o700)
+	for i := 0; i < 200; i++ {
+		base := 40000 + 1000*rand.IntN(150)
 		if used[base/1000] {
 			continue
 		}
+		marker := filepath.Join(reserveDir, strconv.Itoa(base))
+		f, err := os.OpenFile(marker, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+		if err != nil {
+			continue
+		}
+		f.Close()
+		t.Cleanup(func() { os.Remove(marker) })
 		letters := "abcdefghijklmnopqrstuvwxyz"
 		p := "t"
 		for j := 0; j < 3; j++ {
@@ -241,7 +255,7 @@ func freeIDs(t testing.TB) (string, int) {
 		}
 		return p + "-", base
 	}
-	t.Fatal("no free uid range in 40000..59000")
+	t.Fatal("no free uid range in 40000..189000")
 	return "", 0
 }
 
