@@ -159,6 +159,15 @@ func (b *Broker) dispatch(c *rpc.Conn, req *rpc.Request, files []*os.File, cred 
 			return fail(err)
 		}
 		return &rpc.Response{}, true
+	case rpc.OpRetire:
+		if req.Retire == nil {
+			return fail(fmt.Errorf("retire_folder: missing retire_folder field"))
+		}
+		res, err := b.RetireFolder(req.Retire)
+		if err != nil {
+			return fail(err)
+		}
+		return &rpc.Response{Retire: res}, true
 	case rpc.OpClearSetID:
 		if req.ClearSetID == nil {
 			return fail(fmt.Errorf("clear_setid: missing clear_setid field"))

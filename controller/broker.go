@@ -70,14 +70,6 @@ func (b *brokerClient) stopUser(role string) (int, error) {
 	return resp.StopUser.Stopped, nil
 }
 
-func (b *brokerClient) clearSetID(role string) (*rpc.SetIDReport, error) {
-	resp, err := b.call(&rpc.Request{Op: rpc.OpClearSetID, ClearSetID: &rpc.ClearSetIDRequest{Role: role}})
-	if err != nil {
-		return nil, err
-	}
-	return resp.ClearSetID, nil
-}
-
 func (b *brokerClient) status() (*rpc.Status, error) {
 	resp, err := b.call(&rpc.Request{Op: rpc.OpStatus})
 	if err != nil {

@@ -43,6 +43,7 @@ type Controller struct {
 	bodies *byteBudget
 
 	mu      sync.Mutex
+	pruneMu sync.Mutex // one prune of ended trials at a time
 	trials  map[string]*trialRT
 	apiAddr string // the harness API's TCP address, once it listens
 	apiTCP  string // the address of the listener the broker handed over
@@ -148,6 +149,7 @@ func (c *Controller) serve() error {
 	}
 	c.resumeTrials()
 	go c.watchDisks()
+	go c.watchRetention()
 	c.recordSelftest()
 	go func() {
 		t := time.NewTicker(30 * time.Second)

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"time"
 
 	"thermite/controller/ledger"
 	"thermite/internal/rpc"
@@ -107,6 +108,35 @@ func (c *Controller) operatorRoutes() http.Handler {
 		}
 		c.mu.Unlock()
 		writeJSON(w, 200, out)
+	})
+	mux.HandleFunc("POST /v1/trials/prune", func(w http.ResponseWriter, r *http.Request) {
+		var req PruneRequest
+		if !decode(w, r, 4<<10, &req) {
+			return
+		}
+		older := time.Duration(0)
+		if req.OlderThan != "" {
+			d, err := time.ParseDuration(req.OlderThan)
+			if err != nil || d < 0 {
+				writeError(w, http.StatusBadRequest, fmt.Sprintf("older_than: %q is not a duration of 0 or more (like 2h)", req.OlderThan))
+				return
+			}
+			older = d
+		}
+		res, err := c.pruneEnded(older)
+		if err != nil {
+			writeError(w, 500, err.Error())
+			return
+		}
+		writeJSON(w, 200, res)
+	})
+	mux.HandleFunc("GET /v1/trials/kept", func(w http.ResponseWriter, r *http.Request) {
+		k, err := c.keptEnded()
+		if err != nil {
+			writeError(w, 500, err.Error())
+			return
+		}
+		writeJSON(w, 200, k)
 	})
 	trialCommand := func(run func(http.ResponseWriter, *http.Request, *trialRT, ExecRequest)) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {

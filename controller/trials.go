@@ -400,10 +400,6 @@ func (c *Controller) EndTrial(id, reason string) error {
 	if err != nil {
 		return err
 	}
-	if rt != nil {
-		// Once more at its end: what its folders hold.
-		rt.t.DiskBytes, _ = c.measure(t.Lane)
-	}
 	laneRole, _ := c.table.Lane(t.Lane)
 	agentRole, _ := c.table.Agent(t.Lane)
 	var errs []error
@@ -413,20 +409,21 @@ func (c *Controller) EndTrial(id, reason string) error {
 		stopped += n
 		errs = append(errs, err)
 	}
-	rep, err := c.broker.clearSetID(laneRole.Name)
-	errs = append(errs, err)
+	// The one walk of its end: what its folders hold, for the ledger and
+	// for what the rig keeps of ended trials.
+	if n, err := c.measure(t.Lane); err == nil {
+		t.DiskBytes = n
+		errs = append(errs, c.ledger.SetTrialDisk(id, n))
+	} else if rt != nil {
+		t.DiskBytes = rt.t.DiskBytes
+	}
+	// The research area is published (a walk that also clears set-id
+	// bits); the workspace and agent folder are not walked again: the
+	// trial's folder becomes root's alone in one step, out of every
+	// role's reach, and is removed when the rig keeps it no longer.
 	area := filepath.Join(t.ResearchDir, "lanes", laneRole.Name)
-	errs = append(errs,
-		c.broker.publish(area),
-		c.broker.handFolder(t.Workspace, "thermite", 0o700, false),
-		c.broker.handFolder(t.AgentDir, "thermite", 0o700, false))
-	data := map[string]any{"reason": reason, "processes_stopped": stopped}
-	if rt != nil {
-		data["disk_bytes"] = rt.t.DiskBytes
-	}
-	if rep != nil {
-		data["setid_cleared"] = len(rep.Cleared)
-	}
+	errs = append(errs, c.broker.publish(area), c.retireTrial(t))
+	data := map[string]any{"reason": reason, "processes_stopped": stopped, "disk_bytes": t.DiskBytes}
 	c.event("trial.end", t, data)
 	c.log.Info("trial ended", "trial", id, "reason", reason, "processes_stopped", stopped)
 	return errors.Join(errs...)

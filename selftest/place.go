@@ -147,9 +147,9 @@ func removeAt(dirfd int, name string, depth int) {
 }
 
 // readToken reads a token of an ended trial beneath trials: a plain file
-// with one link, owned by the controller's user, read without following a
+// with one link, owned by a user owner accepts, read without following a
 // symlink or blocking, and at most 256 bytes.
-func readToken(trials, rel string, ctlUID int) (string, error) {
+func readToken(trials, rel string, owner func(uid int) bool) (string, error) {
 	f, err := confined.Open(trials, rel, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOFOLLOW)
 	if err != nil {
 		return "", err
@@ -159,8 +159,8 @@ func readToken(trials, rel string, ctlUID int) (string, error) {
 	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
 		return "", err
 	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink != 1 || int(st.Uid) != ctlUID {
-		return "", errors.New("not a plain file of the controller's")
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink != 1 || !owner(int(st.Uid)) {
+		return "", errors.New("not a plain file of an agent's")
 	}
 	buf := make([]byte, 256)
 	n, _ := f.Read(buf)

@@ -555,18 +555,22 @@ func listenCanaries(c *Context, undo *[]func()) error {
 	return nil
 }
 
-// endedToken finds the token of a trial that has ended: its agent folder
-// is back in the controller's hands.
+// endedToken finds the token of a trial that has ended: its trial folder
+// is retired (root's, 0700) and its agent folder still holds the token,
+// the agent's file.
 func endedToken(c *Context) string {
 	trials := filepath.Join(c.Cfg.ScratchDir(), "trials")
 	ids, _ := readNames(trials)
+	isAgent := func(uid int) bool {
+		r, ok := c.Table.ByUID(uid)
+		return ok && r.Kind == roles.Agent
+	}
 	for _, id := range ids {
-		ad := filepath.Join(trials, id, "agent")
-		st, err := os.Lstat(ad)
-		if err != nil || !st.IsDir() || int(st.Sys().(*syscall.Stat_t).Uid) != c.Table.Controller().UID {
+		st, err := os.Lstat(filepath.Join(trials, id))
+		if err != nil || !st.IsDir() || st.Sys().(*syscall.Stat_t).Uid != 0 || st.Mode().Perm() != 0o700 {
 			continue
 		}
-		if tok, err := readToken(trials, filepath.Join(id, "agent", "token"), c.Table.Controller().UID); err == nil && tok != "" {
+		if tok, err := readToken(trials, filepath.Join(id, "agent", "token"), isAgent); err == nil && tok != "" {
 			return tok
 		}
 	}

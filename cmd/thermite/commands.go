@@ -357,6 +357,10 @@ func statusCmd() *cobra.Command {
 					if err := ctlCall(cfg, "GET", "/v1/trials", nil, &ts); err == nil {
 						diskAlerts(os.Stdout, ts)
 					}
+					var k controller.Kept
+					if err := ctlCall(cfg, "GET", "/v1/trials/kept", nil, &k); err == nil {
+						fmt.Printf("ended trials kept: %d folders, %d MiB (trial.retain_ended %s; thermite trial prune removes them now)\n", k.Trials, k.Bytes>>20, cfg.Trial.RetainEnded)
+					}
 				}
 				fmt.Print("host check: ")
 				printHostCheck(host, false)

@@ -253,7 +253,11 @@ func trialCmd() *cobra.Command {
 				if !t.Ended.IsZero() {
 					ended = t.Ended.Format(time.RFC3339)
 				}
-				fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", t.ID, t.Lane, t.Run, t.State, t.Started.Format(time.RFC3339), ended, diskCell(t), termsafe.Line(t.EndReason))
+				state := t.State
+				if !t.Removed.IsZero() {
+					state += ", removed"
+				}
+				fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", t.ID, t.Lane, t.Run, state, t.Started.Format(time.RFC3339), ended, diskCell(t), termsafe.Line(t.EndReason))
 			}
 			if err := w.Flush(); err != nil {
 				return err
@@ -263,7 +267,35 @@ func trialCmd() *cobra.Command {
 		},
 	}
 	list.Flags().BoolVar(&listJSON, "json", false, "print JSON")
-	c.AddCommand(start, execCmd, agentCmd, end, list)
+	var olderThan time.Duration
+	prune := &cobra.Command{
+		Use:   "prune [--older-than D]",
+		Short: "Remove the folders of ended trials now (the ledger and published research areas stay)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := rootConfig("trial prune")
+			if err != nil {
+				return err
+			}
+			if olderThan < 0 {
+				return fmt.Errorf("trial prune: --older-than %s must be 0 or more", olderThan)
+			}
+			var res controller.PruneResult
+			if err := ctlCall(cfg, "POST", "/v1/trials/prune", controller.PruneRequest{OlderThan: olderThan.String()}, &res); err != nil {
+				return fmt.Errorf("trial prune: %w", err)
+			}
+			fmt.Printf("removed the folders of %d ended trials: %d entries, %d MiB\n", len(res.Trials), res.Entries, res.Bytes>>20)
+			for _, e := range res.Errors {
+				fmt.Fprintf(os.Stderr, "trial prune: %s\n", termsafe.Line(e))
+			}
+			if len(res.Errors) > 0 {
+				return &exitError{code: 1, msg: fmt.Sprintf("trial prune: %d trials' folders could not be removed", len(res.Errors))}
+			}
+			return nil
+		},
+	}
+	prune.Flags().DurationVar(&olderThan, "older-than", 0, "only trials that ended at least this long ago")
+	c.AddCommand(start, execCmd, agentCmd, end, list, prune)
 	return c
 }
 
@@ -271,6 +303,8 @@ func trialCmd() *cobra.Command {
 // that it cannot be measured.
 func diskCell(t controller.TrialStatus) string {
 	switch {
+	case t.Disk == nil && t.State != "open" && t.Removed.IsZero():
+		return fmt.Sprintf("%d MiB kept", t.DiskBytes>>20)
 	case t.Disk == nil:
 		return "-"
 	case t.Disk.Error != "":

@@ -45,6 +45,9 @@ type Trial struct {
 	DecoySecret string `json:"decoy_secret,omitempty"`
 	// DiskBytes is what its folders held when it was last measured.
 	DiskBytes int64 `json:"disk_bytes,omitempty"`
+	// Removed is when an ended trial's folder (workspace and agent folder)
+	// was removed; zero while it is kept.
+	Removed time.Time `json:"removed,omitempty"`
 }
 
 // HashToken is the hex SHA-256 of a trial token, the only form of it the
@@ -218,5 +221,41 @@ func (l *Ledger) EndTrial(id, reason string, at time.Time) error {
 			return lanes.Delete(laneKey(t.Lane))
 		}
 		return nil
+	})
+}
+
+// SetTrialDisk records what a trial's folders held when last measured.
+func (l *Ledger) SetTrialDisk(id string, bytes int64) error {
+	return l.changeTrial("measure trial "+id, id, func(t *Trial) error {
+		t.DiskBytes = bytes
+		return nil
+	})
+}
+
+// TrialRemoved records that an ended trial's folder is gone.
+func (l *Ledger) TrialRemoved(id string, at time.Time) error {
+	return l.changeTrial("remove trial "+id, id, func(t *Trial) error {
+		if t.State == TrialOpen {
+			return fmt.Errorf("%w: trial %s is open", ErrInvalid, id)
+		}
+		t.Removed = utc(at)
+		return nil
+	})
+}
+
+func (l *Ledger) changeTrial(op, id string, f func(t *Trial) error) error {
+	return l.update(op, func(tx *bolt.Tx) error {
+		var t Trial
+		ok, err := getJSON(tx, tTrials, id, &t)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("trial %s: %w", id, ErrNotFound)
+		}
+		if err := f(&t); err != nil {
+			return err
+		}
+		return putJSON(tx, tTrials, []byte(id), t)
 	})
 }

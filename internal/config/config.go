@@ -104,6 +104,11 @@ type Cgroup struct {
 type Trial struct {
 	DiskCapMB int64    `toml:"disk_cap_mb" json:"disk_cap_mb"`
 	DiskCheck Duration `toml:"disk_check" json:"disk_check"`
+	// RetainEnded is how long an ended trial's folder (its workspace and
+	// agent folder, root's alone once it ends) is kept before it is
+	// removed in the background; 0 removes it as soon as the trial ends.
+	// The ledger and the published research area are kept regardless.
+	RetainEnded Duration `toml:"retain_ended" json:"retain_ended"`
 }
 
 // Image describes the container the rig runs in: the one-container image
@@ -192,7 +197,7 @@ func Default() Config {
 		Network: map[string]string{},
 		Perf:    []string{},
 		Cgroup:  Cgroup{Enabled: true, MemoryMB: 4096, Pids: 1024},
-		Trial:   Trial{DiskCapMB: 5120, DiskCheck: Duration{2 * time.Second}},
+		Trial:   Trial{DiskCapMB: 5120, DiskCheck: Duration{2 * time.Second}, RetainEnded: Duration{24 * time.Hour}},
 		Image: Image{
 			SupervisorDir: "/var/lib/thermite-supervisor",
 			Inbox:         "/var/lib/thermite-inbox",
@@ -409,6 +414,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Trial.DiskCheck.Duration < 100*time.Millisecond {
 		return fmt.Errorf("trial.disk_check: %s must be at least 100ms", c.Trial.DiskCheck)
+	}
+	if c.Trial.RetainEnded.Duration < 0 {
+		return fmt.Errorf("trial.retain_ended: %s must be 0 (remove at once) or more", c.Trial.RetainEnded)
 	}
 	for key, p := range map[string]string{"image.supervisor_dir": c.Image.SupervisorDir, "image.inbox": c.Image.Inbox, "image.outbox": c.Image.Outbox} {
 		if p != "" && !cleanAbs(p) {

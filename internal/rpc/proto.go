@@ -29,6 +29,7 @@ const (
 	OpSelftest   = "selftest"
 	OpDiskUsage  = "disk_usage"
 	OpRunFolder  = "run_folder"
+	OpRetire     = "retire_folder"
 )
 
 // Request is one call. Exactly the field named by Op is set.
@@ -42,6 +43,7 @@ type Request struct {
 	Selftest   *SelftestRequest   `json:"selftest,omitempty"`
 	DiskUsage  *DiskUsageRequest  `json:"disk_usage,omitempty"`
 	RunFolder  *RunFolderRequest  `json:"run_folder,omitempty"`
+	Retire     *RetireRequest     `json:"retire_folder,omitempty"`
 }
 
 // DiskUsageRequest measures what a role's user holds in scratch and in the
@@ -71,6 +73,7 @@ type Response struct {
 	Status     *Status           `json:"status,omitempty"`
 	Selftest   *SelftestResult   `json:"selftest,omitempty"`
 	DiskUsage  *DiskUsage        `json:"disk_usage,omitempty"`
+	Retire     *RetireResult     `json:"retire_folder,omitempty"`
 }
 
 // Limits bound one command. Zero takes the rig's default; a request can
@@ -164,6 +167,19 @@ type HandFolderResult struct {
 type RunFolderRequest struct {
 	Path string `json:"path"`
 	Role string `json:"role"`
+}
+
+// RetireRequest takes an ended trial's folder (a folder directly in
+// scratch/trials) from every role: it becomes root's, 0700, in one step
+// rather than a walk, and with Remove it and all it holds are removed.
+type RetireRequest struct {
+	Path   string `json:"path"`
+	Remove bool   `json:"remove,omitempty"`
+}
+
+// RetireResult counts the entries removed.
+type RetireResult struct {
+	Removed int64 `json:"removed"`
 }
 
 // ClearSetIDRequest sweeps a lane's folders for set-id bits.

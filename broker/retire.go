@@ -1,0 +1,92 @@
+package broker
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"thermite/internal/confined"
+	"thermite/internal/procs"
+	"thermite/internal/rpc"
+)
+
+// RetireFolder takes an ended trial's folder from every role at once. The
+// folder itself becomes root's and 0700: no role can reach its workspace
+// or agent folder again, and the controller cannot open it back up, with
+// one change instead of a walk that gives every entry back. The roles stop
+// holding the folders beneath it, so their later commands neither sweep
+// nor measure them. With Remove the folder and everything in it go too.
+//
+// Only a folder directly in scratch/trials, and only once its lane's
+// processes are stopped: while a role's command runs, a folder handed to
+// that role is not retired.
+func (b *Broker) RetireFolder(req *rpc.RetireRequest) (*rpc.RetireResult, error) {
+	trials := filepath.Join(b.cfg.ScratchDir(), "trials")
+	p := filepath.Clean(req.Path)
+	name := filepath.Base(p)
+	if filepath.Dir(p) != trials || name == "." || name == ".." {
+		return nil, fmt.Errorf("retire_folder: %s: not a folder directly in %s", req.Path, trials)
+	}
+	if err := b.forgetBeneath(p); err != nil {
+		return nil, fmt.Errorf("retire_folder: %w", err)
+	}
+	parent, err := confined.OpenRoot(trials)
+	if err != nil {
+		return nil, fmt.Errorf("retire_folder: %w", err)
+	}
+	defer parent.Close()
+	fd, err := unix.Openat(int(parent.Fd()), name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		if req.Remove && err == unix.ENOENT {
+			return &rpc.RetireResult{}, nil
+		}
+		return nil, fmt.Errorf("retire_folder: %s: %w", p, err)
+	}
+	// Owner first, then mode: in between the folder is root's and still
+	// 0711 at most, never open to more than it was.
+	err = unix.Fchown(fd, 0, 0)
+	if err == nil {
+		err = unix.Fchmod(fd, 0o700)
+	}
+	unix.Close(fd)
+	if err != nil {
+		return nil, fmt.Errorf("retire_folder: %s: %w", p, err)
+	}
+	res := &rpc.RetireResult{}
+	if req.Remove {
+		n, err := confined.RemoveTree(parent, name)
+		res.Removed = n
+		if err != nil {
+			return res, fmt.Errorf("retire_folder: remove %s: %w", p, err)
+		}
+		b.log.Info("trial folder removed", "path", p, "entries", n)
+	}
+	return res, nil
+}
+
+// forgetBeneath drops every handed folder at or beneath p from every role,
+// refusing while a role whose folder it is has a command running.
+func (b *Broker) forgetBeneath(p string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for uid, m := range b.handed {
+		for h := range m {
+			if h != p && !strings.HasPrefix(h, p+"/") {
+				continue
+			}
+			if pids, err := procs.ByUID("/proc", uid); err != nil || len(pids) > 0 {
+				return fmt.Errorf("%s: %s is still handed to uid %d, which has %d processes: end its trial first", p, h, uid, len(pids))
+			}
+		}
+	}
+	for _, m := range b.handed {
+		for h := range m {
+			if h == p || strings.HasPrefix(h, p+"/") {
+				delete(m, h)
+			}
+		}
+	}
+	return nil
+}
