@@ -157,8 +157,17 @@ func (c *Controller) watchDisks() {
 			open = append(open, rt)
 		}
 		c.mu.Unlock()
+		// Each trial is measured on its own: a large tree delays only its
+		// own next check, never another trial's. A trial whose check still
+		// runs is not checked twice at once.
 		for _, rt := range open {
-			c.checkDisk(rt)
+			if !rt.checking.CompareAndSwap(false, true) {
+				continue
+			}
+			go func() {
+				defer rt.checking.Store(false)
+				c.checkDisk(rt)
+			}()
 		}
 	}
 }
@@ -244,10 +253,23 @@ func (c *Controller) diskUnmeasured(rt *trialRT, total int64, err error) {
 // diskMeasured records a good measurement, and the end of a run of
 // failures.
 func (c *Controller) diskMeasured(rt *trialRT, total int64) {
+	now := time.Now().UTC()
 	rt.mu.Lock()
-	was, n := rt.disk.Error, rt.disk.Failures
-	rt.disk = DiskState{Bytes: total, Checked: time.Now().UTC()}
+	was, n, prev := rt.disk.Error, rt.disk.Failures, rt.disk.Checked
+	rt.disk = DiskState{Bytes: total, Checked: now}
+	if !prev.IsZero() {
+		rt.disk.IntervalMS = now.Sub(prev).Milliseconds()
+	}
+	slow := rt.disk.IntervalMS > 2*c.cfg.Trial.DiskCheck.Milliseconds()
+	loud := slow && now.Sub(rt.diskLogged) >= 30*time.Second
+	if loud {
+		rt.diskLogged = now
+	}
+	interval := rt.disk.IntervalMS
 	rt.mu.Unlock()
+	if loud {
+		c.log.Error("ALERT: a trial's disk checks fall behind: measured again after more than twice disk_check", "alert", true, "trial", rt.t.ID, "lane", rt.t.Lane, "interval_ms", interval, "disk_check", c.cfg.Trial.DiskCheck.String())
+	}
 	if was != "" {
 		c.trialEvent(rt, "trial.disk.measured", map[string]any{"bytes": total, "after_failures": n})
 		c.log.Warn("a trial's folders can be measured again", "trial", rt.t.ID, "after_failures", n, "bytes", total)

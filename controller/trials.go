@@ -28,6 +28,7 @@ const LaneFSArg = lanefs.Arg
 // trialRT is what an open trial holds while it runs: its file helper and
 // its API accounting.
 type trialRT struct {
+	checking atomic.Bool // a disk check of it runs
 	t        ledger.Trial
 	fs       *lanefs.Client
 	stopFS   func()
@@ -60,6 +61,9 @@ type DiskState struct {
 	Error    string    `json:"error,omitempty"`
 	Since    time.Time `json:"since,omitzero"`
 	Failures int       `json:"failures,omitempty"`
+	// IntervalMS is the real time between its last two measurements; more
+	// than twice disk_check is shown as an alert, never silently.
+	IntervalMS int64 `json:"interval_ms,omitempty"`
 }
 
 // effect decides whether a request of the trial may still act: it runs f

@@ -355,7 +355,8 @@ func statusCmd() *cobra.Command {
 				if st.ControllerUp {
 					var ts []controller.TrialStatus
 					if err := ctlCall(cfg, "GET", "/v1/trials", nil, &ts); err == nil {
-						diskAlerts(os.Stdout, ts)
+						fmt.Println(diskIntervals(ts, cfg.Trial.DiskCheck.Duration))
+						diskAlerts(os.Stdout, ts, cfg.Trial.DiskCheck.Duration)
 					}
 					var k controller.Kept
 					if err := ctlCall(cfg, "GET", "/v1/trials/kept", nil, &k); err == nil {

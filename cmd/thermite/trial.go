@@ -262,7 +262,7 @@ func trialCmd() *cobra.Command {
 			if err := w.Flush(); err != nil {
 				return err
 			}
-			diskAlerts(os.Stderr, ts)
+			diskAlerts(os.Stderr, ts, cfg.Trial.DiskCheck.Duration)
 			return nil
 		},
 	}
@@ -317,13 +317,39 @@ func diskCell(t controller.TrialStatus) string {
 
 // diskAlerts prints a line for every open trial whose folders the rig
 // cannot measure: the rig's failure, retried, shown until it clears.
-func diskAlerts(w io.Writer, ts []controller.TrialStatus) {
+// It also says when a trial's checks fall behind: its folders measured
+// again after more than twice disk_check.
+func diskAlerts(w io.Writer, ts []controller.TrialStatus, check time.Duration) {
 	for _, t := range ts {
-		if d := t.Disk; d != nil && d.Error != "" {
+		d := t.Disk
+		if d == nil {
+			continue
+		}
+		if d.Error != "" {
 			fmt.Fprintf(w, "ALERT: trial %s (lane %d): its folders cannot be measured since %s (%d tries; retrying, the trial goes on): %s\n",
 				t.ID, t.Lane, d.Since.Format(time.RFC3339), d.Failures, termsafe.Line(d.Error))
 		}
+		if real := time.Duration(d.IntervalMS) * time.Millisecond; real > 2*check {
+			fmt.Fprintf(w, "ALERT: trial %s (lane %d): its disk was measured %s after the check before, more than twice disk_check (%s)\n",
+				t.ID, t.Lane, real, check)
+		}
 	}
+}
+
+// diskIntervals is the line status prints about the disk checks of the
+// open trials: the setting and the slowest real interval.
+func diskIntervals(ts []controller.TrialStatus, check time.Duration) string {
+	open, slowest := 0, time.Duration(0)
+	for _, t := range ts {
+		if t.Disk != nil {
+			open++
+			slowest = max(slowest, time.Duration(t.Disk.IntervalMS)*time.Millisecond)
+		}
+	}
+	if open == 0 {
+		return fmt.Sprintf("disk checks: every %s; no open trial", check)
+	}
+	return fmt.Sprintf("disk checks: every %s; %d open trials, slowest real interval %s", check, open, slowest)
 }
 
 func ledgerCmd() *cobra.Command {
