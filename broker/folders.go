@@ -52,6 +52,13 @@ func (b *Broker) HandFolder(req *rpc.HandFolderRequest) (*rpc.HandFolderResult, 
 		return nil, fmt.Errorf("hand_folder: %s: not inside %s", req.Path, strings.Join(b.handableRoots(), ", "))
 	}
 	defer top.Close()
+	if req.TopOnly {
+		if err := b.handTop(top, r, req); err != nil {
+			return nil, fmt.Errorf("hand_folder: %s: %w", req.Path, err)
+		}
+		b.recordHanded(r, req.Path)
+		return &rpc.HandFolderResult{Changed: 1}, nil
+	}
 	uids := b.uidSet()
 	changed, skipped, err := confined.ChownTree(top, r.UID, r.GID, func(uid int) bool { return uids[uid] }, req.ReadOnly, req.Publish, req.Mode)
 	if err != nil {
@@ -59,6 +66,37 @@ func (b *Broker) HandFolder(req *rpc.HandFolderRequest) (*rpc.HandFolderResult, 
 	}
 	b.recordHanded(r, req.Path)
 	return &rpc.HandFolderResult{Changed: changed, Skipped: skipped}, nil
+}
+
+// handTop gives a folder, and not what it holds, to a role: a trial's
+// workspace that the operator's import made the lane's entry by entry,
+// whose top the controller moved into place. Only beneath scratch/trials,
+// only a folder the controller or the role already owns (never another
+// role's), and never read-only or published.
+func (b *Broker) handTop(top *os.File, r roles.Role, req *rpc.HandFolderRequest) error {
+	if !strings.HasPrefix(req.Path, filepath.Join(b.cfg.ScratchDir(), "trials")+"/") || req.ReadOnly || req.Publish {
+		return fmt.Errorf("top_only is for a trial's workspace beneath scratch/trials, handed writable")
+	}
+	fd, err := unix.Openat(int(top.Fd()), ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return err
+	}
+	if int(st.Uid) != b.table.Controller().UID && int(st.Uid) != r.UID {
+		return fmt.Errorf("owned by uid %d, neither the controller's nor %s's", st.Uid, r.Name)
+	}
+	mode := req.Mode
+	if mode == 0 {
+		mode = 0o700
+	}
+	if err := unix.Fchown(fd, r.UID, r.GID); err != nil {
+		return err
+	}
+	return unix.Fchmod(fd, mode)
 }
 
 // recordHanded notes that path now belongs to r, and no longer to any

@@ -91,3 +91,10 @@ func (b *brokerClient) runFolder(path, role string) error {
 	_, err := b.call(&rpc.Request{Op: rpc.OpRunFolder, RunFolder: &rpc.RunFolderRequest{Path: path, Role: role}})
 	return err
 }
+
+// handTop gives a workspace whose tree is already the lane's: only its top
+// folder changes hands.
+func (b *brokerClient) handTop(path, role string) error {
+	_, err := b.call(&rpc.Request{Op: rpc.OpHandFolder, HandFolder: &rpc.HandFolderRequest{Path: path, Role: role, Mode: 0o700, TopOnly: true}})
+	return err
+}

@@ -18,6 +18,10 @@ type StartRequest struct {
 	Lane    int    `json:"lane"`
 	Project string `json:"project"`
 	Run     string `json:"run,omitempty"`
+	// LaneOwned says the operator's import already made every entry but
+	// the top the lane's: the controller moves it into place and the
+	// broker hands over only its top, so a trial's start copies once.
+	LaneOwned bool `json:"lane_owned,omitempty"`
 }
 
 // TrialStatus is a trial as `thermite trial list` shows it: its record
@@ -82,7 +86,7 @@ func (c *Controller) operatorRoutes() http.Handler {
 		if !decode(w, r, 1<<20, &req) {
 			return
 		}
-		info, err := c.StartTrial(req.Lane, req.Project, req.Run)
+		info, err := c.StartTrial(req)
 		if err != nil {
 			writeError(w, http.StatusConflict, err.Error())
 			return

@@ -137,7 +137,8 @@ func (c *Controller) info(t ledger.Trial) TrialInfo {
 // the lane's user, the agent's folder with the trial's details and token
 // owned by the agent's user, the lane's research area, the record, and the
 // lane's file helper. Anything that fails undoes what was done.
-func (c *Controller) StartTrial(lane int, project, run string) (TrialInfo, error) {
+func (c *Controller) StartTrial(req StartRequest) (TrialInfo, error) {
+	lane, project, run := req.Lane, req.Project, req.Run
 	if lane < 1 || lane > c.cfg.Lanes {
 		return TrialInfo{}, fmt.Errorf("trial: lane %d is out of range 1..%d", lane, c.cfg.Lanes)
 	}
@@ -180,12 +181,24 @@ func (c *Controller) StartTrial(lane int, project, run string) (TrialInfo, error
 	os.Chmod(dir, 0o711)
 	undo = append(undo, func() { c.removeTrialDir(dir) })
 	ws := filepath.Join(dir, "workspace")
-	st, err := copytree.Copy(project, ws, copytree.Options{UID: -1, GID: -1})
-	if err != nil {
-		return TrialInfo{}, fmt.Errorf("trial: %w", err)
-	}
-	if err := c.broker.handFolder(ws, laneRole.Name, 0o700, false); err != nil {
-		return TrialInfo{}, fmt.Errorf("trial: workspace: %w", err)
+	var st copytree.Stats
+	if req.LaneOwned {
+		// The one copy was the import: moved into place, its top handed.
+		if err := os.Rename(project, ws); err != nil {
+			return TrialInfo{}, fmt.Errorf("trial: move the imported project into the workspace (the controller's folder and scratch must be on one file system): %w", err)
+		}
+		if err := c.broker.handTop(ws, laneRole.Name); err != nil {
+			return TrialInfo{}, fmt.Errorf("trial: workspace: %w", err)
+		}
+	} else {
+		var err error
+		st, err = copytree.Copy(project, ws, copytree.Options{UID: -1, GID: -1})
+		if err != nil {
+			return TrialInfo{}, fmt.Errorf("trial: %w", err)
+		}
+		if err := c.broker.handFolder(ws, laneRole.Name, 0o700, false); err != nil {
+			return TrialInfo{}, fmt.Errorf("trial: workspace: %w", err)
+		}
 	}
 	research, err := c.researchRun(run)
 	if err != nil {
@@ -436,6 +449,11 @@ func (c *Controller) EndTrial(id, reason string) error {
 // removeTrialDir undoes a trial folder a failed start left: hand back what
 // was handed, then remove it.
 func (c *Controller) removeTrialDir(dir string) {
+	// The broker removes it whoever owns what is in it; where it cannot
+	// (a role's process still runs), it is handed back and removed here.
+	if _, err := c.broker.retire(dir, true); err == nil {
+		return
+	}
 	for _, sub := range []string{"workspace", "agent"} {
 		p := filepath.Join(dir, sub)
 		if _, err := os.Lstat(p); err == nil {

@@ -95,7 +95,7 @@ func judgeCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			copyDir, err := importProject(cfg, t, project)
+			copyDir, err := importProject(cfg, t, project, t.Controller())
 			if err != nil {
 				return fmt.Errorf("judge build: %w", err)
 			}

@@ -14,14 +14,17 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"thermite/controller"
 	"thermite/controller/ledger"
 	"thermite/internal/config"
+	"thermite/internal/confined"
 	"thermite/internal/copytree"
 	"thermite/internal/rpc"
 	"thermite/internal/termsafe"
@@ -123,9 +126,12 @@ func ctlStream(cfg config.Config, path string, body any, what string) error {
 }
 
 // importProject copies an operator's project into the controller's own
-// folder, owned by the controller's user, so that only the controller
-// reads it.
-func importProject(cfg config.Config, t *roles.Table, src string) (string, error) {
+// folder, where no role can open it. owner owns every entry; the top
+// folder is the controller's, so that the controller can move a trial's
+// import into place as its workspace (the one copy a trial's start makes).
+// The copy runs as root: the controller's folder is opened without
+// following a symlink, and the copy is made through its descriptor.
+func importProject(cfg config.Config, t *roles.Table, src string, owner roles.Role) (string, error) {
 	st, err := os.Stat(src)
 	if err != nil || !st.IsDir() {
 		return "", fmt.Errorf("project %s: not a folder", src)
@@ -136,17 +142,60 @@ func importProject(cfg config.Config, t *roles.Table, src string) (string, error
 		return "", err
 	}
 	os.Chown(dir, ctl.UID, ctl.GID)
-	dst := filepath.Join(dir, time.Now().UTC().Format("20060102T150405")+"-"+randomHex(6))
+	parent, err := confined.Open(cfg.StateDir, dir, unix.O_RDONLY|unix.O_DIRECTORY)
+	if err != nil {
+		return "", fmt.Errorf("project import: %w", err)
+	}
+	defer parent.Close()
+	name := time.Now().UTC().Format("20060102T150405") + "-" + randomHex(6)
+	dst := filepath.Join(dir, name)
 	// Where the kernel does not stop users hard-linking files they cannot
 	// read (fs.protected_hardlinks 0), a tree a role wrote could hold a link
 	// to a root-only file: this copy runs as root, so it refuses them.
 	protected, _ := os.ReadFile("/proc/sys/fs/protected_hardlinks")
 	refuse := strings.TrimSpace(string(protected)) != "1"
-	if _, err := copytree.Copy(src, dst, copytree.Options{UID: ctl.UID, GID: ctl.GID, RefuseLinks: refuse}); err != nil {
+	o := copytree.Options{UID: owner.UID, GID: owner.GID, TopOwned: true, TopUID: ctl.UID, TopGID: ctl.GID, RefuseLinks: refuse}
+	stop := copyProgress(&o, src)
+	_, err = copytree.CopyAt(src, parent, name, o)
+	stop()
+	if err != nil {
 		os.RemoveAll(dst)
 		return "", err
 	}
 	return dst, nil
+}
+
+// copyProgress shows a long copy's progress on the operator's terminal:
+// a line on stderr every second, once the copy has taken a second.
+func copyProgress(o *copytree.Options, src string) (stop func()) {
+	if _, err := unix.IoctlGetTermios(int(os.Stderr.Fd()), unix.TCGETS); err != nil {
+		return func() {}
+	}
+	var files atomic.Int64
+	var bytes atomic.Int64
+	o.Progress = func(f int, b int64) { files.Store(int64(f)); bytes.Store(b) }
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	start := time.Now()
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		shown := false
+		for {
+			select {
+			case <-done:
+				if shown {
+					fmt.Fprintf(os.Stderr, "\rcopying %s: %d files, %d MiB in %s, done\n", termsafe.Line(src), files.Load(), bytes.Load()>>20, time.Since(start).Round(time.Second))
+				}
+				return
+			case <-t.C:
+				shown = true
+				fmt.Fprintf(os.Stderr, "\rcopying %s: %d files, %d MiB", termsafe.Line(src), files.Load(), bytes.Load()>>20)
+			}
+		}
+	}()
+	return func() { close(done); <-finished }
 }
 
 func trialCmd() *cobra.Command {
@@ -166,12 +215,16 @@ func trialCmd() *cobra.Command {
 			if project == "" {
 				return fmt.Errorf("trial start: --project is required")
 			}
-			copyDir, err := importProject(cfg, t, project)
+			laneRole, ok := t.Lane(lane)
+			if !ok {
+				return fmt.Errorf("trial start: lane %d is out of range 1..%d", lane, cfg.Lanes)
+			}
+			copyDir, err := importProject(cfg, t, project, laneRole)
 			if err != nil {
 				return fmt.Errorf("trial start: %w", err)
 			}
 			var info controller.TrialInfo
-			err = ctlCall(cfg, "POST", "/v1/trials", controller.StartRequest{Lane: lane, Project: copyDir, Run: run}, &info)
+			err = ctlCall(cfg, "POST", "/v1/trials", controller.StartRequest{Lane: lane, Project: copyDir, Run: run, LaneOwned: true}, &info)
 			os.RemoveAll(copyDir)
 			if err != nil {
 				return fmt.Errorf("trial start: %w", err)

@@ -34,11 +34,34 @@ type Options struct {
 	// made as root of a tree a role wrote must not read a file the role
 	// hard-linked in from elsewhere.
 	RefuseLinks bool
+	// TopOwned, with TopUID and TopGID, gives the top folder an owner of
+	// its own: a trial's workspace is imported with everything the lane's
+	// but its top the controller's, so that the controller can move it
+	// into place (moving a folder to another parent needs write access to
+	// the folder itself) and the broker then hands over only the top.
+	TopOwned       bool
+	TopUID, TopGID int
+	// Progress, when set, is called after each file with the running
+	// counts.
+	Progress func(files int, bytes int64)
 }
 
 // Copy copies the folder src to dst, which must not exist.
 func Copy(src, dst string, o Options) (Stats, error) {
+	parent, err := os.Open(filepath.Dir(dst))
+	if err != nil {
+		return Stats{}, fmt.Errorf("copy: %w", err)
+	}
+	defer parent.Close()
+	return CopyAt(src, parent, filepath.Base(dst), o)
+}
+
+// CopyAt copies the folder src to name in the open folder parent; name
+// must not exist. The copy is made relative to parent's descriptor, so no
+// name above it is looked up again.
+func CopyAt(src string, parent *os.File, name string, o Options) (Stats, error) {
 	var st Stats
+	dst := filepath.Join(parent.Name(), name)
 	sfd, err := unix.Open(src, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return st, fmt.Errorf("copy: %s: %w", src, err)
@@ -48,10 +71,10 @@ func Copy(src, dst string, o Options) (Stats, error) {
 	if err := unix.Fstat(sfd, &sst); err != nil {
 		return st, fmt.Errorf("copy: %s: %w", src, err)
 	}
-	if err := unix.Mkdir(dst, 0o700); err != nil {
+	if err := unix.Mkdirat(int(parent.Fd()), name, 0o700); err != nil {
 		return st, fmt.Errorf("copy: %s: %w", dst, err)
 	}
-	dfd, err := unix.Open(dst, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	dfd, err := unix.Openat(int(parent.Fd()), name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return st, fmt.Errorf("copy: %s: %w", dst, err)
 	}
@@ -59,7 +82,11 @@ func Copy(src, dst string, o Options) (Stats, error) {
 	if err := copyDir(sfd, dfd, src, dst, o, &st); err != nil {
 		return st, err
 	}
-	if err := finish(dfd, "", dirMode(sst.Mode, o), o); err != nil {
+	top := o
+	if o.TopOwned {
+		top.UID, top.GID = o.TopUID, o.TopGID
+	}
+	if err := finish(dfd, "", dirMode(sst.Mode, o), top); err != nil {
 		return st, fmt.Errorf("copy: %s: %w", dst, err)
 	}
 	st.Dirs++
@@ -165,6 +192,9 @@ func copyDir(sfd, dfd int, src, dst string, o Options, st *Stats) error {
 			st.Bytes += s.Size
 			if reflinked {
 				st.Reflinked++
+			}
+			if o.Progress != nil {
+				o.Progress(st.Files, st.Bytes)
 			}
 		case unix.S_IFLNK:
 			buf := make([]byte, unix.PathMax)

@@ -153,6 +153,11 @@ type HandFolderRequest struct {
 	// Publish makes everything readable by all too (files 0444 or 0555,
 	// folders 0555): a lane's research area when its trial ends.
 	Publish bool `json:"publish,omitempty"`
+	// TopOnly gives only the folder itself, not what it holds: for a
+	// trial's workspace whose tree the operator's import already made the
+	// lane's. Only beneath scratch/trials, and only a folder the
+	// controller or the role owns.
+	TopOnly bool `json:"top_only,omitempty"`
 }
 
 // HandFolderResult counts what changed hands and what was skipped.
