@@ -4,7 +4,7 @@ BIN      := bin/thermite
 GOFLAGS_BUILD := -trimpath
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all build run test vet staticcheck unit bench gpu install clean vm-i386
+.PHONY: all build run test vet staticcheck unit bench soak gpu install clean vm-i386
 
 all: build
 
@@ -44,6 +44,12 @@ vm-i386:
 
 bench: build
 	./scripts/bench.sh
+
+# A rig as it runs all day: 16 lanes starting and ending trials with
+# commands and API calls for SOAK_TIME (default 2m); prints each quarter
+# and how the last compares with the first.
+soak: build
+	$(GO) test -run '^$$' -bench Soak -benchtime 1x -timeout 60m ./cmd/thermite/
 
 # The GPU build: cgo and go-nvml (which loads the driver's library at run
 # time), linked dynamically against glibc only. landlocktsync keeps
