@@ -215,13 +215,12 @@ func judgeAnswer(w http.ResponseWriter, field string, rec any, recorded bool, er
 
 // execInTrial runs a command as the trial's lane, in its workspace.
 func (c *Controller) execInTrial(w http.ResponseWriter, r *http.Request, rt *trialRT, req ExecRequest) ExecFrame {
-	if len(req.Argv) == 0 {
-		writeError(w, http.StatusBadRequest, "argv is empty")
+	run, stdin, err := c.laneRun(rt, req)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
 		return ExecFrame{}
 	}
-	lane, _ := c.table.Lane(rt.t.Lane)
-	run := &rpc.RunRequest{Role: lane.Name, Argv: req.Argv, Env: append(trialEnv(rt.t), req.Env...), Cwd: rt.t.Workspace, Limits: rpc.Limits{TimeoutMS: req.TimeoutMS}}
-	f := c.streamCommand(r.Context(), w, run, c.cfg.API.ExecOutputCap)
+	f := c.streamCommand(r.Context(), w, run, c.cfg.API.ExecOutputCap, stdin)
 	c.afterExec(rt, f)
 	c.trialEvent(rt, "trial.exec", map[string]any{"argv0": filepath.Base(req.Argv[0]), "exit_code": f.ExitCode, "stopped": f.Stopped, "wall_ms": f.WallMS})
 	return f
@@ -246,6 +245,6 @@ func (c *Controller) runAgent(w http.ResponseWriter, r *http.Request, rt *trialR
 		env = append(env, "THERMITE_API_URL="+info.APIURL)
 	}
 	run := &rpc.RunRequest{Role: agent.Name, Argv: req.Argv, Env: env, Home: rt.t.AgentDir, Cwd: rt.t.AgentDir, Limits: rpc.Limits{TimeoutMS: req.TimeoutMS}}
-	f := c.streamCommand(r.Context(), w, run, c.cfg.API.ExecOutputCap)
+	f := c.streamCommand(r.Context(), w, run, c.cfg.API.ExecOutputCap, nil)
 	c.trialEvent(rt, "trial.agent", map[string]any{"argv0": filepath.Base(req.Argv[0]), "exit_code": f.ExitCode, "stopped": f.Stopped})
 }

@@ -98,8 +98,10 @@ func ctlStream(cfg config.Config, path string, body any, what string) error {
 		switch {
 		case f.Stream == "stdout":
 			os.Stdout.WriteString(f.Data)
+			os.Stdout.Write(f.DataB64)
 		case f.Stream == "stderr":
 			os.Stderr.WriteString(f.Data)
+			os.Stderr.Write(f.DataB64)
 		case f.Done:
 			if f.Truncated {
 				fmt.Fprintf(os.Stderr, "thermite: %s: output truncated at %d of %d bytes\n", what, f.OutputCap, f.OutputBytes)

@@ -95,7 +95,10 @@ func frames(t *testing.T, raw string) (stdout string, final controller.ExecFrame
 			t.Fatalf("frame %q: %v", l, err)
 		}
 		if f.Stream == "stdout" {
-			stdout += f.Data
+			stdout += f.Data + string(f.DataB64)
+		}
+		if !f.Done && strings.Contains(l, "exit_code") {
+			t.Fatalf("output frame %s carries an exit code", l)
 		}
 		if f.Done {
 			final = f
