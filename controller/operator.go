@@ -1,8 +1,6 @@
 package controller
 
 import (
-	"encoding/json"
-	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -31,39 +29,14 @@ type EndRequest struct {
 	Reason string `json:"reason,omitempty"`
 }
 
-// decode reads a JSON body with a size limit and no unknown fields.
-func decode(w http.ResponseWriter, r *http.Request, limit int64, v any) bool {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		var tooBig *http.MaxBytesError
-		if ok := asMaxBytes(err, &tooBig); ok {
-			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body over the %d-byte limit", limit))
-			return false
-		}
-		writeError(w, http.StatusBadRequest, "bad JSON: "+err.Error())
-		return false
-	}
-	if dec.More() {
-		writeError(w, http.StatusBadRequest, "bad JSON: trailing data")
+// decode reads a JSON body with a size limit and no unknown fields, or
+// answers the problem with it.
+func decode(w http.ResponseWriter, r *http.Request, limit int64, v any, hidden ...string) bool {
+	if e := decodeStrict(r.Body, limit, v, hidden); e != nil {
+		writeProblem(w, e.status, e.code, e.msg)
 		return false
 	}
 	return true
-}
-
-func asMaxBytes(err error, target **http.MaxBytesError) bool {
-	for err != nil {
-		if e, ok := err.(*http.MaxBytesError); ok {
-			*target = e
-			return true
-		}
-		u, ok := err.(interface{ Unwrap() error })
-		if !ok {
-			return false
-		}
-		err = u.Unwrap()
-	}
-	return false
 }
 
 // operatorRoutes is the operator's door to the controller, on a socket

@@ -81,7 +81,7 @@ func newRoot() *cobra.Command {
 		serveCmd(), brokerCmd(), controllerCmd(),
 		rolesCmd(), configCmd(),
 		runAsCmd(), stopCmd(), statusCmd(),
-		selftestCmd(), checkCmd(), gpusCmd(), trialCmd(), ledgerCmd(), kitCmd(), judgeCmd(),
+		selftestCmd(), checkCmd(), gpusCmd(), trialCmd(), ledgerCmd(), kitCmd(), judgeCmd(), openapiCmd(),
 	)
 	return root
 }

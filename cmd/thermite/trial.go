@@ -62,9 +62,7 @@ func ctlCall(cfg config.Config, method, path string, body, out any) error {
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != 200 {
-		var e struct{ Error string }
-		json.NewDecoder(resp.Body).Decode(&e)
-		return fmt.Errorf("%s", e.Error)
+		return fmt.Errorf("%s", problemDetail(resp.Body))
 	}
 	if out == nil {
 		_, err = io.Copy(os.Stdout, resp.Body)
@@ -84,9 +82,7 @@ func ctlStream(cfg config.Config, path string, body any, what string) error {
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != 200 {
-		var e struct{ Error string }
-		json.NewDecoder(resp.Body).Decode(&e)
-		return fmt.Errorf("%s: %s", what, e.Error)
+		return fmt.Errorf("%s: %s", what, problemDetail(resp.Body))
 	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 1<<20), 8<<20)
@@ -318,4 +314,14 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// problemDetail is the one line of the controller's error answer (an RFC
+// 9457 problem), or what it says of an answer it cannot read.
+func problemDetail(body io.Reader) string {
+	var p controller.Problem
+	if err := json.NewDecoder(io.LimitReader(body, 1<<20)).Decode(&p); err != nil || p.Detail == "" {
+		return "the controller's answer is not a problem it explains"
+	}
+	return p.Detail
 }

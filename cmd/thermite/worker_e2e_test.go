@@ -1,12 +1,19 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"unicode/utf8"
 
 	"thermite/controller"
+	"thermite/internal/testrig"
 )
 
 // TestExecStreamKeepsBytesWhole runs commands through the harness API as
@@ -65,4 +72,86 @@ func TestExecStreamKeepsBytesWhole(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestHarnessAPIKeepsItsDocument drives a real controller: the scheme
+// "bearer" in lower case is taken, a known path with a wrong method is
+// 405 with Allow, the file helper's root is refused as an unknown field,
+// refusals are RFC 9457 problems naming no type of the server's, the
+// served document is docs/openapi.json, and no answer of the whole run
+// had a status the document does not declare (the controller logs any).
+func TestHarnessAPIKeepsItsDocument(t *testing.T) {
+	r := newRig(t)
+	p := makeProject(t, r)
+	_, a := startTrial(t, r, 1, p)
+
+	lower := &agentClient{t: t, socket: a.socket}
+	req := func(method, path, auth, body string) (int, http.Header, string) {
+		hr, _ := http.NewRequest(method, "http://api"+path, strings.NewReader(body))
+		if auth != "" {
+			hr.Header.Set("Authorization", auth)
+		}
+		resp, err := unixClient(lower.socket).Do(hr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		raw, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, resp.Header, string(raw)
+	}
+	if code, _, raw := req("GET", "/v1/trial", "bearer "+a.token, ""); code != 200 {
+		t.Errorf("scheme bearer in lower case: %d %s", code, raw)
+	}
+	if code, h, raw := req("GET", "/v1/fs/read", "Bearer "+a.token, ""); code != 405 || h.Get("Allow") != "POST" || !strings.Contains(raw, `"code":"method_not_allowed"`) {
+		t.Errorf("GET /v1/fs/read: %d Allow %q %s", code, h.Get("Allow"), raw)
+	}
+	for body, code := range map[string]string{
+		`{"path":"README","root":1}`:  "unknown_field",
+		`{"path":"README","Root":1}`:  "unknown_field",
+		`[]`:                          "bad_json",
+		`{"path":["README"]}`:         "bad_field",
+		`{"path":"../../etc/passwd"}`: "escape",
+	} {
+		status, h, raw := req("POST", "/v1/fs/read", "Bearer "+a.token, body)
+		var prob controller.Problem
+		json.Unmarshal([]byte(raw), &prob)
+		if status/100 != 4 || prob.Code != code || prob.Status != status || h.Get("Content-Type") != "application/problem+json" ||
+			strings.Contains(raw, "lanefs") || strings.Contains(raw, "Go value") || strings.Contains(raw, "controller.") {
+			t.Errorf("fs/read %s: %d %s, want code %s", body, status, raw, code)
+		}
+	}
+	code, _, raw := req("GET", "/v1/openapi.json", "", "")
+	file, _ := os.ReadFile(filepath.Join(testrig.ModuleRoot(), "docs", "openapi.json"))
+	if code != 200 || raw != string(file) {
+		t.Errorf("GET /v1/openapi.json: %d, not docs/openapi.json", code)
+	}
+	// Every route once, well and badly, then the log.
+	for _, path := range []string{"/v1/fs/list", "/v1/fs/stat", "/v1/fs/find", "/v1/fs/grep", "/v1/research/list", "/v1/research/search", "/v1/steps", "/v1/research/note", "/v1/fetch", "/v1/exec"} {
+		req("POST", path, "Bearer "+a.token, `{}`)
+		req("POST", path, "Bearer "+a.token, `{"nope":1}`)
+		req("POST", path, "", `{}`)
+	}
+	if !strings.Contains(r.LogText(), "controller serving") {
+		t.Fatal("the rig's log holds none of the controller's lines: the check below would see nothing")
+	}
+	if strings.Contains(r.LogText(), "not in the API document") {
+		t.Errorf("an answer's status is not in the document:\n%s", grepLines(r.LogText(), "not in the API document"))
+	}
+}
+
+func unixClient(socket string) *http.Client {
+	return &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", socket)
+	}}}
+}
+
+func grepLines(text, s string) string {
+	var out []string
+	for _, l := range strings.Split(text, "\n") {
+		if strings.Contains(l, s) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
