@@ -31,7 +31,7 @@ type apiRoute struct {
 	Statuses []int
 
 	serve  func(http.ResponseWriter, *http.Request, *trialRT) // with Auth
-	handle http.HandlerFunc                                  // without
+	handle http.HandlerFunc                                   // without
 }
 
 // declared are every status the route answers: 200, its own, and

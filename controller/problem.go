@@ -41,14 +41,14 @@ const (
 	CodeMethodNotAllowed = "method_not_allowed" // the path takes other methods
 	CodeBodyTimeout      = "body_timeout"       // the body did not arrive in time
 	CodeConflict         = "conflict"
-	CodeTooLarge         = "too_large"          // a body, a record or a page over its limit
+	CodeTooLarge         = "too_large" // a body, a record or a page over its limit
 	CodeUnprocessable    = "unprocessable"
-	CodeTooManyRequests  = "too_many_requests"  // over the token's share
-	CodeBusy             = "busy"               // over the whole API's share: try again
+	CodeTooManyRequests  = "too_many_requests" // over the token's share
+	CodeBusy             = "busy"              // over the whole API's share: try again
 	CodeInternal         = "internal"
-	CodeBadGateway       = "bad_gateway"        // the file helper or a fetched server failed
-	CodeTimeout          = "timeout"            // a fetched server did not answer in time
-	CodeFetchRefused     = "fetch_refused"      // a fetch to a refused address or scheme
+	CodeBadGateway       = "bad_gateway"   // the file helper or a fetched server failed
+	CodeTimeout          = "timeout"       // a fetched server did not answer in time
+	CodeFetchRefused     = "fetch_refused" // a fetch to a refused address or scheme
 )
 
 // statusCode is the code of a problem that has no more precise one.
