@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -154,4 +155,104 @@ func grepLines(text, s string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// asAgent runs thermite-trial (as `thermite trial-client`) as the trial's
+// agent-N, in its folder, with the environment thermite gives it, through
+// sh so that it may read stdin from a pipe; it returns what the client
+// printed and its exit status.
+func asAgent(t *testing.T, r *testrig.Rig, trial, script string) (string, string, int) {
+	t.Helper()
+	out, stderr, code := r.Thermite("trial", "agent", trial, "--", "sh", "-c", "tt() { "+r.Bin+" trial-client \"$@\"; }; "+script)
+	return out, stderr, code
+}
+
+// TestTrialClientAsAgentReachesOnlyItsTrial drives a trial only through
+// thermite-trial, run as agent-1 with the environment thermite gives it:
+// it reads and writes its lane's workspace (which agent-1 cannot open
+// itself), runs commands as the lane with their exit status, records steps
+// and notes that read back; it is refused, in one line and a non-zero
+// status, a path out of the workspace, a fetch of loopback, a wrong token,
+// and a missing environment.
+func TestTrialClientAsAgentReachesOnlyItsTrial(t *testing.T) {
+	r := newRig(t)
+	p := makeProject(t, r)
+	info, _ := startTrial(t, r, 1, p)
+	info2, _ := startTrial(t, r, 2, p)
+	lane1 := r.Role("lane-1")
+
+	t.Run("the trial and the workspace through the client", func(t *testing.T) {
+		out, stderr, code := asAgent(t, r, info.ID, `tt trial && echo "new text" | tt fs write notes/a.txt --parents && tt fs read notes/a.txt && tt fs edit notes/a.txt new old && tt fs read notes/a.txt && tt fs list && tt fs grep needle && tt fs find --glob '*.txt' && tt fs stat README && tt fs mkdir d && tt fs delete d`)
+		for _, want := range []string{"trial      " + info.ID, "workspace  " + info.Workspace, "wrote 9 bytes to notes/a.txt", "new text\n", "old text\n", "src/main.txt:2:beta needle", "notes/a.txt", "file 14 bytes", "made d", "removed 1"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("missing %q", want)
+			}
+		}
+		if code != 0 {
+			t.Fatalf("exit %d: %s\n%s", code, stderr, out)
+		}
+		if _, _, code := asAgent(t, r, info.ID, "cat "+info.Workspace+"/README"); code == 0 {
+			t.Fatal("agent-1 reads the workspace itself: the client is not what gives it access")
+		}
+	})
+
+	t.Run("exec as the lane, with its status", func(t *testing.T) {
+		out, _, code := asAgent(t, r, info.ID, "tt exec -- id -u")
+		if code != 0 || strings.TrimSpace(out) != itoa(lane1.UID) {
+			t.Fatalf("exec id -u: %d %q", code, out)
+		}
+		if _, _, code := asAgent(t, r, info.ID, "tt exec -- sh -c 'exit 7'"); code != 7 {
+			t.Fatalf("exit 7 came back as %d", code)
+		}
+		out, _, code = asAgent(t, r, info.ID, "printf 'in\\n' | tt exec --stdin --cwd src -- sh -c 'pwd; cat'")
+		if code != 0 || out != info.Workspace+"/src\nin\n" {
+			t.Fatalf("stdin and cwd: %d %q", code, out)
+		}
+	})
+
+	t.Run("research: note, read back, step, --json", func(t *testing.T) {
+		out, stderr, code := asAgent(t, r, info.ID, "tt research note --title found 'the needle is in src'")
+		if code != 0 || !strings.HasPrefix(out, "notes/") {
+			t.Fatalf("note: %d %q %s", code, out, stderr)
+		}
+		out, _, code = asAgent(t, r, info.ID, "tt research read "+strings.TrimSpace(out)+" && tt research search needle && tt step thought 'looked at src' && tt --json trial")
+		if code != 0 || !strings.Contains(out, "the needle is in src") || !strings.Contains(out, "recorded 13 bytes") || !strings.Contains(out, `"id": "`+info.ID+`"`) {
+			t.Fatalf("read back: %d %q", code, out)
+		}
+	})
+
+	t.Run("refused in one line with a non-zero status", func(t *testing.T) {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		for _, c := range []struct{ script, want string }{
+			{"tt fs read ../../" + filepath.Base(filepath.Dir(info2.Workspace)) + "/workspace/README", "(escape, 403)"},
+			{"tt fs read " + info2.Workspace + "/README", "(escape, 403)"},
+			{"tt research fetch http://" + l.Addr().String() + "/", "(fetch_refused, 403)"},
+			{"THERMITE_TOKEN=" + strings.Repeat("0", 64) + " tt trial", "a valid trial token is required (unauthorized, 401)"},
+			{"env -u THERMITE_TOKEN_FILE HOME=/nonexistent " + r.Bin + " trial-client trial", "no trial token: THERMITE_TOKEN and THERMITE_TOKEN_FILE are unset"},
+			{"tt exec --cwd /etc -- pwd", "field cwd"},
+			{"tt fs frobnicate", `no command "fs frobnicate"`},
+		} {
+			_, stderr, code := asAgent(t, r, info.ID, c.script)
+			if code != 1 || !strings.Contains(stderr, c.want) || strings.Count(strings.TrimSpace(stderr), "\n") != 0 || !strings.HasPrefix(stderr, "thermite-trial: ") {
+				t.Errorf("%s: exit %d %q, want 1 and one line with %q", c.script, code, stderr, c.want)
+			}
+		}
+	})
+
+	t.Run("chosen by its name", func(t *testing.T) {
+		link := filepath.Join(t.TempDir(), "thermite-trial")
+		if err := os.Symlink(r.Bin, link); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(link, "trial")
+		cmd.Env = []string{"THERMITE_API_SOCKET=" + info.APISocket, "THERMITE_TOKEN_FILE=" + info.TokenFile}
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "trial      "+info.ID) {
+			t.Fatalf("thermite-trial trial: %v %s", err, out)
+		}
+	})
 }
