@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -11,7 +12,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"thermite/controller"
 	"thermite/internal/testrig"
@@ -253,6 +257,129 @@ func TestTrialClientAsAgentReachesOnlyItsTrial(t *testing.T) {
 		out, err := cmd.CombinedOutput()
 		if err != nil || !strings.Contains(string(out), "trial      "+info.ID) {
 			t.Fatalf("thermite-trial trial: %v %s", err, out)
+		}
+	})
+}
+
+// mcpSession starts `thermite-trial mcp` as role through the broker
+// (run-as passes stdio), with env, and connects the MCP SDK's own client:
+// the initialize handshake is part of Connect.
+func mcpSession(t *testing.T, r *testrig.Rig, role string, env ...string) *mcp.ClientSession {
+	t.Helper()
+	args := []string{"--config", r.Config, "run-as", role}
+	for _, e := range env {
+		args = append(args, "--env", e)
+	}
+	args = append(args, "--", r.Bin, "trial-client", "mcp")
+	client := mcp.NewClient(&mcp.Implementation{Name: "thermite-test", Version: "1"}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.Command(r.Bin, args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	s, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatalf("MCP initialize as %s: %v\n%s", role, err, stderr.String())
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// callTool calls one tool and returns its text and whether it was a tool
+// error.
+func callTool(t *testing.T, s *mcp.ClientSession, name string, args map[string]any) (string, bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := s.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
+	if err != nil {
+		t.Fatalf("tools/call %s: %v", name, err)
+	}
+	var b strings.Builder
+	for _, c := range res.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			b.WriteString(tc.Text)
+		}
+	}
+	return b.String(), res.IsError
+}
+
+// TestMCPToolsReachOnlyTheTrial speaks MCP, with the SDK's own client, to
+// thermite-trial run as agent-1 (its token file, as thermite gives it)
+// and as lane-1 (the token itself, as a lane harness is given it): the
+// tools are listed with input schemas; a fetch of loopback and a path out
+// of the workspace are tool errors naming why; a note reads back; exec
+// runs as the lane. The lane cannot borrow the agent's token file.
+func TestMCPToolsReachOnlyTheTrial(t *testing.T) {
+	r := newRig(t)
+	p := makeProject(t, r)
+	info, a := startTrial(t, r, 1, p)
+	lane1 := r.Role("lane-1")
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go http.Serve(l, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "secret") }))
+
+	for _, who := range []struct{ role, env string }{
+		{"agent-1", "THERMITE_TOKEN_FILE=" + info.TokenFile},
+		{"lane-1", "THERMITE_TOKEN=" + a.token},
+	} {
+		t.Run("as "+who.role, func(t *testing.T) {
+			s := mcpSession(t, r, who.role, "THERMITE_API_SOCKET="+info.APISocket, who.env)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			tools, err := s.ListTools(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			have := map[string]*mcp.Tool{}
+			for _, tl := range tools.Tools {
+				have[tl.Name] = tl
+			}
+			for _, want := range []string{"trial_info", "fs_read", "fs_write", "fs_edit", "fs_list", "fs_grep", "fs_find", "fs_stat", "fs_delete", "fs_mkdir", "exec", "research_fetch", "research_note", "research_read", "research_list", "research_grep", "research_find", "research_stat", "step"} {
+				tl := have[want]
+				if tl == nil || tl.Description == "" || tl.InputSchema == nil {
+					t.Errorf("tool %s missing or without description and input schema", want)
+				}
+			}
+			schema, _ := json.Marshal(have["exec"].InputSchema)
+			if !strings.Contains(string(schema), `"argv"`) || !strings.Contains(string(schema), `"required":["argv"]`) {
+				t.Errorf("exec's input schema %s", schema)
+			}
+
+			text, isErr := callTool(t, s, "research_fetch", map[string]any{"url": "http://" + l.Addr().String() + "/"})
+			if !isErr || !strings.Contains(text, "fetch_refused") || !strings.Contains(text, "loopback") || strings.Contains(text, "secret") {
+				t.Errorf("fetch of loopback: error %v %q", isErr, text)
+			}
+			text, isErr = callTool(t, s, "research_note", map[string]any{"title": "from " + who.role, "body": "seen by " + who.role})
+			path, ok := strings.CutPrefix(text, "noted: research_read ")
+			if isErr || !ok {
+				t.Fatalf("note: %v %q", isErr, text)
+			}
+			if text, isErr = callTool(t, s, "research_read", map[string]any{"path": path}); isErr || !strings.Contains(text, "seen by "+who.role) {
+				t.Errorf("read the note back: %v %q", isErr, text)
+			}
+			if text, isErr = callTool(t, s, "exec", map[string]any{"argv": []string{"id", "-u"}}); isErr || !strings.Contains(text, "exit status 0\n--- stdout\n"+itoa(lane1.UID)+"\n") {
+				t.Errorf("exec id -u: %v %q", isErr, text)
+			}
+			if text, isErr = callTool(t, s, "exec", map[string]any{"argv": []string{"sh", "-c", "exit 3"}}); isErr || !strings.HasPrefix(text, "exit status 3") {
+				t.Errorf("exec exit 3: %v %q", isErr, text)
+			}
+			if text, isErr = callTool(t, s, "fs_read", map[string]any{"path": "../agent/token"}); !isErr || !strings.Contains(text, "escape") {
+				t.Errorf("fs_read out of the workspace: %v %q", isErr, text)
+			}
+			if text, isErr = callTool(t, s, "exec", map[string]any{"argv": []string{"pwd"}, "cwd": "/etc"}); !isErr || !strings.Contains(text, "cwd") {
+				t.Errorf("exec in /etc: %v %q", isErr, text)
+			}
+		})
+	}
+
+	t.Run("the lane cannot borrow the agent's token file", func(t *testing.T) {
+		_, stderr, code := r.Thermite("run-as", "lane-1", "--env", "THERMITE_API_SOCKET="+info.APISocket, "--env", "THERMITE_TOKEN_FILE="+info.TokenFile, "--", r.Bin, "trial-client", "trial")
+		if code != 1 || !strings.Contains(stderr, "the trial token (THERMITE_TOKEN_FILE)") || !strings.Contains(stderr, "permission denied") {
+			t.Fatalf("exit %d %q", code, stderr)
 		}
 	})
 }
