@@ -21,7 +21,7 @@ import (
 // Usage is thermite-trial's help.
 const Usage = `thermite-trial: the trial's tools, through the harness API with its token
 
-  thermite-trial [--json] COMMAND ...
+  thermite-trial [--json] [--socket PATH | --url URL] [--token-file PATH] COMMAND ...
 
   trial                                  the trial: id, lane, workspace, research folder
   step KIND [TEXT|-]                     record a step of the work (TEXT or stdin)
@@ -46,7 +46,9 @@ const Usage = `thermite-trial: the trial's tools, through the harness API with i
 
 It finds its trial from THERMITE_API_SOCKET (or THERMITE_API_URL) and
 THERMITE_TOKEN (or THERMITE_TOKEN_FILE), which thermite sets for a trial's
-agent. A refusal is one line on stderr and exit status 1.
+agent; the flags stand for them, and $HOME/trial.json and $HOME/token (an
+agent's folder) are read when neither is given. A refusal is one line on
+stderr and exit status 1.
 `
 
 // Main runs thermite-trial with args (without the program's name) and
@@ -61,17 +63,39 @@ func run(args []string, getenv func(string) string, stdin io.Reader, stdout, std
 		return 1
 	}
 	asJSON := false
+	// --socket, --url and --token-file stand for the variables, for an
+	// agent program that passes its MCP servers no environment.
+	given := map[string]string{}
 	for len(args) > 0 && strings.HasPrefix(args[0], "-") {
-		switch args[0] {
-		case "--json":
+		name, val, has := strings.Cut(args[0], "=")
+		env := map[string]string{"--socket": EnvSocket, "--url": EnvURL, "--token-file": EnvTokenFile}[name]
+		switch {
+		case args[0] == "--json":
 			asJSON = true
-		case "-h", "--help":
+		case args[0] == "-h" || args[0] == "--help":
 			io.WriteString(stdout, Usage)
 			return 0
+		case env != "" && has:
+			given[env] = val
+		case env != "" && len(args) > 1:
+			given[env] = args[1]
+			args = args[1:]
 		default:
 			return fail(fmt.Errorf("unknown flag %s; see thermite-trial --help", args[0]))
 		}
 		args = args[1:]
+	}
+	if len(given) > 0 {
+		outer := getenv
+		getenv = func(k string) string {
+			if v, ok := given[k]; ok {
+				return v
+			}
+			if k == EnvToken && given[EnvTokenFile] != "" {
+				return ""
+			}
+			return outer(k)
+		}
 	}
 	if len(args) == 0 || args[0] == "help" {
 		io.WriteString(stderr, Usage)

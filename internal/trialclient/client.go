@@ -44,10 +44,11 @@ type Client struct {
 	socket string
 }
 
-// FromEnv finds the trial from the environment: the socket (or URL) and
-// the token (THERMITE_TOKEN, else the file THERMITE_TOKEN_FILE names,
-// else $HOME/token, where an agent's folder holds it). It names the
-// variable at fault when one is missing.
+// FromEnv finds the trial from the environment: the socket (or URL;
+// else the api_socket of $HOME/trial.json) and the token (THERMITE_TOKEN,
+// else the file THERMITE_TOKEN_FILE names, else $HOME/token: an agent's
+// folder, its HOME, holds both files). It names the variable at fault
+// when one is missing.
 func FromEnv(getenv func(string) string) (*Client, error) {
 	token := strings.TrimSpace(getenv(EnvToken))
 	if token == "" {
@@ -67,6 +68,13 @@ func FromEnv(getenv func(string) string) (*Client, error) {
 		token = strings.TrimSpace(string(b))
 	}
 	socket, url := getenv(EnvSocket), strings.TrimRight(getenv(EnvURL), "/")
+	if socket == "" && url == "" && getenv("HOME") != "" {
+		// An agent's folder, its HOME, holds the trial's details.
+		var info controller.TrialInfo
+		if b, err := os.ReadFile(filepath.Join(getenv("HOME"), "trial.json")); err == nil && json.Unmarshal(b, &info) == nil {
+			socket = info.APISocket
+		}
+	}
 	if socket == "" && url == "" {
 		return nil, fmt.Errorf("no harness API: %s and %s are unset (thermite sets them for a trial's agent)", EnvSocket, EnvURL)
 	}

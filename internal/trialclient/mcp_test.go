@@ -1,3 +1,5 @@
+//go:build !thermite_nomcp
+
 package trialclient
 
 import (
