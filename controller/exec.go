@@ -133,6 +133,12 @@ type chunk struct {
 // going away cancels the command. With stdin nil the command reads
 // /dev/null.
 func (c *Controller) streamCommand(ctx context.Context, w http.ResponseWriter, req *rpc.RunRequest, limit int64, stdin []byte) ExecFrame {
+	return c.streamCommandThen(ctx, w, req, limit, stdin, nil)
+}
+
+// streamCommandThen is streamCommand with a last word: then may amend the
+// last frame before it is written.
+func (c *Controller) streamCommandThen(ctx context.Context, w http.ResponseWriter, req *rpc.RunRequest, limit int64, stdin []byte, then func(*ExecFrame)) ExecFrame {
 	in := c.devnull
 	if stdin != nil {
 		inR, inW, err := os.Pipe()
@@ -260,6 +266,9 @@ func (c *Controller) streamCommand(ctx context.Context, w http.ResponseWriter, r
 	}
 	if res.err != nil {
 		final.Error = res.err.Error()
+	}
+	if then != nil {
+		then(&final)
 	}
 	enc.Encode(final)
 	return final

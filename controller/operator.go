@@ -106,7 +106,7 @@ func (c *Controller) operatorRoutes() http.Handler {
 	mux.HandleFunc("POST /v1/trials/{id}/exec", trialCommand(func(w http.ResponseWriter, r *http.Request, rt *trialRT, req ExecRequest) {
 		c.execInTrial(w, r, rt, req)
 	}))
-	mux.HandleFunc("POST /v1/trials/{id}/agent", trialCommand(c.runAgent))
+	mux.HandleFunc("POST /v1/trials/{id}/agent", trialRequest(c, c.runAgent))
 	mux.HandleFunc("POST /v1/trials/{id}/end", func(w http.ResponseWriter, r *http.Request) {
 		var req EndRequest
 		if !decode(w, r, 1<<20, &req) {
@@ -197,27 +197,4 @@ func (c *Controller) execInTrial(w http.ResponseWriter, r *http.Request, rt *tri
 	c.afterExec(rt, f)
 	c.trialEvent(rt, "trial.exec", map[string]any{"argv0": filepath.Base(req.Argv[0]), "exit_code": f.ExitCode, "stopped": f.Stopped, "wall_ms": f.WallMS})
 	return f
-}
-
-// runAgent runs the trial's worker agent as agent-N, with the trial's
-// folder as its home: it can read none of the lane's files and reaches the
-// workspace only through the API, with its token.
-func (c *Controller) runAgent(w http.ResponseWriter, r *http.Request, rt *trialRT, req ExecRequest) {
-	if len(req.Argv) == 0 {
-		writeError(w, http.StatusBadRequest, "argv is empty")
-		return
-	}
-	agent, _ := c.table.Agent(rt.t.Lane)
-	info := c.info(rt.t)
-	env := append(trialEnv(rt.t),
-		"THERMITE_TRIAL="+rt.t.ID,
-		"THERMITE_API_SOCKET="+info.APISocket,
-		"THERMITE_TOKEN_FILE="+info.TokenFile)
-	env = append(env, req.Env...)
-	if info.APIURL != "" {
-		env = append(env, "THERMITE_API_URL="+info.APIURL)
-	}
-	run := &rpc.RunRequest{Role: agent.Name, Argv: req.Argv, Env: env, Home: rt.t.AgentDir, Cwd: rt.t.AgentDir, Limits: rpc.Limits{TimeoutMS: req.TimeoutMS}}
-	f := c.streamCommand(r.Context(), w, run, c.cfg.API.ExecOutputCap, nil)
-	c.trialEvent(rt, "trial.agent", map[string]any{"argv0": filepath.Base(req.Argv[0]), "exit_code": f.ExitCode, "stopped": f.Stopped})
 }

@@ -190,6 +190,7 @@ func trialCmd() *cobra.Command {
 	// code passed on.
 	trialCommand := func(route, use, short string) *cobra.Command {
 		var timeout time.Duration
+		var harness string
 		c := &cobra.Command{
 			Use:   use,
 			Short: short,
@@ -200,14 +201,23 @@ func trialCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return ctlStream(cfg, "/v1/trials/"+args[0]+"/"+route, controller.ExecRequest{Argv: args[1:], TimeoutMS: timeout.Milliseconds()}, what)
+				var body any = controller.ExecRequest{Argv: args[1:], TimeoutMS: timeout.Milliseconds()}
+				if route == "agent" {
+					body = controller.AgentRequest{Argv: args[1:], TimeoutMS: timeout.Milliseconds(), Harness: harness}
+				}
+				return ctlStream(cfg, "/v1/trials/"+args[0]+"/"+route, body, what)
 			},
 		}
-		c.Flags().DurationVar(&timeout, "timeout", 0, "wall-clock limit (default: the rig's)")
+		if route == "agent" {
+			c.Flags().DurationVar(&timeout, "timeout", 0, "wall-clock limit (default and most: the rig's agent.wall_timeout)")
+			c.Flags().StringVar(&harness, "harness", controller.HarnessPi, "pi: as agent-N, the trial's folder as HOME, tools through the API; lane: as the lane's user in the workspace, its token and MCP configuration in a home of its own")
+		} else {
+			c.Flags().DurationVar(&timeout, "timeout", 0, "wall-clock limit (default: the rig's)")
+		}
 		return c
 	}
 	execCmd := trialCommand("exec", "exec TRIAL [--timeout D] -- CMD [ARGS...]", "Run a command as the trial's lane in its workspace, and exit with its code")
-	agentCmd := trialCommand("agent", "agent TRIAL [--timeout D] -- CMD [ARGS...]", "Run the trial's worker agent as agent-N, with the trial's folder as its home")
+	agentCmd := trialCommand("agent", "agent TRIAL [--harness pi|lane] [--timeout D] -- CMD [ARGS...]", "Run the trial's worker agent: as agent-N (pi) or as the lane's user (lane, for OpenCode, Claude Code, Codex)")
 	var reason string
 	end := &cobra.Command{
 		Use:   "end TRIAL",

@@ -383,3 +383,83 @@ func TestMCPToolsReachOnlyTheTrial(t *testing.T) {
 		}
 	})
 }
+
+// TestAgentHarnessesWithTheirOwnLimits runs a trial's agent both ways.
+// pi: as agent-N under agent.wall_timeout (a request of 2h is taken, one
+// over the rig's 12h refused, a short one stops the run with 124), its
+// output streamed whole past the lane's 1 MiB cap. lane: as the lane's
+// user in the workspace, with a home of its own holding the token and an
+// MCP configuration for each agent program, whose command works as the
+// lane; the lane harness cannot read the agent's folder, nor agent-N the
+// lane harness's token.
+func TestAgentHarnessesWithTheirOwnLimits(t *testing.T) {
+	r := newRig(t)
+	p := makeProject(t, r)
+	info, _ := startTrial(t, r, 1, p)
+	lane1 := r.Role("lane-1")
+
+	t.Run("pi: hours, not minutes", func(t *testing.T) {
+		if _, stderr, code := r.Thermite("trial", "agent", info.ID, "--timeout", "2h", "--", "true"); code != 0 {
+			t.Fatalf("--timeout 2h: exit %d %s", code, stderr)
+		}
+		_, stderr, code := r.Thermite("trial", "agent", info.ID, "--timeout", "13h", "--", "true")
+		if code != 1 || !strings.Contains(stderr, "over the rig's agent.wall_timeout of 12h0m0s") {
+			t.Fatalf("--timeout 13h: exit %d %q", code, stderr)
+		}
+		_, stderr, code = r.Thermite("trial", "agent", info.ID, "--timeout", "1s", "--", "sleep", "30")
+		if code != 124 || !strings.Contains(stderr, "timed out") {
+			t.Fatalf("--timeout 1s -- sleep 30: exit %d %q", code, stderr)
+		}
+		out, _, code := r.Thermite("trial", "agent", info.ID, "--", "head", "-c", "3000000", "/dev/zero")
+		if code != 0 || len(out) != 3000000 {
+			t.Fatalf("3 MB of output: exit %d, %d bytes", code, len(out))
+		}
+	})
+
+	home := filepath.Join(filepath.Dir(info.Workspace), "lane")
+	t.Run("lane: the lane's user, in the workspace, with its MCP configuration", func(t *testing.T) {
+		out, stderr, code := r.Thermite("trial", "agent", info.ID, "--harness", "lane", "--", "sh", "-c", `id -u; pwd; echo "$HOME"; `+r.Bin+` trial-client trial`)
+		want := itoa(lane1.UID) + "\n" + info.Workspace + "\n" + home + "\n"
+		if code != 0 || !strings.HasPrefix(out, want) || !strings.Contains(out, "trial      "+info.ID) {
+			t.Fatalf("exit %d %q %s; want %q first", code, out, stderr, want)
+		}
+		var claude struct {
+			MCPServers map[string]struct {
+				Command string   `json:"command"`
+				Args    []string `json:"args"`
+			} `json:"mcpServers"`
+		}
+		raw, err := os.ReadFile(filepath.Join(home, ".claude.json"))
+		if err != nil || json.Unmarshal(raw, &claude) != nil {
+			t.Fatalf(".claude.json: %v %s", err, raw)
+		}
+		srv := claude.MCPServers["thermite"]
+		if n := len(srv.Args); n == 0 || srv.Args[n-1] != "mcp" {
+			t.Fatalf("claude's server %+v", srv)
+		}
+		// The configured command, asked for the trial instead of MCP, as the lane.
+		argv := append([]string{"run-as", "lane-1", "--", srv.Command}, srv.Args[:len(srv.Args)-1]...)
+		if out, stderr, code := r.Thermite(append(argv, "trial")...); code != 0 || !strings.Contains(out, "trial      "+info.ID) {
+			t.Fatalf("the configured server's command as lane-1: exit %d %q %s", code, out, stderr)
+		}
+		for _, f := range []string{".codex/config.toml", ".config/opencode/opencode.json"} {
+			raw, err := os.ReadFile(filepath.Join(home, f))
+			if err != nil || !strings.Contains(string(raw), filepath.Join(home, "token")) || !strings.Contains(string(raw), info.APISocket) {
+				t.Errorf("%s: %v %s", f, err, raw)
+			}
+		}
+	})
+
+	t.Run("each harness stays out of the other's token", func(t *testing.T) {
+		if _, _, code := r.Thermite("trial", "agent", info.ID, "--harness", "lane", "--", "cat", info.TokenFile); code == 0 {
+			t.Error("the lane harness read the agent's token")
+		}
+		if _, _, code := r.Thermite("trial", "agent", info.ID, "--", "cat", filepath.Join(home, "token")); code == 0 {
+			t.Error("agent-1 read the lane harness's token")
+		}
+		_, stderr, code := r.Thermite("trial", "agent", info.ID, "--harness", "judge", "--", "true")
+		if code != 1 || !strings.Contains(stderr, `harness: "judge" is not one of pi, lane`) {
+			t.Errorf("--harness judge: exit %d %q", code, stderr)
+		}
+	})
+}

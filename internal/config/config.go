@@ -106,6 +106,17 @@ type Trial struct {
 	DiskCheck Duration `toml:"disk_check" json:"disk_check"`
 }
 
+// Agent bounds a trial's worker agent (`thermite trial agent`): a run of
+// hours, its output streamed to the operator, apart from the limits of a
+// lane's commands.
+type Agent struct {
+	// WallTimeout is the longest an agent's run may last (a request may
+	// ask for less); it is the default too.
+	WallTimeout Duration `toml:"wall_timeout" json:"wall_timeout"`
+	// OutputCapMB caps the output streamed back (0: none).
+	OutputCapMB int64 `toml:"output_cap_mb" json:"output_cap_mb"`
+}
+
 // Image describes the container the rig runs in: the one-container image
 // (RunPod) keeps the supervisor beside the roles.
 type Image struct {
@@ -149,6 +160,7 @@ type Config struct {
 	Perf   []string `toml:"perf" json:"perf"`
 	Cgroup Cgroup   `toml:"cgroup" json:"cgroup"`
 	Trial  Trial    `toml:"trial" json:"trial"`
+	Agent  Agent    `toml:"agent" json:"agent"`
 	Image  Image    `toml:"image" json:"image"`
 	Host   Host     `toml:"host" json:"host"`
 	// StripEnvPrefixes names the host's variables (RunPod's among them)
@@ -193,6 +205,7 @@ func Default() Config {
 		Perf:    []string{},
 		Cgroup:  Cgroup{Enabled: true, MemoryMB: 4096, Pids: 1024},
 		Trial:   Trial{DiskCapMB: 5120, DiskCheck: Duration{2 * time.Second}},
+		Agent:   Agent{WallTimeout: Duration{12 * time.Hour}},
 		Image: Image{
 			SupervisorDir: "/var/lib/thermite-supervisor",
 			Inbox:         "/var/lib/thermite-inbox",
@@ -325,6 +338,12 @@ func (c *Config) Validate() error {
 	case "refuse", "warn":
 	default:
 		return fmt.Errorf("startup_selftest: %q is not one of refuse, warn", c.StartupSelftest)
+	}
+	switch {
+	case c.Agent.WallTimeout.Duration <= 0:
+		return fmt.Errorf("agent.wall_timeout: %s must be more than 0", c.Agent.WallTimeout)
+	case c.Agent.OutputCapMB < 0:
+		return fmt.Errorf("agent.output_cap_mb: %d must be 0 (no cap) or more", c.Agent.OutputCapMB)
 	}
 	l := c.Limits
 	switch {
