@@ -412,7 +412,7 @@ func (c *Controller) apiFetch(w http.ResponseWriter, r *http.Request, rt *trialR
 		if status == http.StatusForbidden {
 			code = CodeFetchRefused
 		}
-		writeProblem(w, status, code, err.Error())
+		writeProblem(w, status, code, fetchDetail(err))
 		return
 	}
 	var path string
@@ -431,4 +431,18 @@ func (c *Controller) apiFetch(w http.ResponseWriter, r *http.Request, rt *trialR
 		return
 	}
 	writeJSON(w, 200, FetchResult{URL: page.URL, Status: page.Status, ContentType: page.ContentType, Size: len(page.Body), Path: researchPath(rt, path)})
+}
+
+// fetchDetail says why a fetch failed in the words of the rig's
+// configuration, not the fetcher's own field names.
+func fetchDetail(err error) string {
+	var tooLarge *fetch.TooLargeError
+	var timeout *fetch.TimeoutError
+	switch {
+	case errors.As(err, &tooLarge):
+		return fmt.Sprintf("fetch: %s: the body is over the rig's api.fetch_max_bytes of %d", tooLarge.URL, tooLarge.Limit)
+	case errors.As(err, &timeout):
+		return fmt.Sprintf("fetch: %s: not done within the rig's api.fetch_timeout of %v", timeout.URL, timeout.Limit)
+	}
+	return err.Error()
 }

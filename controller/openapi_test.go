@@ -14,7 +14,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"thermite/controller/fetch"
 	"thermite/internal/config"
 )
 
@@ -252,5 +254,16 @@ func TestOtherAuthSchemesRefused(t *testing.T) {
 		if w := serveAPI(h, "GET", "/v1/trial", a, ""); w.Code != 401 || w.Header().Get("WWW-Authenticate") == "" {
 			t.Errorf("%q: %d", a, w.Code)
 		}
+	}
+}
+
+// TestFetchRefusalsNameTheRigsKeys: a fetch over its size or time is
+// refused naming the rig's configuration key, not the fetcher's fields.
+func TestFetchRefusalsNameTheRigsKeys(t *testing.T) {
+	big := fetchDetail(&fetch.TooLargeError{URL: "https://x.test/", Limit: 5})
+	slow := fetchDetail(&fetch.TimeoutError{URL: "https://x.test/", Limit: time.Second})
+	if !strings.Contains(big, "api.fetch_max_bytes of 5") || strings.Contains(big, "MaxBytes") ||
+		!strings.Contains(slow, "api.fetch_timeout of 1s") || strings.Contains(slow, "(Timeout)") {
+		t.Fatalf("%q %q", big, slow)
 	}
 }
