@@ -33,7 +33,7 @@ const unauthorized = "a valid trial token is required"
 // apiRoutes is the harness API's router, made from its one route table
 // (apiTable), which the OpenAPI document is made from too. A path the
 // table has with a method it lacks is answered 405 with the methods it
-// takes; any other path 404.
+// takes; any other path 404. CONNECT is the egress proxy (egress.go).
 func (c *Controller) apiRoutes() http.Handler {
 	mux := http.NewServeMux()
 	methods := map[string][]string{}
@@ -63,7 +63,14 @@ func (c *Controller) apiRoutes() http.Handler {
 		writeProblem(w, http.StatusNotFound, CodeNoRoute, "no route "+r.Method+" "+r.URL.Path+"; GET /v1/openapi.json lists them")
 	}
 	mux.HandleFunc("/", other)
-	return mux
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// CONNECT names a host, not a path: the egress proxy's.
+		if r.Method == http.MethodConnect {
+			c.egress(w, r)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
 }
 
 // declaredOnly serves a route and logs, as an error, an answer whose

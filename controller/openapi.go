@@ -17,7 +17,7 @@ import (
 var problemCodes = []string{
 	CodeBadJSON, CodeUnknownField, CodeBadField, CodeMissingField, CodeUnauthorized, CodeForbidden,
 	CodeDecoySeen, CodeNoRoute, CodeMethodNotAllowed, CodeBodyTimeout, CodeConflict, CodeTooLarge,
-	CodeUnprocessable, CodeTooManyRequests, CodeBusy, CodeInternal, CodeBadGateway, CodeTimeout, CodeFetchRefused,
+	CodeUnprocessable, CodeTooManyRequests, CodeBusy, CodeInternal, CodeBadGateway, CodeTimeout, CodeFetchRefused, CodeEgressRefused,
 	lanefs.CodeEscape, lanefs.CodeDenied, lanefs.CodeNotFound, lanefs.CodeExists, lanefs.CodeBadRequest, lanefs.CodeIO,
 }
 
@@ -110,7 +110,9 @@ func OpenAPI() map[string]any {
 			"description": "What a worker agent's tools call, with its trial's token (Authorization: Bearer, the scheme in any case), " +
 				"on the unix socket THERMITE_API_SOCKET (or THERMITE_API_URL where the rig serves TCP). Every error is an RFC 9457 problem " +
 				"with a stable code. A path the document lists with a method it lacks is answered 405 (code method_not_allowed, an Allow header); " +
-				"any other path 404 (code no_route). A request body may hold only the fields its schema lists.",
+				"any other path 404 (code no_route). A request body may hold only the fields its schema lists. " +
+				"CONNECT host:port, with the token as Proxy-Authorization (Basic, the token the password; or Bearer), is the egress proxy to the rig's agent.egress: " +
+				"200 and a tunnel, or 407 (no token), 403 (code egress_refused: not listed, or a refused address at dial time), 429, 502.",
 		},
 		"paths": paths,
 		"components": map[string]any{

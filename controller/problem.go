@@ -64,6 +64,8 @@ func statusCode(status int) string {
 		return CodeNoRoute
 	case 405:
 		return CodeMethodNotAllowed
+	case 407:
+		return CodeUnauthorized
 	case 408:
 		return CodeBodyTimeout
 	case 409:

@@ -1,12 +1,19 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
 	"encoding/json"
+	"encoding/pem"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -462,4 +469,108 @@ func TestAgentHarnessesWithTheirOwnLimits(t *testing.T) {
 			t.Errorf("--harness judge: exit %d %q", code, stderr)
 		}
 	})
+}
+
+// TestEgressProxyToListedProviderOnly stands a local TLS server in for a
+// model provider and lists it in agent.egress (its IP literal, and the
+// name localhost): a CONNECT with the trial's token over the API's unix
+// socket reaches it and the tunnel is recorded for the trial; one to a
+// host not listed, one to a listed name that resolves to loopback
+// (checked at dial time), and one without a token are refused; and the
+// agent, given HTTPS_PROXY, reaches it with curl where its network policy
+// lets it reach the API over TCP.
+func TestEgressProxyToListedProviderOnly(t *testing.T) {
+	provider := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "provider says hi") }))
+	defer provider.Close()
+	_, port, _ := net.SplitHostPort(provider.Listener.Addr().String())
+	r := testrig.New(t, testrig.Options{Extra: "\n[agent]\negress = [\"127.0.0.1:" + port + "\", \"localhost:" + port + "\"]\n"})
+	p := makeProject(t, r)
+	info, a := startTrial(t, r, 1, p)
+
+	connect := func(target, auth string) (int, string, net.Conn) {
+		conn, err := net.Dial("unix", info.APISocket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(conn, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n", target, target)
+		if auth != "" {
+			fmt.Fprintf(conn, "Proxy-Authorization: %s\r\n", auth)
+		}
+		io.WriteString(conn, "\r\n")
+		br := bufio.NewReader(conn)
+		resp, err := http.ReadResponse(br, &http.Request{Method: "CONNECT"})
+		if err != nil {
+			t.Fatalf("CONNECT %s: %v", target, err)
+		}
+		if resp.StatusCode != 200 {
+			raw, _ := io.ReadAll(resp.Body)
+			conn.Close()
+			return resp.StatusCode, string(raw), nil
+		}
+		return 200, "", conn
+	}
+	basic := "Basic " + base64.StdEncoding.EncodeToString([]byte("trial:"+a.token))
+
+	t.Run("the listed provider, over the API's socket", func(t *testing.T) {
+		code, raw, conn := connect("127.0.0.1:"+port, basic)
+		if code != 200 {
+			t.Fatalf("CONNECT: %d %s", code, raw)
+		}
+		defer conn.Close()
+		pool := x509.NewCertPool()
+		pool.AddCert(provider.Certificate())
+		tc := tls.Client(conn, &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"})
+		io.WriteString(tc, "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+		body, _ := io.ReadAll(tc)
+		if !strings.Contains(string(body), "provider says hi") {
+			t.Fatalf("through the tunnel: %q", body)
+		}
+	})
+
+	t.Run("refused: not listed, a listed name at loopback, no token", func(t *testing.T) {
+		for _, c := range []struct {
+			target, auth, want string
+			code               int
+		}{
+			{"example.com:443", basic, `"code":"egress_refused"`, 403},
+			{"127.0.0.1:22", basic, "not in the rig's agent.egress", 403},
+			{"localhost:" + port, basic, "loopback", 403},
+			{"127.0.0.1:" + port, "", `"code":"unauthorized"`, 407},
+			{"127.0.0.1:" + port, "Basic " + base64.StdEncoding.EncodeToString([]byte("trial:"+strings.Repeat("0", 64))), "trial's token", 407},
+		} {
+			if code, raw, _ := connect(c.target, c.auth); code != c.code || !strings.Contains(raw, c.want) {
+				t.Errorf("CONNECT %s: %d %s, want %d with %q", c.target, code, raw, c.code, c.want)
+			}
+		}
+	})
+
+	t.Run("each tunnel is recorded for its trial", func(t *testing.T) {
+		// A tunnel is recorded when it closes, just after the client's end.
+		var out string
+		for range 50 {
+			if out, _, _ = r.Thermite("ledger", "export"); strings.Contains(out, `"egress"`) {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if !strings.Contains(out, `"egress"`) || !strings.Contains(out, "127.0.0.1:"+port) || !strings.Contains(out, "egress.refused") {
+			t.Fatalf("no egress events in the ledger")
+		}
+	})
+
+	t.Run("the agent, with HTTPS_PROXY", func(t *testing.T) {
+		if _, _, code := r.Thermite("trial", "agent", info.ID, "--", "curl", "-sf", "-o", "/dev/null", info.APIURL+"/v1/openapi.json"); code != 0 {
+			t.Skip("the agent's network policy gives it no TCP to the API: the proxy is reached over the API's unix socket only")
+		}
+		pem := filepath.Join(info.AgentDir, "provider.pem")
+		os.WriteFile(pem, certPEM(provider.Certificate().Raw), 0o644)
+		out, stderr, code := r.Thermite("trial", "agent", info.ID, "--", "curl", "-sS", "--cacert", pem, "https://127.0.0.1:"+port+"/")
+		if code != 0 || out != "provider says hi" {
+			t.Fatalf("curl through HTTPS_PROXY: exit %d %q %s", code, out, stderr)
+		}
+	})
+}
+
+func certPEM(der []byte) []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 }

@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -115,6 +116,11 @@ type Agent struct {
 	WallTimeout Duration `toml:"wall_timeout" json:"wall_timeout"`
 	// OutputCapMB caps the output streamed back (0: none).
 	OutputCapMB int64 `toml:"output_cap_mb" json:"output_cap_mb"`
+	// Egress are the host:port pairs (a model provider's) that the
+	// controller's egress proxy connects a trial's agent to; none by
+	// default. A host that is a name must resolve to a public address; an
+	// IP literal is taken as the operator's own choice.
+	Egress []string `toml:"egress" json:"egress"`
 }
 
 // Image describes the container the rig runs in: the one-container image
@@ -344,6 +350,18 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("agent.wall_timeout: %s must be more than 0", c.Agent.WallTimeout)
 	case c.Agent.OutputCapMB < 0:
 		return fmt.Errorf("agent.output_cap_mb: %d must be 0 (no cap) or more", c.Agent.OutputCapMB)
+	}
+	egress := map[string]bool{}
+	for _, hp := range c.Agent.Egress {
+		host, port, err := net.SplitHostPort(hp)
+		n, perr := strconv.Atoi(port)
+		if err != nil || host == "" || perr != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("agent.egress: %q is not host:port (such as \"api.anthropic.com:443\")", hp)
+		}
+		if egress[strings.ToLower(hp)] {
+			return fmt.Errorf("agent.egress: %q is listed twice", hp)
+		}
+		egress[strings.ToLower(hp)] = true
 	}
 	l := c.Limits
 	switch {
