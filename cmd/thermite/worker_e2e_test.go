@@ -457,6 +457,27 @@ func TestAgentHarnessesWithTheirOwnLimits(t *testing.T) {
 		}
 	})
 
+	t.Run("lane: thermite-trial reaches the trial's tools and no more", func(t *testing.T) {
+		info2, _ := startTrial(t, r, 2, p)
+		tt := r.Bin + " trial-client "
+		out, stderr, code := r.Thermite("trial", "agent", info.ID, "--harness", "lane", "--", "sh", "-c",
+			tt+"fs read README && "+tt+"exec -- id -u && "+tt+"research note 'from the lane harness' && "+tt+"step thought lane")
+		if code != 0 || !strings.Contains(out, "hello project\n"+itoa(lane1.UID)+"\nnotes/") || !strings.Contains(out, "recorded 4 bytes") {
+			t.Fatalf("exit %d %q %s", code, out, stderr)
+		}
+		for _, c := range []struct{ script, want string }{
+			{tt + "fs read " + info2.Workspace + "/README", "(escape, 403)"},
+			{tt + "fs write ../agent/x < /dev/null", "(escape, 403)"},
+			{"touch " + filepath.Join(info.ResearchDir, "notes", "forged.md"), "Permission denied"},
+			{"cat " + filepath.Join(info2.Workspace, "README"), "Permission denied"},
+		} {
+			_, stderr, code := r.Thermite("trial", "agent", info.ID, "--harness", "lane", "--", "sh", "-c", c.script)
+			if code == 0 || !strings.Contains(stderr, c.want) {
+				t.Errorf("%s: exit %d %q, want %q", c.script, code, stderr, c.want)
+			}
+		}
+	})
+
 	t.Run("each harness stays out of the other's token", func(t *testing.T) {
 		if _, _, code := r.Thermite("trial", "agent", info.ID, "--harness", "lane", "--", "cat", info.TokenFile); code == 0 {
 			t.Error("the lane harness read the agent's token")
