@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -29,44 +30,94 @@ const (
 // trial's: nothing tells them apart.
 const unauthorized = "a valid trial token is required"
 
-// apiRoutes is the harness API's router.
+// apiRoutes is the harness API's router, made from its one route table
+// (apiTable), which the OpenAPI document is made from too. A path the
+// table has with a method it lacks is answered 405 with the methods it
+// takes; any other path 404. CONNECT is the egress proxy (egress.go).
 func (c *Controller) apiRoutes() http.Handler {
 	mux := http.NewServeMux()
-	h := func(pattern string, f func(http.ResponseWriter, *http.Request, *trialRT)) {
-		mux.HandleFunc(pattern, c.authed(f))
-	}
-	h("GET /v1/trial", func(w http.ResponseWriter, r *http.Request, rt *trialRT) {
-		writeJSON(w, 200, c.info(rt.t))
-	})
-	fsRoute := func(name string, root int, ro bool) {
-		h("POST /v1/"+name, func(w http.ResponseWriter, r *http.Request, rt *trialRT) {
-			c.fsCall(w, r, rt, strings.TrimPrefix(strings.TrimPrefix(name, "fs/"), "research/"), root)
+	methods := map[string][]string{}
+	var other http.HandlerFunc
+	for _, rt := range c.apiTable() {
+		methods[rt.Path] = append(methods[rt.Path], rt.Method)
+		handle := rt.handle
+		if rt.Auth {
+			handle = c.authed(rt.serve)
+		}
+		handle = c.declaredOnly(rt, handle)
+		mux.HandleFunc(rt.Method+" "+rt.Path, func(w http.ResponseWriter, r *http.Request) {
+			// The mux serves HEAD with a GET route; the API has no HEAD.
+			if r.Method != rt.Method {
+				other(w, r)
+				return
+			}
+			handle(w, r)
 		})
 	}
-	for _, op := range []string{"read", "write", "edit", "list", "stat", "delete", "mkdir", "grep", "find"} {
-		fsRoute("fs/"+op, rootWorkspace, false)
-	}
-	for _, op := range []string{"read", "list", "stat", "grep", "find"} {
-		fsRoute("research/"+op, rootResearch, true)
-	}
-	h("POST /v1/research/search", func(w http.ResponseWriter, r *http.Request, rt *trialRT) {
-		c.fsCall(w, r, rt, "grep", rootResearch)
-	})
-	h("POST /v1/research/note", c.apiNote)
-	h("POST /v1/steps", c.apiStep)
-	h("POST /v1/exec", func(w http.ResponseWriter, r *http.Request, rt *trialRT) {
-		var req ExecRequest
-		if !decode(w, r, c.cfg.API.MaxBodyBytes, &req) {
+	other = func(w http.ResponseWriter, r *http.Request) {
+		if ms, ok := methods[r.URL.Path]; ok {
+			w.Header().Set("Allow", strings.Join(ms, ", "))
+			writeProblem(w, http.StatusMethodNotAllowed, CodeMethodNotAllowed, r.URL.Path+" takes "+strings.Join(ms, ", ")+", not "+r.Method)
 			return
 		}
-		c.execInTrial(w, r, rt, req)
+		writeProblem(w, http.StatusNotFound, CodeNoRoute, "no route "+r.Method+" "+r.URL.Path+"; GET /v1/openapi.json lists them")
+	}
+	mux.HandleFunc("/", other)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// CONNECT names a host, not a path: the egress proxy's.
+		if r.Method == http.MethodConnect {
+			c.egress(w, r)
+			return
+		}
+		mux.ServeHTTP(w, r)
 	})
-	h("POST /v1/fetch", c.apiFetch)
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "no route "+r.Method+" "+r.URL.Path)
-	})
-	return mux
 }
+
+// declaredOnly serves a route and logs, as an error, an answer whose
+// status the OpenAPI document does not declare for it: the document is a
+// promise, and a test run reads the log for breaches of it.
+func (c *Controller) declaredOnly(rt apiRoute, next http.HandlerFunc) http.HandlerFunc {
+	declared := rt.declared()
+	return func(w http.ResponseWriter, r *http.Request) {
+		next(&statusCheck{ResponseWriter: w, check: func(status int) {
+			if !slices.Contains(declared, status) {
+				c.log.Error("an answer's status is not in the API document", "route", rt.Method+" "+rt.Path, "status", status)
+			}
+		}}, r)
+	}
+}
+
+// statusCheck sees the status of an answer as it is written.
+type statusCheck struct {
+	http.ResponseWriter
+	check func(int)
+	wrote bool
+}
+
+func (s *statusCheck) WriteHeader(status int) {
+	if !s.wrote {
+		s.wrote = true
+		s.check(status)
+	}
+	s.ResponseWriter.WriteHeader(status)
+}
+
+func (s *statusCheck) Write(b []byte) (int, error) {
+	if !s.wrote {
+		s.WriteHeader(http.StatusOK)
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+// Flush and Unwrap keep an exec's stream and the body deadlines working
+// through the wrapper.
+func (s *statusCheck) Flush() {
+	if f, ok := s.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (s *statusCheck) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
 // authed finds the open trial a request's token belongs to, or answers
 // 401, the same for every kind of bad token, and closes the connection.
@@ -118,14 +169,16 @@ func (c *Controller) authed(f func(http.ResponseWriter, *http.Request, *trialRT)
 }
 
 // TrialForToken decides whether a request's Authorization header belongs
-// to an open trial: "Bearer <token>", whose hash the ledger holds for an
+// to an open trial: "Bearer <token>" (the scheme in any case), whose hash the ledger holds for an
 // open trial only.
 func (c *Controller) TrialForToken(header string) *trialRT {
-	token, ok := strings.CutPrefix(header, "Bearer ")
-	if !ok || token == "" || len(token) > 256 {
+	scheme, token, ok := strings.Cut(strings.TrimSpace(header), " ")
+	token = strings.TrimSpace(token)
+	// RFC 9110 §11.1: the scheme is case-insensitive.
+	if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" || len(token) > 256 {
 		return nil
 	}
-	t, ok, err := c.ledger.TrialByToken(strings.TrimSpace(token))
+	t, ok, err := c.ledger.TrialByToken(token)
 	if err != nil || !ok {
 		return nil
 	}
@@ -135,14 +188,19 @@ func (c *Controller) TrialForToken(header string) *trialRT {
 	return rt
 }
 
-// fsOp decodes one file request, pins it to the trial's root (the caller
-// never chooses it), asks the trial's file helper, and answers.
-func fsOp[Q any, R any](c *Controller, w http.ResponseWriter, r *http.Request, rt *trialRT, root int, pin func(*Q, int), call func(context.Context, Q) (R, error)) {
+// fsOp decodes one file request (refusing a "root": the caller never
+// chooses it), pins it to the trial's root, takes back a path inside that
+// root as an answer gives it, asks the trial's file helper, and answers.
+func fsOp[Q any, R any](c *Controller, w http.ResponseWriter, r *http.Request, rt *trialRT, root int, pin func(q *Q, root int, path func(string) string), call func(context.Context, Q) (R, error)) {
 	var q Q
-	if !decode(w, r, c.cfg.API.MaxBodyBytes, &q) {
+	if !decode(w, r, c.cfg.API.MaxBodyBytes, &q, "root") {
 		return
 	}
-	pin(&q, root)
+	dir := rt.t.Workspace
+	if root == rootResearch {
+		dir = rt.t.ResearchDir
+	}
+	pin(&q, root, func(p string) string { return underRoot(dir, p) })
 	var res R
 	var err error
 	if !rt.effect(func() { res, err = call(r.Context(), q) }) {
@@ -152,13 +210,28 @@ func fsOp[Q any, R any](c *Controller, w http.ResponseWriter, r *http.Request, r
 	if err != nil {
 		var le *lanefs.Error
 		if errors.As(err, &le) {
-			writeError(w, le.HTTPStatus(), le.Msg)
+			writeProblem(w, le.HTTPStatus(), le.Code, strings.TrimPrefix(le.Msg, "lanefs: "))
 			return
 		}
-		writeError(w, http.StatusBadGateway, "the trial's file helper: "+err.Error())
+		c.log.Warn("the trial's file helper failed", "trial", rt.t.ID, "err", err)
+		writeProblem(w, http.StatusBadGateway, CodeBadGateway, "the trial's file helper failed; the trial's log has why")
 		return
 	}
 	writeJSON(w, 200, res)
+}
+
+// underRoot takes an absolute path inside dir (as an answer gives it)
+// back to the path from dir that a file request takes; any other path is
+// left as it is, for the file helper to judge.
+func underRoot(dir, p string) string {
+	if !filepath.IsAbs(p) {
+		return p
+	}
+	rel, err := filepath.Rel(dir, filepath.Clean(p))
+	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+		return p
+	}
+	return rel
 }
 
 // fsCall runs a file tool as the lane, through the trial's file helper.
@@ -166,25 +239,25 @@ func (c *Controller) fsCall(w http.ResponseWriter, r *http.Request, rt *trialRT,
 	fs := rt.files()
 	switch op {
 	case "read":
-		fsOp(c, w, r, rt, root, func(q *lanefs.ReadRequest, n int) { q.Root = n }, fs.Read)
+		fsOp(c, w, r, rt, root, func(q *lanefs.ReadRequest, n int, p func(string) string) { q.Root, q.Path = n, p(q.Path) }, fs.Read)
 	case "write":
-		fsOp(c, w, r, rt, root, func(q *lanefs.WriteRequest, n int) { q.Root = n }, fs.Write)
+		fsOp(c, w, r, rt, root, func(q *lanefs.WriteRequest, n int, p func(string) string) { q.Root, q.Path = n, p(q.Path) }, fs.Write)
 	case "edit":
-		fsOp(c, w, r, rt, root, func(q *lanefs.EditRequest, n int) { q.Root = n }, fs.Edit)
+		fsOp(c, w, r, rt, root, func(q *lanefs.EditRequest, n int, p func(string) string) { q.Root, q.Path = n, p(q.Path) }, fs.Edit)
 	case "list":
-		fsOp(c, w, r, rt, root, func(q *lanefs.ListRequest, n int) { q.Root = n }, fs.List)
+		fsOp(c, w, r, rt, root, func(q *lanefs.ListRequest, n int, p func(string) string) { q.Root, q.Path = n, p(q.Path) }, fs.List)
 	case "stat":
-		fsOp(c, w, r, rt, root, func(q *lanefs.StatRequest, n int) { q.Root = n }, fs.Stat)
+		fsOp(c, w, r, rt, root, func(q *lanefs.StatRequest, n int, p func(string) string) { q.Root, q.Path = n, p(q.Path) }, fs.Stat)
 	case "delete":
-		fsOp(c, w, r, rt, root, func(q *lanefs.DeleteRequest, n int) { q.Root = n }, fs.Delete)
+		fsOp(c, w, r, rt, root, func(q *lanefs.DeleteRequest, n int, p func(string) string) { q.Root, q.Path = n, p(q.Path) }, fs.Delete)
 	case "mkdir":
-		fsOp(c, w, r, rt, root, func(q *lanefs.MkdirRequest, n int) { q.Root = n }, fs.Mkdir)
+		fsOp(c, w, r, rt, root, func(q *lanefs.MkdirRequest, n int, p func(string) string) { q.Root, q.Path = n, p(q.Path) }, fs.Mkdir)
 	case "grep":
-		fsOp(c, w, r, rt, root, func(q *lanefs.GrepRequest, n int) { q.Root = n }, fs.Grep)
+		fsOp(c, w, r, rt, root, func(q *lanefs.GrepRequest, n int, p func(string) string) { q.Root, q.Path = n, p(q.Path) }, fs.Grep)
 	case "find":
-		fsOp(c, w, r, rt, root, func(q *lanefs.FindRequest, n int) { q.Root = n }, fs.Find)
+		fsOp(c, w, r, rt, root, func(q *lanefs.FindRequest, n int, p func(string) string) { q.Root, q.Path = n, p(q.Path) }, fs.Find)
 	default:
-		writeError(w, http.StatusNotFound, "no route "+r.URL.Path)
+		writeProblem(w, http.StatusNotFound, CodeNoRoute, "no route "+r.URL.Path)
 	}
 }
 
@@ -221,7 +294,7 @@ func (c *Controller) apiStep(w http.ResponseWriter, r *http.Request, rt *trialRT
 		return
 	}
 	if req.Kind == "" {
-		writeError(w, http.StatusBadRequest, "missing field kind")
+		writeProblem(w, http.StatusBadRequest, CodeMissingField, "missing field kind")
 		return
 	}
 	if !c.record(w, rt, int64(len(req.Text)+len(req.Kind))) {
@@ -231,7 +304,7 @@ func (c *Controller) apiStep(w http.ResponseWriter, r *http.Request, rt *trialRT
 		refuse(w, r, http.StatusUnauthorized, unauthorized)
 		return
 	}
-	writeJSON(w, 200, map[string]any{"recorded": len(req.Text)})
+	writeJSON(w, 200, StepResult{Recorded: len(req.Text)})
 }
 
 // apiNote writes a research note into the run's research folder, as the
@@ -242,7 +315,7 @@ func (c *Controller) apiNote(w http.ResponseWriter, r *http.Request, rt *trialRT
 		return
 	}
 	if req.Body == "" {
-		writeError(w, http.StatusBadRequest, "missing field body")
+		writeProblem(w, http.StatusBadRequest, CodeMissingField, "missing field body")
 		return
 	}
 	if !c.record(w, rt, int64(len(req.Title)+len(req.Body))) {
@@ -263,9 +336,10 @@ func (c *Controller) apiNote(w http.ResponseWriter, r *http.Request, rt *trialRT
 	case !ran:
 		refuse(w, r, http.StatusUnauthorized, unauthorized)
 	case err != nil:
-		writeError(w, 500, err.Error())
+		c.log.Error("research note", "trial", rt.t.ID, "err", err)
+		writeProblem(w, 500, CodeInternal, "the note could not be written")
 	default:
-		writeJSON(w, 200, map[string]any{"path": p})
+		writeJSON(w, 200, NoteResult{Path: researchPath(rt, p)})
 	}
 }
 
@@ -296,6 +370,36 @@ type FetchRequest struct {
 	URL string `json:"url"`
 }
 
+// FetchResult is a fetched page's record; Path is where its body lies in
+// the research folder, as POST /v1/research/read takes it.
+type FetchResult struct {
+	URL         string `json:"url"`
+	Status      int    `json:"status"`
+	ContentType string `json:"content_type"`
+	Size        int    `json:"size"`
+	Path        string `json:"path"`
+}
+
+// NoteResult is where a note lies in the research folder, as POST
+// /v1/research/read takes it.
+type NoteResult struct {
+	Path string `json:"path"`
+}
+
+// StepResult says how many bytes of text a step recorded.
+type StepResult struct {
+	Recorded int `json:"recorded"`
+}
+
+// researchPath is a path in the run's research folder as the research
+// routes take it: from the folder.
+func researchPath(rt *trialRT, p string) string {
+	if rel, err := filepath.Rel(rt.t.ResearchDir, p); err == nil {
+		return rel
+	}
+	return p
+}
+
 // apiFetch fetches a page as the controller, refusing private and local
 // addresses at dial time, and archives it in the run's research folder.
 func (c *Controller) apiFetch(w http.ResponseWriter, r *http.Request, rt *trialRT) {
@@ -304,13 +408,18 @@ func (c *Controller) apiFetch(w http.ResponseWriter, r *http.Request, rt *trialR
 		return
 	}
 	if req.URL == "" {
-		writeError(w, http.StatusBadRequest, "missing field url")
+		writeProblem(w, http.StatusBadRequest, CodeMissingField, "missing field url")
 		return
 	}
 	page, err := c.fetcher.Fetch(r.Context(), req.URL)
 	if err != nil {
 		c.trialEvent(rt, "fetch.refused", map[string]any{"url": req.URL, "error": err.Error()})
-		writeError(w, fetch.HTTPStatus(err), err.Error())
+		status := fetch.HTTPStatus(err)
+		code := statusCode(status)
+		if status == http.StatusForbidden {
+			code = CodeFetchRefused
+		}
+		writeProblem(w, status, code, fetchDetail(err))
 		return
 	}
 	var path string
@@ -324,8 +433,23 @@ func (c *Controller) apiFetch(w http.ResponseWriter, r *http.Request, rt *trialR
 		return
 	}
 	if err != nil {
-		writeError(w, 500, "archive: "+err.Error())
+		c.log.Error("archive a fetched page", "trial", rt.t.ID, "err", err)
+		writeProblem(w, 500, CodeInternal, "the page could not be archived")
 		return
 	}
-	writeJSON(w, 200, map[string]any{"url": page.URL, "status": page.Status, "content_type": page.ContentType, "size": len(page.Body), "path": path})
+	writeJSON(w, 200, FetchResult{URL: page.URL, Status: page.Status, ContentType: page.ContentType, Size: len(page.Body), Path: researchPath(rt, path)})
+}
+
+// fetchDetail says why a fetch failed in the words of the rig's
+// configuration, not the fetcher's own field names.
+func fetchDetail(err error) string {
+	var tooLarge *fetch.TooLargeError
+	var timeout *fetch.TimeoutError
+	switch {
+	case errors.As(err, &tooLarge):
+		return fmt.Sprintf("fetch: %s: the body is over the rig's api.fetch_max_bytes of %d", tooLarge.URL, tooLarge.Limit)
+	case errors.As(err, &timeout):
+		return fmt.Sprintf("fetch: %s: not done within the rig's api.fetch_timeout of %v", timeout.URL, timeout.Limit)
+	}
+	return err.Error()
 }

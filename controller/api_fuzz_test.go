@@ -60,7 +60,7 @@ func decodeAs(b apiBody, limit int64, body []byte) (any, *httptest.ResponseRecor
 // is reached). A body is either accepted with nothing answered yet, and
 // then what it decoded to encodes and decodes again to the same request,
 // or refused with 400, or 413 when it is over the limit, and one JSON
-// line {"error": ...}.
+// RFC 9457 problem line that names no type of the server's.
 func FuzzAPIBody(f *testing.F) {
 	f.Add(uint8(0), []byte(`{"kind":"thought","text":"trying the tests"}`))
 	f.Add(uint8(3), []byte(`{"argv":["make","test"],"timeout_ms":60000}`))
@@ -100,9 +100,13 @@ func FuzzAPIBody(f *testing.F) {
 		default:
 			t.Fatalf("%s: refused with %d", b.route, w.Code)
 		}
-		var answer map[string]string
-		if err := json.Unmarshal(w.Body.Bytes(), &answer); err != nil || len(answer) != 1 || answer["error"] == "" {
-			t.Fatalf("%s: the refusal is not one error line: %q", b.route, w.Body)
+		var answer Problem
+		if err := json.Unmarshal(w.Body.Bytes(), &answer); err != nil || answer.Status != w.Code || answer.Code == "" || answer.Detail == "" ||
+			w.Header().Get("Content-Type") != "application/problem+json" || bytes.Count(w.Body.Bytes(), []byte("\n")) != 1 {
+			t.Fatalf("%s: the refusal is not one problem line: %q", b.route, w.Body)
+		}
+		if strings.Contains(answer.Detail, "lanefs.") || strings.Contains(answer.Detail, "controller.") || strings.Contains(answer.Detail, "Go value") {
+			t.Fatalf("%s: the refusal names the server's own types: %q", b.route, answer.Detail)
 		}
 	})
 }

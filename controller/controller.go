@@ -288,7 +288,8 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	json.NewEncoder(w).Encode(v)
 }
 
-// writeError answers one line naming what is wrong.
+// writeError answers one line naming what is wrong, as a problem whose
+// code its status gives.
 func writeError(w http.ResponseWriter, code int, msg string) {
-	writeJSON(w, code, map[string]string{"error": msg})
+	writeProblem(w, code, statusCode(code), msg)
 }

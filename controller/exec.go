@@ -3,9 +3,14 @@ package controller
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"thermite/internal/rpc"
 )
@@ -15,13 +20,25 @@ type ExecRequest struct {
 	Argv      []string `json:"argv"`
 	TimeoutMS int64    `json:"timeout_ms,omitempty"`
 	Env       []string `json:"env,omitempty"`
+	// Cwd is a folder inside the workspace, relative to it ("" is the
+	// workspace itself); an absolute path is accepted when it lies inside.
+	Cwd string `json:"cwd,omitempty"`
+	// Stdin is what the command reads on its standard input, as text;
+	// StdinB64 the same for bytes that are not UTF-8. With neither, it
+	// reads /dev/null.
+	Stdin    string `json:"stdin,omitempty"`
+	StdinB64 []byte `json:"stdin_b64,omitempty"`
 }
 
 // ExecFrame is one line of an exec's answer: output as it comes, then one
-// frame with Done set that says how it ended.
+// frame with Done set that says how it ended. An output frame carries its
+// bytes in Data when they are UTF-8 text and in DataB64 (base64) when
+// they are not; a frame never ends inside a UTF-8 sequence. Only the last
+// frame has an exit code.
 type ExecFrame struct {
-	Stream string `json:"stream,omitempty"` // "stdout" or "stderr"
-	Data   string `json:"data,omitempty"`
+	Stream  string `json:"stream,omitempty"` // "stdout" or "stderr"
+	Data    string `json:"data,omitempty"`
+	DataB64 []byte `json:"data_b64,omitempty"`
 
 	Done        bool   `json:"done,omitempty"`
 	ExitCode    int    `json:"exit_code"`
@@ -34,6 +51,77 @@ type ExecFrame struct {
 	Error       string `json:"error,omitempty"`
 }
 
+// outputFrame is what an output frame says: its stream and its bytes,
+// and no exit code (the command has not ended).
+type outputFrame struct {
+	Stream  string `json:"stream"`
+	Data    string `json:"data,omitempty"`
+	DataB64 []byte `json:"data_b64,omitempty"`
+}
+
+// MarshalJSON writes an output frame without the fields of the last one.
+func (f ExecFrame) MarshalJSON() ([]byte, error) {
+	if !f.Done {
+		return json.Marshal(outputFrame{Stream: f.Stream, Data: f.Data, DataB64: f.DataB64})
+	}
+	type last ExecFrame
+	return json.Marshal(last(f))
+}
+
+// utf8Framer cuts each stream's output into frames at UTF-8 boundaries:
+// an incomplete sequence at the end of a read waits for the next read,
+// and bytes that are not UTF-8 go in frames of their own, as base64.
+type utf8Framer struct {
+	pending map[string][]byte
+}
+
+// frames turns the next bytes of a stream into frames; with last set
+// nothing is kept back (the stream ended or was cut).
+func (u *utf8Framer) frames(stream string, data []byte, last bool) []ExecFrame {
+	if u.pending == nil {
+		u.pending = map[string][]byte{}
+	}
+	buf := append(u.pending[stream], data...)
+	u.pending[stream] = nil
+	if !last {
+		// A sequence is at most 4 bytes: look at the last 3 for a start
+		// byte whose sequence has not all arrived.
+		for i := len(buf) - 1; i >= 0 && i >= len(buf)-3; i-- {
+			if utf8.RuneStart(buf[i]) {
+				if !utf8.FullRune(buf[i:]) {
+					u.pending[stream] = append([]byte(nil), buf[i:]...)
+					buf = buf[:i]
+				}
+				break
+			}
+		}
+	}
+	var out []ExecFrame
+	start, bad := 0, false
+	emit := func(end int) {
+		if end == start {
+			return
+		}
+		if bad {
+			out = append(out, ExecFrame{Stream: stream, DataB64: append([]byte(nil), buf[start:end]...)})
+		} else {
+			out = append(out, ExecFrame{Stream: stream, Data: string(buf[start:end])})
+		}
+		start = end
+	}
+	for i := 0; i < len(buf); {
+		r, n := utf8.DecodeRune(buf[i:])
+		isBad := r == utf8.RuneError && n == 1
+		if isBad != bad {
+			emit(i)
+			bad = isBad
+		}
+		i += n
+	}
+	emit(len(buf))
+	return out
+}
+
 type chunk struct {
 	stream string
 	data   []byte
@@ -42,8 +130,31 @@ type chunk struct {
 // streamCommand runs a command through the broker and streams its output
 // to w as NDJSON frames as it comes, up to limit bytes; past the limit the
 // output is read and dropped, and the last frame says so. The caller
-// going away cancels the command.
-func (c *Controller) streamCommand(ctx context.Context, w http.ResponseWriter, req *rpc.RunRequest, limit int64) ExecFrame {
+// going away cancels the command. With stdin nil the command reads
+// /dev/null.
+func (c *Controller) streamCommand(ctx context.Context, w http.ResponseWriter, req *rpc.RunRequest, limit int64, stdin []byte) ExecFrame {
+	return c.streamCommandThen(ctx, w, req, limit, stdin, nil)
+}
+
+// streamCommandThen is streamCommand with a last word: then may amend the
+// last frame before it is written.
+func (c *Controller) streamCommandThen(ctx context.Context, w http.ResponseWriter, req *rpc.RunRequest, limit int64, stdin []byte, then func(*ExecFrame)) ExecFrame {
+	in := c.devnull
+	if stdin != nil {
+		inR, inW, err := os.Pipe()
+		if err != nil {
+			return ExecFrame{Done: true, ExitCode: -1, Error: err.Error()}
+		}
+		in = inR
+		defer inR.Close()
+		// Closing the write end when the command has ended ends a write
+		// that a command which never read its input left blocked.
+		defer inW.Close()
+		go func() {
+			inW.Write(stdin)
+			inW.Close()
+		}()
+	}
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		return ExecFrame{Done: true, ExitCode: -1, Error: err.Error()}
@@ -88,7 +199,7 @@ func (c *Controller) streamCommand(ctx context.Context, w http.ResponseWriter, r
 	}
 	resc := make(chan result, 1)
 	go func() {
-		res, err := c.broker.run(ctx, req, []*os.File{c.devnull, outW, errW})
+		res, err := c.broker.run(ctx, req, []*os.File{in, outW, errW})
 		outW.Close()
 		errW.Close()
 		resc <- result{res, err}
@@ -98,6 +209,7 @@ func (c *Controller) streamCommand(ctx context.Context, w http.ResponseWriter, r
 	flusher, _ := w.(http.Flusher)
 	enc := json.NewEncoder(w)
 	final := ExecFrame{Done: true, OutputCap: limit}
+	var framer utf8Framer
 	// Output written after the command ended (by a lane's leftover) is not
 	// this command's: stop reading shortly after it ends.
 	var drain <-chan time.Time
@@ -110,6 +222,7 @@ func (c *Controller) streamCommand(ctx context.Context, w http.ResponseWriter, r
 				readers--
 				continue
 			}
+
 			final.OutputBytes += int64(len(ch.data))
 			room := limit - (final.OutputBytes - int64(len(ch.data)))
 			if room <= 0 {
@@ -120,7 +233,9 @@ func (c *Controller) streamCommand(ctx context.Context, w http.ResponseWriter, r
 				ch.data = ch.data[:room]
 				final.Truncated = true
 			}
-			enc.Encode(ExecFrame{Stream: ch.stream, Data: string(ch.data)})
+			for _, f := range framer.frames(ch.stream, ch.data, final.Truncated) {
+				enc.Encode(f)
+			}
 			if flusher != nil {
 				flusher.Flush()
 			}
@@ -137,6 +252,12 @@ func (c *Controller) streamCommand(ctx context.Context, w http.ResponseWriter, r
 	// A leftover may still hold the pipes: closing our ends ends the reads.
 	outR.Close()
 	errR.Close()
+	// What a stream held back (a sequence it never finished) goes as it is.
+	for _, stream := range []string{"stdout", "stderr"} {
+		for _, f := range framer.frames(stream, nil, true) {
+			enc.Encode(f)
+		}
+	}
 	if res.res != nil {
 		final.ExitCode, final.Signal, final.Stopped = res.res.ExitCode, res.res.Signal, res.res.Stopped
 		final.WallMS = res.res.WallNS / 1e6
@@ -146,6 +267,56 @@ func (c *Controller) streamCommand(ctx context.Context, w http.ResponseWriter, r
 	if res.err != nil {
 		final.Error = res.err.Error()
 	}
+	if then != nil {
+		then(&final)
+	}
 	enc.Encode(final)
 	return final
+}
+
+// laneRun makes an exec request into the broker's run as the trial's
+// lane: argv given, cwd a folder inside the workspace, stdin as text or
+// bytes but not both.
+func (c *Controller) laneRun(rt *trialRT, req ExecRequest) (*rpc.RunRequest, []byte, error) {
+	if len(req.Argv) == 0 {
+		return nil, nil, errors.New("field argv: empty; it names the command and its arguments")
+	}
+	cwd, err := insideRoot(rt.t.Workspace, req.Cwd)
+	if err != nil {
+		return nil, nil, fmt.Errorf("field cwd: %w", err)
+	}
+	var stdin []byte
+	switch {
+	case req.Stdin != "" && req.StdinB64 != nil:
+		return nil, nil, errors.New("fields stdin and stdin_b64: give one, not both")
+	case req.StdinB64 != nil:
+		stdin = req.StdinB64
+	case req.Stdin != "":
+		stdin = []byte(req.Stdin)
+	}
+	lane, _ := c.table.Lane(rt.t.Lane)
+	return &rpc.RunRequest{Role: lane.Name, Argv: req.Argv, Env: append(trialEnv(rt.t), req.Env...), Cwd: cwd, Limits: rpc.Limits{TimeoutMS: req.TimeoutMS}}, stdin, nil
+}
+
+// insideRoot decides where a path a caller gives lies under root: a
+// relative path is taken from root, an absolute one must lie inside it
+// (an answer's path is accepted back), and neither may climb out by "..".
+// The check is on the name only; what the path is on disk is the role's
+// own to reach or not, as it runs as that role.
+func insideRoot(root, p string) (string, error) {
+	if p == "" || p == "." {
+		return root, nil
+	}
+	if filepath.IsAbs(p) {
+		rel, err := filepath.Rel(root, filepath.Clean(p))
+		if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+			return "", fmt.Errorf("%q is outside the trial's folder", p)
+		}
+		p = rel
+	}
+	p = filepath.Clean(p)
+	if p == ".." || strings.HasPrefix(p, "../") {
+		return "", fmt.Errorf("%q climbs out of the trial's folder", p)
+	}
+	return filepath.Join(root, p), nil
 }

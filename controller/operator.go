@@ -1,7 +1,6 @@
 package controller
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -36,39 +35,14 @@ type EndRequest struct {
 	Reason string `json:"reason,omitempty"`
 }
 
-// decode reads a JSON body with a size limit and no unknown fields.
-func decode(w http.ResponseWriter, r *http.Request, limit int64, v any) bool {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		var tooBig *http.MaxBytesError
-		if ok := asMaxBytes(err, &tooBig); ok {
-			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body over the %d-byte limit", limit))
-			return false
-		}
-		writeError(w, http.StatusBadRequest, "bad JSON: "+err.Error())
-		return false
-	}
-	if dec.More() {
-		writeError(w, http.StatusBadRequest, "bad JSON: trailing data")
+// decode reads a JSON body with a size limit and no unknown fields, or
+// answers the problem with it.
+func decode(w http.ResponseWriter, r *http.Request, limit int64, v any, hidden ...string) bool {
+	if e := decodeStrict(r.Body, limit, v, hidden); e != nil {
+		writeProblem(w, e.status, e.code, e.msg)
 		return false
 	}
 	return true
-}
-
-func asMaxBytes(err error, target **http.MaxBytesError) bool {
-	for err != nil {
-		if e, ok := err.(*http.MaxBytesError); ok {
-			*target = e
-			return true
-		}
-		u, ok := err.(interface{ Unwrap() error })
-		if !ok {
-			return false
-		}
-		err = u.Unwrap()
-	}
-	return false
 }
 
 // operatorRoutes is the operator's door to the controller, on a socket
@@ -167,7 +141,7 @@ func (c *Controller) operatorRoutes() http.Handler {
 	mux.HandleFunc("POST /v1/trials/{id}/exec", trialCommand(func(w http.ResponseWriter, r *http.Request, rt *trialRT, req ExecRequest) {
 		c.execInTrial(w, r, rt, req)
 	}))
-	mux.HandleFunc("POST /v1/trials/{id}/agent", trialCommand(c.runAgent))
+	mux.HandleFunc("POST /v1/trials/{id}/agent", trialRequest(c, c.runAgent))
 	mux.HandleFunc("POST /v1/trials/{id}/end", func(w http.ResponseWriter, r *http.Request) {
 		var req EndRequest
 		if !decode(w, r, 1<<20, &req) {
@@ -249,37 +223,13 @@ func judgeAnswer(w http.ResponseWriter, field string, rec any, recorded bool, er
 
 // execInTrial runs a command as the trial's lane, in its workspace.
 func (c *Controller) execInTrial(w http.ResponseWriter, r *http.Request, rt *trialRT, req ExecRequest) ExecFrame {
-	if len(req.Argv) == 0 {
-		writeError(w, http.StatusBadRequest, "argv is empty")
+	run, stdin, err := c.laneRun(rt, req)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
 		return ExecFrame{}
 	}
-	lane, _ := c.table.Lane(rt.t.Lane)
-	run := &rpc.RunRequest{Role: lane.Name, Argv: req.Argv, Env: append(trialEnv(rt.t), req.Env...), Cwd: rt.t.Workspace, Limits: rpc.Limits{TimeoutMS: req.TimeoutMS}}
-	f := c.streamCommand(r.Context(), w, run, c.cfg.API.ExecOutputCap)
+	f := c.streamCommand(r.Context(), w, run, c.cfg.API.ExecOutputCap, stdin)
 	c.afterExec(rt, f)
 	c.trialEvent(rt, "trial.exec", map[string]any{"argv0": filepath.Base(req.Argv[0]), "exit_code": f.ExitCode, "stopped": f.Stopped, "wall_ms": f.WallMS})
 	return f
-}
-
-// runAgent runs the trial's worker agent as agent-N, with the trial's
-// folder as its home: it can read none of the lane's files and reaches the
-// workspace only through the API, with its token.
-func (c *Controller) runAgent(w http.ResponseWriter, r *http.Request, rt *trialRT, req ExecRequest) {
-	if len(req.Argv) == 0 {
-		writeError(w, http.StatusBadRequest, "argv is empty")
-		return
-	}
-	agent, _ := c.table.Agent(rt.t.Lane)
-	info := c.info(rt.t)
-	env := append(trialEnv(rt.t),
-		"THERMITE_TRIAL="+rt.t.ID,
-		"THERMITE_API_SOCKET="+info.APISocket,
-		"THERMITE_TOKEN_FILE="+info.TokenFile)
-	env = append(env, req.Env...)
-	if info.APIURL != "" {
-		env = append(env, "THERMITE_API_URL="+info.APIURL)
-	}
-	run := &rpc.RunRequest{Role: agent.Name, Argv: req.Argv, Env: env, Home: rt.t.AgentDir, Cwd: rt.t.AgentDir, Limits: rpc.Limits{TimeoutMS: req.TimeoutMS}}
-	f := c.streamCommand(r.Context(), w, run, c.cfg.API.ExecOutputCap)
-	c.trialEvent(rt, "trial.agent", map[string]any{"argv0": filepath.Base(req.Argv[0]), "exit_code": f.ExitCode, "stopped": f.Stopped})
 }

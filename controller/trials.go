@@ -50,6 +50,10 @@ type trialRT struct {
 	// disk is the last measurement of its folders, and why it failed.
 	disk       DiskState
 	diskLogged time.Time
+	// token is the trial's token while this controller has it (from the
+	// trial's start; a restarted controller has only its hash): what a
+	// lane harness is given.
+	token string
 }
 
 // DiskState is what the watcher last found of a trial's folders.
@@ -238,6 +242,7 @@ func (c *Controller) StartTrial(req StartRequest) (TrialInfo, error) {
 	}
 	undo = append(undo, func() { c.ledger.EndTrial(id, "start failed", time.Now().UTC()) })
 	rt := newTrialRT(t)
+	rt.token = token
 	if err := c.startLaneFS(rt); err != nil {
 		return TrialInfo{}, err
 	}

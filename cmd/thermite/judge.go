@@ -270,6 +270,8 @@ func ctlJudge(cfg config.Config, path string, body any, field string, out any) e
 		json.Unmarshal(rec, out)
 	}
 	var msg string
-	json.Unmarshal(e["error"], &msg)
+	if json.Unmarshal(e["error"], &msg) != nil {
+		json.Unmarshal(e["detail"], &msg)
+	}
 	return fmt.Errorf("%s", msg)
 }

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"github.com/spf13/cobra"
 
@@ -22,6 +23,7 @@ import (
 	"thermite/internal/lanefs"
 	"thermite/internal/spawn"
 	"thermite/internal/termsafe"
+	"thermite/internal/trialclient"
 	"thermite/roles"
 	"thermite/selftest"
 )
@@ -37,8 +39,15 @@ func (e *exitError) Error() string { return e.msg }
 func main() {
 	// The shim and the probe run before anything else is set up: they are
 	// on every command's start path, and must stay small and quick.
+	// thermite-trial, the worker's client: the same binary by another
+	// name, or `thermite trial-client`.
+	if filepath.Base(os.Args[0]) == "thermite-trial" {
+		os.Exit(trialclient.Main(os.Args[1:]))
+	}
 	if len(os.Args) > 1 {
 		switch os.Args[1] {
+		case "trial-client":
+			os.Exit(trialclient.Main(os.Args[2:]))
 		case spawn.Arg:
 			spawn.Main()
 		case selftest.ProbeArg:
@@ -81,7 +90,7 @@ func newRoot() *cobra.Command {
 		serveCmd(), brokerCmd(), controllerCmd(),
 		rolesCmd(), configCmd(),
 		runAsCmd(), stopCmd(), statusCmd(),
-		selftestCmd(), checkCmd(), gpusCmd(), trialCmd(), ledgerCmd(), kitCmd(), judgeCmd(),
+		selftestCmd(), checkCmd(), gpusCmd(), trialCmd(), ledgerCmd(), kitCmd(), judgeCmd(), openapiCmd(),
 	)
 	return root
 }

@@ -65,9 +65,7 @@ func ctlCall(cfg config.Config, method, path string, body, out any) error {
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != 200 {
-		var e struct{ Error string }
-		json.NewDecoder(resp.Body).Decode(&e)
-		return fmt.Errorf("%s", e.Error)
+		return fmt.Errorf("%s", problemDetail(resp.Body))
 	}
 	if out == nil {
 		_, err = io.Copy(os.Stdout, resp.Body)
@@ -87,9 +85,7 @@ func ctlStream(cfg config.Config, path string, body any, what string) error {
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != 200 {
-		var e struct{ Error string }
-		json.NewDecoder(resp.Body).Decode(&e)
-		return fmt.Errorf("%s: %s", what, e.Error)
+		return fmt.Errorf("%s: %s", what, problemDetail(resp.Body))
 	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 1<<20), 8<<20)
@@ -101,8 +97,10 @@ func ctlStream(cfg config.Config, path string, body any, what string) error {
 		switch {
 		case f.Stream == "stdout":
 			os.Stdout.WriteString(f.Data)
+			os.Stdout.Write(f.DataB64)
 		case f.Stream == "stderr":
 			os.Stderr.WriteString(f.Data)
+			os.Stderr.Write(f.DataB64)
 		case f.Done:
 			if f.Truncated {
 				fmt.Fprintf(os.Stderr, "thermite: %s: output truncated at %d of %d bytes\n", what, f.OutputCap, f.OutputBytes)
@@ -245,6 +243,7 @@ func trialCmd() *cobra.Command {
 	// code passed on.
 	trialCommand := func(route, use, short string) *cobra.Command {
 		var timeout time.Duration
+		var harness string
 		c := &cobra.Command{
 			Use:   use,
 			Short: short,
@@ -255,14 +254,23 @@ func trialCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return ctlStream(cfg, "/v1/trials/"+args[0]+"/"+route, controller.ExecRequest{Argv: args[1:], TimeoutMS: timeout.Milliseconds()}, what)
+				var body any = controller.ExecRequest{Argv: args[1:], TimeoutMS: timeout.Milliseconds()}
+				if route == "agent" {
+					body = controller.AgentRequest{Argv: args[1:], TimeoutMS: timeout.Milliseconds(), Harness: harness}
+				}
+				return ctlStream(cfg, "/v1/trials/"+args[0]+"/"+route, body, what)
 			},
 		}
-		c.Flags().DurationVar(&timeout, "timeout", 0, "wall-clock limit (default: the rig's)")
+		if route == "agent" {
+			c.Flags().DurationVar(&timeout, "timeout", 0, "wall-clock limit (default and most: the rig's agent.wall_timeout)")
+			c.Flags().StringVar(&harness, "harness", controller.HarnessPi, "pi: as agent-N, the trial's folder as HOME, tools through the API; lane: as the lane's user in the workspace, its token and MCP configuration in a home of its own")
+		} else {
+			c.Flags().DurationVar(&timeout, "timeout", 0, "wall-clock limit (default: the rig's)")
+		}
 		return c
 	}
 	execCmd := trialCommand("exec", "exec TRIAL [--timeout D] -- CMD [ARGS...]", "Run a command as the trial's lane in its workspace, and exit with its code")
-	agentCmd := trialCommand("agent", "agent TRIAL [--timeout D] -- CMD [ARGS...]", "Run the trial's worker agent as agent-N, with the trial's folder as its home")
+	agentCmd := trialCommand("agent", "agent TRIAL [--harness pi|lane] [--timeout D] -- CMD [ARGS...]", "Run the trial's worker agent: as agent-N (pi) or as the lane's user (lane, for OpenCode, Claude Code, Codex)")
 	var reason string
 	end := &cobra.Command{
 		Use:   "end TRIAL",
@@ -429,4 +437,14 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// problemDetail is the one line of the controller's error answer (an RFC
+// 9457 problem), or what it says of an answer it cannot read.
+func problemDetail(body io.Reader) string {
+	var p controller.Problem
+	if err := json.NewDecoder(io.LimitReader(body, 1<<20)).Decode(&p); err != nil || p.Detail == "" {
+		return "the controller's answer is not a problem it explains"
+	}
+	return p.Detail
 }

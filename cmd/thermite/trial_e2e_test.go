@@ -95,7 +95,10 @@ func frames(t *testing.T, raw string) (stdout string, final controller.ExecFrame
 			t.Fatalf("frame %q: %v", l, err)
 		}
 		if f.Stream == "stdout" {
-			stdout += f.Data
+			stdout += f.Data + string(f.DataB64)
+		}
+		if !f.Done && strings.Contains(l, "exit_code") {
+			t.Fatalf("output frame %s carries an exit code", l)
 		}
 		if f.Done {
 			final = f
@@ -233,7 +236,7 @@ func TestTrialsAndTheHarnessAPI(t *testing.T) {
 			{"POST", "/v1/fs/write", map[string]any{"path": "big", "data": make([]byte, 17<<20)}, 413},
 		} {
 			code, m, raw := a1.do(c.method, c.route, c.body)
-			if code != c.code || m["error"] == nil || strings.Count(strings.TrimSpace(raw), "\n") != 0 {
+			if code != c.code || m["code"] == nil || m["detail"] == nil || strings.Count(strings.TrimSpace(raw), "\n") != 0 {
 				t.Errorf("%s %s: %d %.200s, want %d with one error line", c.method, c.route, code, raw, c.code)
 			}
 		}
@@ -287,10 +290,15 @@ func TestTrialsAndTheHarnessAPI(t *testing.T) {
 		if code != 200 {
 			t.Fatalf("note: %d %s", code, raw)
 		}
-		rel, _ := filepath.Rel(t1.ResearchDir, m["path"].(string))
+		// The path the note's answer gives is the one research/read takes;
+		// the same file's absolute name is taken too.
+		rel := m["path"].(string)
 		code, _, raw = a2.do("POST", "/v1/research/read", map[string]any{"path": rel})
-		if code != 200 || !strings.Contains(raw, "data") {
-			t.Fatalf("lane 2 reads lane 1's note: %d %s", code, raw)
+		if code != 200 || !strings.Contains(raw, "data") || filepath.IsAbs(rel) {
+			t.Fatalf("lane 2 reads lane 1's note %q: %d %s", rel, code, raw)
+		}
+		if code, _, raw = a2.do("POST", "/v1/research/read", map[string]any{"path": filepath.Join(t1.ResearchDir, rel)}); code != 200 {
+			t.Fatalf("the note's absolute name: %d %s", code, raw)
 		}
 		if code, _, raw = a2.do("POST", "/v1/research/search", map[string]any{"pattern": "needle"}); code != 200 || !strings.Contains(raw, rel) {
 			t.Fatalf("search: %d %s", code, raw)

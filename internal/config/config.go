@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -111,6 +112,22 @@ type Trial struct {
 	RetainEnded Duration `toml:"retain_ended" json:"retain_ended"`
 }
 
+// Agent bounds a trial's worker agent (`thermite trial agent`): a run of
+// hours, its output streamed to the operator, apart from the limits of a
+// lane's commands.
+type Agent struct {
+	// WallTimeout is the longest an agent's run may last (a request may
+	// ask for less); it is the default too.
+	WallTimeout Duration `toml:"wall_timeout" json:"wall_timeout"`
+	// OutputCapMB caps the output streamed back (0: none).
+	OutputCapMB int64 `toml:"output_cap_mb" json:"output_cap_mb"`
+	// Egress are the host:port pairs (a model provider's) that the
+	// controller's egress proxy connects a trial's agent to; none by
+	// default. A host that is a name must resolve to a public address; an
+	// IP literal is taken as the operator's own choice.
+	Egress []string `toml:"egress" json:"egress"`
+}
+
 // Image describes the container the rig runs in: the one-container image
 // (RunPod) keeps the supervisor beside the roles.
 type Image struct {
@@ -154,6 +171,7 @@ type Config struct {
 	Perf   []string `toml:"perf" json:"perf"`
 	Cgroup Cgroup   `toml:"cgroup" json:"cgroup"`
 	Trial  Trial    `toml:"trial" json:"trial"`
+	Agent  Agent    `toml:"agent" json:"agent"`
 	Image  Image    `toml:"image" json:"image"`
 	Host   Host     `toml:"host" json:"host"`
 	// StripEnvPrefixes names the host's variables (RunPod's among them)
@@ -198,6 +216,7 @@ func Default() Config {
 		Perf:    []string{},
 		Cgroup:  Cgroup{Enabled: true, MemoryMB: 4096, Pids: 1024},
 		Trial:   Trial{DiskCapMB: 5120, DiskCheck: Duration{2 * time.Second}, RetainEnded: Duration{24 * time.Hour}},
+		Agent:   Agent{WallTimeout: Duration{12 * time.Hour}},
 		Image: Image{
 			SupervisorDir: "/var/lib/thermite-supervisor",
 			Inbox:         "/var/lib/thermite-inbox",
@@ -330,6 +349,24 @@ func (c *Config) Validate() error {
 	case "refuse", "warn":
 	default:
 		return fmt.Errorf("startup_selftest: %q is not one of refuse, warn", c.StartupSelftest)
+	}
+	switch {
+	case c.Agent.WallTimeout.Duration <= 0:
+		return fmt.Errorf("agent.wall_timeout: %s must be more than 0", c.Agent.WallTimeout)
+	case c.Agent.OutputCapMB < 0:
+		return fmt.Errorf("agent.output_cap_mb: %d must be 0 (no cap) or more", c.Agent.OutputCapMB)
+	}
+	egress := map[string]bool{}
+	for _, hp := range c.Agent.Egress {
+		host, port, err := net.SplitHostPort(hp)
+		n, perr := strconv.Atoi(port)
+		if err != nil || host == "" || perr != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("agent.egress: %q is not host:port (such as \"api.anthropic.com:443\")", hp)
+		}
+		if egress[strings.ToLower(hp)] {
+			return fmt.Errorf("agent.egress: %q is listed twice", hp)
+		}
+		egress[strings.ToLower(hp)] = true
 	}
 	l := c.Limits
 	switch {

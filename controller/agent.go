@@ -1,0 +1,237 @@
+package controller
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"thermite/internal/rpc"
+)
+
+// The two ways to run a trial's worker agent.
+const (
+	// HarnessPi runs it as agent-N, its trial's folder as HOME: it reads
+	// none of the lane's files and reaches the workspace only through the
+	// API, with its token (Pi's agent and any program of that kind).
+	HarnessPi = "pi"
+	// HarnessLane runs it as the lane's user in the workspace (OpenCode,
+	// Claude Code, Codex): the lane's access and none of the judge's, its
+	// token and MCP configuration in a home of its own.
+	HarnessLane = "lane"
+)
+
+// AgentRequest runs a trial's worker agent.
+type AgentRequest struct {
+	Argv      []string `json:"argv"`
+	TimeoutMS int64    `json:"timeout_ms,omitempty"`
+	Env       []string `json:"env,omitempty"`
+	// Harness is HarnessPi ("" too) or HarnessLane.
+	Harness string `json:"harness,omitempty"`
+}
+
+// trialRequest is an operator's request about one open trial: its body
+// decoded, the trial found and held open while the request runs.
+func trialRequest[Q any](c *Controller, run func(http.ResponseWriter, *http.Request, *trialRT, Q)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var req Q
+		if !decode(w, r, 1<<20, &req) {
+			return
+		}
+		rt, err := c.trial(r.PathValue("id"))
+		if err != nil {
+			writeError(w, http.StatusNotFound, err.Error())
+			return
+		}
+		rt.inflight.Add(1)
+		defer rt.inflight.Add(-1)
+		if rt.closing.Load() {
+			writeError(w, http.StatusConflict, "trial: "+rt.t.ID+" is ending")
+			return
+		}
+		ctx, cancel := rt.within(r.Context())
+		defer cancel()
+		run(w, r.WithContext(ctx), rt, req)
+	}
+}
+
+// agentTimeout decides how long an agent's run may last: what it asks,
+// at most agent.wall_timeout, which is also the default.
+func (c *Controller) agentTimeout(ms int64) (time.Duration, error) {
+	max := c.cfg.Agent.WallTimeout.Duration
+	switch {
+	case ms < 0:
+		return 0, fmt.Errorf("timeout_ms: %d is negative", ms)
+	case ms == 0:
+		return max, nil
+	case time.Duration(ms)*time.Millisecond > max:
+		return 0, fmt.Errorf("timeout: %s is over the rig's agent.wall_timeout of %s", time.Duration(ms)*time.Millisecond, max)
+	}
+	return time.Duration(ms) * time.Millisecond, nil
+}
+
+// runAgent runs the trial's worker agent by its harness, under the
+// agent's own limits: agent.wall_timeout (hours, not a lane command's
+// minutes), its output streamed, capped only by agent.output_cap_mb.
+func (c *Controller) runAgent(w http.ResponseWriter, r *http.Request, rt *trialRT, req AgentRequest) {
+	if len(req.Argv) == 0 {
+		writeProblem(w, http.StatusBadRequest, CodeMissingField, "field argv: empty; it names the agent's program and its arguments")
+		return
+	}
+	timeout, err := c.agentTimeout(req.TimeoutMS)
+	if err != nil {
+		writeProblem(w, http.StatusBadRequest, CodeBadField, err.Error())
+		return
+	}
+	var run *rpc.RunRequest
+	switch req.Harness {
+	case "", HarnessPi:
+		run, err = c.piAgent(rt, req)
+	case HarnessLane:
+		run, err = c.laneAgent(rt, req)
+	default:
+		err = fmt.Errorf("harness: %q is not one of %s, %s", req.Harness, HarnessPi, HarnessLane)
+	}
+	if err != nil {
+		writeProblem(w, http.StatusBadRequest, CodeBadField, err.Error())
+		return
+	}
+	// The broker's wall timeout is a lane command's; the agent's is kept
+	// here, and the broker stops the run when this request ends.
+	run.NoTimeout = true
+	ctx, cancel := context.WithTimeout(r.Context(), timeout)
+	defer cancel()
+	limit := c.cfg.Agent.OutputCapMB << 20
+	if limit == 0 {
+		limit = 1 << 62
+	}
+	f := c.streamAgent(ctx, w, run, limit)
+	c.afterExec(rt, f)
+	c.trialEvent(rt, "trial.agent", map[string]any{"harness": cmp.Or(req.Harness, HarnessPi), "role": run.Role, "argv0": filepath.Base(req.Argv[0]), "exit_code": f.ExitCode, "stopped": f.Stopped, "wall_ms": f.WallMS})
+}
+
+// streamAgent streams a run whose deadline is ctx's, and says "timeout"
+// when that deadline stopped it.
+func (c *Controller) streamAgent(ctx context.Context, w http.ResponseWriter, run *rpc.RunRequest, limit int64) ExecFrame {
+	start := time.Now()
+	return c.streamCommandThen(ctx, w, run, limit, nil, func(f *ExecFrame) {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			// The broker saw its caller go: that was the agent's deadline.
+			f.Stopped, f.Error, f.WallMS = rpc.StoppedTimeout, "", time.Since(start).Milliseconds()
+		}
+	})
+}
+
+// agentEnv is what an agent's program finds its trial by (documented in
+// docs/trial-client.md).
+func (c *Controller) agentEnv(rt *trialRT, tokenFile string) []string {
+	info := c.info(rt.t)
+	env := append(trialEnv(rt.t),
+		"THERMITE_TRIAL="+rt.t.ID,
+		"THERMITE_API_SOCKET="+info.APISocket,
+		"THERMITE_TOKEN_FILE="+tokenFile)
+	if info.APIURL != "" {
+		env = append(env, "THERMITE_API_URL="+info.APIURL)
+		// The egress proxy, for a rig that lists providers: the token is
+		// the proxy URL's password, as HTTP clients send it.
+		if len(c.cfg.Agent.Egress) > 0 && rt.token != "" {
+			proxy := "http://trial:" + rt.token + "@" + strings.TrimPrefix(info.APIURL, "http://")
+			env = append(env, "HTTPS_PROXY="+proxy, "https_proxy="+proxy)
+		}
+	}
+	return env
+}
+
+// piAgent runs the agent as agent-N, with the trial's folder as its home:
+// it can read none of the lane's files and reaches the workspace only
+// through the API, with its token.
+func (c *Controller) piAgent(rt *trialRT, req AgentRequest) (*rpc.RunRequest, error) {
+	agent, _ := c.table.Agent(rt.t.Lane)
+	env := append(c.agentEnv(rt, c.info(rt.t).TokenFile), req.Env...)
+	return &rpc.RunRequest{Role: agent.Name, Argv: req.Argv, Env: env, Home: rt.t.AgentDir, Cwd: rt.t.AgentDir}, nil
+}
+
+// laneHome is the lane harness's home: the trial's folder "lane", the
+// lane's (0700), with the token and each agent program's MCP
+// configuration where that program reads it.
+func (c *Controller) laneHome(rt *trialRT) string {
+	return filepath.Join(c.trialDir(rt.t.ID), "lane")
+}
+
+// laneAgent runs the agent program as the lane's user in the workspace,
+// with the lane's access (and none of the judge's), its home the lane
+// harness's folder holding its token and MCP configurations.
+func (c *Controller) laneAgent(rt *trialRT, req AgentRequest) (*rpc.RunRequest, error) {
+	if rt.token == "" {
+		return nil, errors.New("harness lane: this controller restarted since the trial began and holds only its token's hash; end the trial and start another")
+	}
+	home := c.laneHome(rt)
+	lane, _ := c.table.Lane(rt.t.Lane)
+	if err := c.writeLaneHome(rt, home, lane.Name); err != nil {
+		return nil, fmt.Errorf("harness lane: %w", err)
+	}
+	env := append(c.agentEnv(rt, filepath.Join(home, "token")), req.Env...)
+	return &rpc.RunRequest{Role: lane.Name, Argv: req.Argv, Env: env, Home: home, Cwd: rt.t.Workspace}, nil
+}
+
+// writeLaneHome makes the lane harness's home once, as the controller,
+// then hands it to the lane: the token, and MCP configurations for
+// Claude Code (~/.claude.json), Codex (~/.codex/config.toml) and
+// OpenCode (~/.config/opencode/opencode.json), each starting
+// `thermite trial-client mcp` with the trial's socket and token file.
+func (c *Controller) writeLaneHome(rt *trialRT, home, lane string) error {
+	if _, err := os.Lstat(home); err == nil {
+		return nil
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("the thermite binary's path: %w", err)
+	}
+	info := c.info(rt.t)
+	tokenFile := filepath.Join(home, "token")
+	args := []string{"trial-client", "--socket", info.APISocket, "--token-file", tokenFile, "mcp"}
+	server := map[string]any{"command": self, "args": args}
+	claude, _ := json.MarshalIndent(map[string]any{"mcpServers": map[string]any{"thermite": server}}, "", "  ")
+	opencode, _ := json.MarshalIndent(map[string]any{"$schema": "https://opencode.ai/config.json",
+		"mcp": map[string]any{"thermite": map[string]any{"type": "local", "command": append([]string{self}, args...), "enabled": true}}}, "", "  ")
+	quoted := make([]string, len(args))
+	for i, a := range args {
+		quoted[i] = fmt.Sprintf("%q", a)
+	}
+	codex := fmt.Sprintf("[mcp_servers.thermite]\ncommand = %q\nargs = [%s]\n", self, strings.Join(quoted, ", "))
+	files := []struct {
+		path string
+		data string
+	}{
+		{"token", rt.token + "\n"},
+		{"trial.json", ""},
+		{".claude.json", string(claude) + "\n"},
+		{".codex/config.toml", codex},
+		{".config/opencode/opencode.json", string(opencode) + "\n"},
+	}
+	details, _ := json.MarshalIndent(info, "", "  ")
+	files[1].data = string(details) + "\n"
+	if err := os.Mkdir(home, 0o700); err != nil {
+		return err
+	}
+	for _, f := range files {
+		p := filepath.Join(home, f.path)
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			return err
+		}
+		if err := os.WriteFile(p, []byte(f.data), 0o600); err != nil {
+			return err
+		}
+	}
+	if err := c.broker.handFolder(home, lane, 0o700, false); err != nil {
+		os.RemoveAll(home)
+		return fmt.Errorf("hand %s to %s: %w", home, lane, err)
+	}
+	return nil
+}

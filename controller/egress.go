@@ -1,0 +1,187 @@
+package controller
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"thermite/controller/fetch"
+)
+
+// The egress proxy: HTTP CONNECT on the harness API's listeners, for a
+// trial's agent to reach its model provider without an open network. A
+// tunnel goes only to a host:port of agent.egress, with the trial's token
+// (Proxy-Authorization, Basic with the token as password, as a proxy URL
+// http://trial:TOKEN@host:port gives it, or Bearer), to an address that
+// passes the fetcher's checks at dial time, and is recorded per trial.
+
+// CodeEgressRefused is a tunnel the proxy will not make.
+const CodeEgressRefused = "egress_refused"
+
+// proxyToken is the token a CONNECT carries, or "".
+func proxyToken(r *http.Request) string {
+	h := strings.TrimSpace(r.Header.Get("Proxy-Authorization"))
+	scheme, cred, _ := strings.Cut(h, " ")
+	cred = strings.TrimSpace(cred)
+	switch {
+	case strings.EqualFold(scheme, "Bearer"):
+		return cred
+	case strings.EqualFold(scheme, "Basic"):
+		raw, err := base64.StdEncoding.DecodeString(cred)
+		if err != nil {
+			return ""
+		}
+		_, pass, _ := strings.Cut(string(raw), ":")
+		return pass
+	}
+	return ""
+}
+
+// egressAllowed decides whether a trial's agent may tunnel to hostport:
+// only an entry of agent.egress, the host in any case. It reports whether
+// the entry names an IP literal (the operator's own choice of address).
+func (c *Controller) egressAllowed(hostport string) (allowed, literal bool) {
+	host, _, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return false, false
+	}
+	for _, e := range c.cfg.Agent.Egress {
+		if strings.EqualFold(e, hostport) {
+			_, perr := netip.ParseAddr(strings.Trim(host, "[]"))
+			return true, perr == nil
+		}
+	}
+	return false, false
+}
+
+// egressDialer dials an allowed host, checking each address it resolves to
+// as the fetcher does (no loopback, private, link-local... address) at
+// connect time, so no DNS answer can point it inward; an IP literal the
+// operator listed is taken as it is.
+func egressDialer(literal bool) *net.Dialer {
+	d := &net.Dialer{Timeout: 10 * time.Second}
+	if !literal {
+		d.Control = func(network, address string, _ syscall.RawConn) error {
+			ap, err := netip.ParseAddrPort(address)
+			if err != nil {
+				return fmt.Errorf("egress: %s is not an address", address)
+			}
+			if class, refused := fetch.Classify(ap.Addr().Unmap()); refused {
+				return fmt.Errorf("egress: %s is %s address, refused", ap.Addr(), class)
+			}
+			return nil
+		}
+	}
+	return d
+}
+
+// egress serves one CONNECT: the trial by its token, the target by
+// agent.egress, the decoy guard, the dial, then bytes both ways until
+// either side closes or the trial ends.
+func (c *Controller) egress(w http.ResponseWriter, r *http.Request) {
+	rt := c.TrialForToken("Bearer " + proxyToken(r))
+	if rt == nil || rt.closing.Load() {
+		w.Header().Set("Proxy-Authenticate", `Basic realm="thermite"`)
+		refuse(w, r, http.StatusProxyAuthRequired, "the egress proxy takes the trial's token (a proxy URL http://trial:TOKEN@host:port)")
+		return
+	}
+	if n := rt.inflight.Add(1); n > int64(c.cfg.API.MaxConnsPerToken) {
+		rt.inflight.Add(-1)
+		refuse(w, r, http.StatusTooManyRequests, fmt.Sprintf("more than %d requests and tunnels at once on this token", c.cfg.API.MaxConnsPerToken))
+		return
+	}
+	defer rt.inflight.Add(-1)
+	// The target is where a decoy would show in a tunnel's request: as a
+	// name (a DNS label) or in a header.
+	seen := r.Clone(r.Context())
+	seen.URL = &url.URL{Path: r.Host}
+	if !c.guardDecoy(w, seen, rt, nil) {
+		return
+	}
+	target := r.Host
+	allowed, literal := c.egressAllowed(target)
+	if !allowed {
+		c.trialEvent(rt, "egress.refused", map[string]any{"target": target, "why": "not in agent.egress"})
+		refuseEgress(w, r, http.StatusForbidden, fmt.Sprintf("egress to %s refused: it is not in the rig's agent.egress", target))
+		return
+	}
+	ctx, cancel := rt.within(r.Context())
+	defer cancel()
+	up, err := egressDialer(literal).DialContext(ctx, "tcp", target)
+	if err != nil {
+		c.trialEvent(rt, "egress.refused", map[string]any{"target": target, "why": err.Error()})
+		code := http.StatusBadGateway
+		var oe *net.OpError
+		if errors.As(err, &oe) && strings.Contains(err.Error(), "egress: ") {
+			code = http.StatusForbidden
+		}
+		refuseEgress(w, r, code, fmt.Sprintf("egress to %s: %s", target, dialReason(err)))
+		return
+	}
+	defer up.Close()
+	down, buf, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		writeProblem(w, http.StatusInternalServerError, CodeInternal, "the tunnel could not be made")
+		return
+	}
+	defer down.Close()
+	down.SetDeadline(time.Time{})
+	io.WriteString(down, "HTTP/1.1 200 Connection established\r\n\r\n")
+	start := time.Now()
+	// The trial's end cuts its tunnels.
+	stop := context.AfterFunc(rt.ctx, func() { up.Close(); down.Close() })
+	defer stop()
+	var sent, received atomic.Int64
+	done := make(chan struct{}, 2)
+	go func() {
+		// What the client sent after its CONNECT, already buffered, first.
+		n, _ := io.Copy(up, io.MultiReader(io.LimitReader(buf.Reader, int64(buf.Reader.Buffered())), down))
+		sent.Store(n)
+		if tc, ok := up.(*net.TCPConn); ok {
+			tc.CloseWrite()
+		}
+		done <- struct{}{}
+	}()
+	go func() {
+		n, _ := io.Copy(down, up)
+		received.Store(n)
+		done <- struct{}{}
+	}()
+	<-done
+	up.Close()
+	down.Close()
+	<-done
+	c.trialEvent(rt, "egress", map[string]any{"target": target, "address": up.RemoteAddr().String(), "bytes_sent": sent.Load(), "bytes_received": received.Load(), "ms": time.Since(start).Milliseconds()})
+}
+
+// dialReason is a dial's failure in one line, without the dialer's
+// wrapping.
+func dialReason(err error) string {
+	msg := err.Error()
+	if i := strings.Index(msg, "egress: "); i >= 0 {
+		return msg[i+len("egress: "):]
+	}
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Err != nil {
+		return oe.Err.Error()
+	}
+	return msg
+}
+
+// refuseEgress answers a tunnel refused (403) or failed (502), code
+// egress_refused, and closes the connection.
+func refuseEgress(w http.ResponseWriter, r *http.Request, status int, msg string) {
+	http.NewResponseController(w).SetReadDeadline(time.Now())
+	w.Header().Set("Connection", "close")
+	writeProblem(w, status, CodeEgressRefused, msg)
+}

@@ -1,0 +1,44 @@
+package trialclient
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestTrialFoundFromEnvFlagsOrAgentFolder: the flags stand for the
+// variables, an agent's folder (HOME) is read when neither is given, and
+// a missing piece is one line naming the variables.
+func TestTrialFoundFromEnvFlagsOrAgentFolder(t *testing.T) {
+	home := t.TempDir()
+	os.WriteFile(filepath.Join(home, "token"), []byte("tok-home\n"), 0o600)
+	os.WriteFile(filepath.Join(home, "trial.json"), []byte(`{"id":"t1","api_socket":"/run/api.sock"}`), 0o600)
+	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+	c, err := FromEnv(env(map[string]string{"HOME": home}))
+	if err != nil || c.token != "tok-home" || c.socket != "/run/api.sock" {
+		t.Fatalf("from the agent's folder: %+v %v", c, err)
+	}
+	c, err = FromEnv(env(map[string]string{EnvSocket: "/s", EnvToken: " tok "}))
+	if err != nil || c.token != "tok" || c.socket != "/s" {
+		t.Fatalf("from the variables: %+v %v", c, err)
+	}
+	if _, err := FromEnv(env(map[string]string{EnvSocket: "/s"})); err == nil || !strings.Contains(err.Error(), "THERMITE_TOKEN and THERMITE_TOKEN_FILE are unset") {
+		t.Fatalf("no token: %v", err)
+	}
+	if _, err := FromEnv(env(map[string]string{EnvToken: "x"})); err == nil || !strings.Contains(err.Error(), "THERMITE_API_SOCKET and THERMITE_API_URL are unset") {
+		t.Fatalf("no API: %v", err)
+	}
+	var out, errb bytes.Buffer
+	// The flags: a refused connection to a socket that is not there names it.
+	code := run([]string{"--socket", filepath.Join(home, "nope.sock"), "--token-file", filepath.Join(home, "token"), "trial"}, env(nil), nil, &out, &errb)
+	if code != 1 || !strings.Contains(errb.String(), "nope.sock") || strings.Count(errb.String(), "\n") != 1 {
+		t.Fatalf("flags: %d %q", code, errb.String())
+	}
+	errb.Reset()
+	if code := run([]string{"--bogus", "trial"}, env(nil), nil, &out, &errb); code != 1 || !strings.HasPrefix(errb.String(), "thermite-trial: unknown flag --bogus") {
+		t.Fatalf("unknown flag: %d %q", code, errb.String())
+	}
+}
