@@ -293,12 +293,16 @@ func (b *Broker) LimitsFor(req rpc.Limits) (rl []spawn.Rlimit, timeout time.Dura
 }
 
 // CPUsFor decides which CPUs a role's command runs on. A timing user runs
-// only on the judge's CPUs; every other role runs anywhere the broker may,
+// only on its card's share of the judge's CPUs; every other role runs anywhere the broker may,
 // except on judge CPUs a timed run holds at that moment.
 func (b *Broker) CPUsFor(r roles.Role, requested string) (cpuset.Set, error) {
 	var allowed cpuset.Set
 	if r.Kind == roles.Timing {
-		allowed = b.judgeCPUs
+		share, err := b.cfg.JudgeCPUsOf(r.Index - 1)
+		if err != nil {
+			return nil, fmt.Errorf("cpus: %s: %w", r.Name, err)
+		}
+		allowed = share
 	} else {
 		allowed = b.online.Minus(b.heldCPUs())
 	}

@@ -321,12 +321,13 @@ func (c *Controller) Time(ctx context.Context, req TimeRequest) (ledger.TimedRun
 	if k.Run.Cards == 0 {
 		req.Card = -1
 	}
-	judge, err := c.cfg.JudgeCPUSet()
+	// Each card's timed runs have judge CPUs of their own.
+	judge, err := c.cfg.JudgeCPUsOf(req.Card)
 	if err != nil {
-		return ledger.TimedRun{}, fmt.Errorf("judge: judge_cpus: %w", err)
+		return ledger.TimedRun{}, fmt.Errorf("judge: %w", err)
 	}
 	if k.Run.CPUs > len(judge) {
-		return ledger.TimedRun{}, fmt.Errorf("judge: kit %s wants %d CPUs; judge_cpus gives %d (%s)", k.Name, k.Run.CPUs, len(judge), judge)
+		return ledger.TimedRun{}, fmt.Errorf("judge: kit %s wants %d CPUs; card %d has %d judge CPUs (%s of judge_cpus %s, split over timing_users = %d)", k.Name, k.Run.CPUs, max(req.Card, 0), len(judge), judge, c.cfg.JudgeCPUs, c.cfg.TimingUsers)
 	}
 	cpus := judge[:k.Run.CPUs]
 	tr := ledger.TimedRun{ID: randomID("r", 8), Build: b.ID, Kit: k.Name, Card: req.Card, Created: time.Now().UTC(), Status: "running", Role: timingRole(req.Card), CPUs: cpus.String()}

@@ -182,6 +182,12 @@ func Run(h Host) *rpc.SelftestResult {
 		close(work)
 		wg.Wait()
 		for _, r := range timing {
+			// A card without judge CPUs of its own has its timed runs
+			// refused; its timing user runs nothing to probe.
+			if _, err := c.Cfg.JudgeCPUsOf(r.Index - 1); err != nil {
+				record([]rpc.Probe{{Role: r.Name, Attempt: "timed runs on its card", Expect: "judge CPUs of its own, or refused", Got: "refused: " + err.Error(), OK: true}})
+				continue
+			}
 			record(probeRole(h, c, r))
 		}
 		stop()
