@@ -54,7 +54,7 @@ func (b *Broker) groupFor(r roles.Role) (*cgroup.Group, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cgroup for %s: %w", r.Name, err)
 	}
-	if b.cg.HasCPUSet() {
+	if b.cg.HasCPUSet() && !advisoryCPUs() {
 		if err := b.setGroupCPUs(r, g); err != nil {
 			g.Remove()
 			return nil, err

@@ -227,3 +227,24 @@ func (b *Broker) CgroupOf(r roles.Role) string {
 
 // CgroupStatus says where role commands' cgroups are, or why there are none.
 func (b *Broker) CgroupStatus() string { return b.cgroupStatus() }
+
+// HoldAsTimedRun holds a timing user's judge CPUs and cards exactly as a
+// timed run's command does (prepareRun's hold), for the self-test's Held
+// rows.
+func (b *Broker) HoldAsTimedRun(r roles.Role, cards []int) (string, func(), error) {
+	if r.Kind != roles.Timing {
+		return "", nil, fmt.Errorf("hold: %s is not a timing user", r.Name)
+	}
+	if _, err := b.groupFor(r); err != nil {
+		return "", nil, err
+	}
+	cpus, err := b.CPUsFor(r, "")
+	if err != nil {
+		return "", nil, err
+	}
+	release, err := b.hold(r, cpus, cards)
+	if err != nil {
+		return "", nil, err
+	}
+	return cpus.String(), release, nil
+}

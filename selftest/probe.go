@@ -77,8 +77,8 @@ const (
 	OpCgroup    = "cgroup"     // this process's /proc/self/cgroup
 	OpUDP       = "udp"        // make a UDP socket
 	OpTraceMe   = "traceme"    // ptrace(PTRACE_TRACEME): make the parent, the broker, its tracer
-	// OpAffinity asks sched_setaffinity for the CPU list Path; Detail is
-	// the CPUs the thread may run on afterwards.
+	// OpAffinity asks sched_setaffinity for the CPU list Arg (or Path);
+	// Detail is the CPUs the thread may run on afterwards.
 	OpAffinity = "affinity"
 )
 
@@ -472,11 +472,15 @@ func runAttempt(a Attempt, fds []int) Outcome {
 	return Outcome{ID: a.ID, Got: "error: unknown op " + a.Op}
 }
 
-// setAffinity asks for the CPUs of a.Path on this thread and reports what
+// setAffinity asks for the CPUs of a.Arg on this thread and reports what
 // the kernel left it: a cpuset cuts the request to its CPUs, and refuses
 // one that names none of them (EINVAL).
 func setAffinity(a Attempt) Outcome {
-	want, err := cpuset.Parse(a.Path)
+	list := a.Arg
+	if list == "" {
+		list = a.Path
+	}
+	want, err := cpuset.Parse(list)
 	if err != nil {
 		return Outcome{ID: a.ID, Got: "error: " + err.Error()}
 	}

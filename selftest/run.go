@@ -17,6 +17,7 @@ import (
 
 	"thermite/fence"
 	"thermite/internal/config"
+	"thermite/internal/cpuset"
 	"thermite/internal/procs"
 	"thermite/internal/rpc"
 	"thermite/roles"
@@ -38,6 +39,9 @@ type Host interface {
 	StopUser(role roles.Role) (int, error)
 	HandFolder(req *rpc.HandFolderRequest) (*rpc.HandFolderResult, error)
 	RunFolder(req *rpc.RunFolderRequest) error
+	// HoldAsTimedRun holds a timing user's judge CPUs (and cards) as a
+	// timed run does, until release is called.
+	HoldAsTimedRun(role roles.Role, cards []int) (cpus string, release func(), err error)
 	GPULayout() *fence.Layout
 	APIPort() int
 	CgroupOf(role roles.Role) string
@@ -74,6 +78,9 @@ func Run(h Host) *rpc.SelftestResult {
 		EnvAllowed: map[string]bool{}, Given: map[string][]int{},
 	}
 	c.GPU = h.GPULayout()
+	if online, err := cpuset.Online(); err == nil {
+		c.Online = online.String()
+	}
 	if st, err := procs.Status("/proc/self/status"); err == nil {
 		c.BrokerCapBnd = st["CapBnd"]
 	}
@@ -192,6 +199,7 @@ func Run(h Host) *rpc.SelftestResult {
 		}
 		stop()
 	}
+	heldPhase(h, c, record, fail)
 	// Where no writable cgroup tree exists the rig runs on rlimits alone:
 	// the self-test says so, in its own row.
 	if cg := h.CgroupStatus(); strings.HasPrefix(cg, "none") {
@@ -237,7 +245,7 @@ func probeRole(h Host, c *Context, r roles.Role) []rpc.Probe {
 	var rows []planned
 	for i := range Policy {
 		row := &Policy[i]
-		if !row.Who(r) {
+		if !row.Who(r) || row.Held != c.Holding {
 			continue
 		}
 		for k, a := range row.Make(c, r) {
@@ -307,7 +315,12 @@ func probeRole(h Host, c *Context, r roles.Role) []rpc.Probe {
 // controller's user is the controller itself, and is left alone.
 func runProbe(h Host, c *Context, r roles.Role, plan []Attempt) ([]Outcome, string) {
 	data, _ := json.Marshal(plan)
-	stdout, stderr, run, err := h.RunProbe(r, c.Given[r.Name], data)
+	cards := c.Given[r.Name]
+	if c.Holding {
+		// A held card is no other role's meanwhile: asking for it is refused.
+		cards = nil
+	}
+	stdout, stderr, run, err := h.RunProbe(r, cards, data)
 	if r.Kind != roles.Controller {
 		h.StopUser(r)
 	}
@@ -600,4 +613,29 @@ func firstFile(dir, name string) string {
 		}
 	}
 	return ""
+}
+
+// heldPhase probes every role but the timing users while the first timing
+// user holds its judge CPUs as a timed run does: the Held rows.
+func heldPhase(h Host, c *Context, record func([]rpc.Probe), fail func(role, attempt, expect, got string)) {
+	t, ok := c.Table.Timing(1)
+	if !ok {
+		return
+	}
+	if _, err := c.Cfg.JudgeCPUsOf(0); err != nil {
+		return
+	}
+	cpus, release, err := h.HoldAsTimedRun(t, c.Given[t.Name])
+	if err != nil {
+		fail("rig", "hold judge CPUs as a timed run does", "held", err.Error())
+		return
+	}
+	defer release()
+	c.HeldCPUs, c.Holding = cpus, true
+	defer func() { c.Holding = false }()
+	for _, r := range c.Table.Roles {
+		if r.Kind != roles.Timing {
+			record(probeRole(h, c, r))
+		}
+	}
 }

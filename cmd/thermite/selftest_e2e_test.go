@@ -200,6 +200,14 @@ func TestSelftestCatchesBreakage(t *testing.T) {
 			roles: "lane-1",
 		},
 		{
+			// Judge CPUs held by request alone, as before issue 12: a lane
+			// moves onto a held CPU, a candidate widens its affinity.
+			name:  "judge CPUs held by request only",
+			opts:  testrig.Options{Tags: "thermite_weaken", Env: []string{"THERMITE_WEAKEN=" + weaken.AdvisoryCPUs}, Extra: `startup_selftest = "warn"`},
+			want:  []string{"move onto a judge CPU a timed run holds", "widen its affinity beyond its judge CPUs"},
+			roles: "lane-1",
+		},
+		{
 			// A build stored as older versions stored it: its program a
 			// symlink to a place a lane writes.
 			name: "a stored build with a symlink",
