@@ -96,16 +96,16 @@ type Tree struct {
 	// accounted, no freezer), one short sentence each, for thermite status.
 	Notes []string
 
-	sys    *system
-	hier   []*hier          // v1: one per hierarchy used (memory, pids, freezer); v2: one
-	ctl    map[string]*hier // controller name to its hierarchy
-	swap   bool             // v1 memory.memsw.*, v2 memory.swap.max exist
-	leaf   string           // v2: the leaf C's processes were moved to, "" if none
+	sys  *system
+	hier []*hier          // v1: one per hierarchy used (memory, pids, freezer); v2: one
+	ctl  map[string]*hier // controller name to its hierarchy
+	swap bool             // v1 memory.memsw.*, v2 memory.swap.max exist
+	leaf string           // v2: the leaf C's processes were moved to, "" if none
 	// cpusetWhy says why the tree has no cpuset controller ("" when it has).
 	cpusetWhy string
-	mu     sync.Mutex
-	closed bool
-	live   map[string]*Group // the groups Create made and Remove has not removed
+	mu        sync.Mutex
+	closed    bool
+	live      map[string]*Group // the groups Create made and Remove has not removed
 }
 
 // hier is one hierarchy the tree uses (v2: the only one).
