@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -398,7 +399,7 @@ func (c *Controller) Time(ctx context.Context, req TimeRequest) (ledger.TimedRun
 		if err := c.saveStream(out, k.Run.Stderr, stderr); err != nil {
 			c.log.Warn("judge: save stderr", "run", tr.ID, "err", err)
 		}
-		public, hidden, err := c.check(ctx, k, out)
+		public, hidden, err := c.check(ctx, k, out, tr.Repeats)
 		if err != nil {
 			tr.Status, tr.Error = "check failed", err.Error()
 		} else {
@@ -577,7 +578,7 @@ const CheckOut = "/proc/self/fd/3"
 // check runs the kit's check as the controller, in the kit's own folder,
 // with THERMITE_OUT (and {out}) naming the run's out/ by descriptor
 // (CheckOut), and splits its answer: the public part, and the hidden cases.
-func (c *Controller) check(ctx context.Context, k *kit.Kit, out string) (kit.PublicResult, map[string]json.RawMessage, error) {
+func (c *Controller) check(ctx context.Context, k *kit.Kit, out string, reps []ledger.Repeat) (kit.PublicResult, map[string]json.RawMessage, error) {
 	dir, err := os.OpenFile(out, os.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return kit.PublicResult{}, nil, fmt.Errorf("check of kit %q: %w", k.Name, err)
@@ -589,6 +590,7 @@ func (c *Controller) check(ctx context.Context, k *kit.Kit, out string) (kit.Pub
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Dir = k.Dir
 	cmd.Env = append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + k.Dir}, k.CheckEnv(CheckOut)...)
+	cmd.Env = append(cmd.Env, TimesEnv(reps)...)
 	cmd.ExtraFiles = []*os.File{dir}
 	var so, se bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &so, &se
@@ -596,6 +598,20 @@ func (c *Controller) check(ctx context.Context, k *kit.Kit, out string) (kit.Pub
 		return kit.PublicResult{}, nil, fmt.Errorf("check of kit %q: %v", k.Name, err)
 	}
 	return kit.ParseCheck(so.Bytes(), k)
+}
+
+// TimesEnv is what the check is told of the clock, per repeat in order,
+// nanoseconds separated by spaces: THERMITE_WALL_NS, the candidate's wall
+// time from its execve to its exit, and THERMITE_CPU_NS, its own CPU time
+// (user and system, without the sandbox's start).
+func TimesEnv(reps []ledger.Repeat) []string {
+	wall := make([]string, len(reps))
+	cpu := make([]string, len(reps))
+	for i, r := range reps {
+		wall[i] = strconv.FormatInt(r.WallNS, 10)
+		cpu[i] = strconv.FormatInt(r.UserNS+r.SysNS, 10)
+	}
+	return []string{"THERMITE_WALL_NS=" + strings.Join(wall, " "), "THERMITE_CPU_NS=" + strings.Join(cpu, " ")}
 }
 
 // wallStats is the median and spread (max - min) of the wall times, and

@@ -16,4 +16,7 @@ const (
 	// AdvisoryCPUs holds judge CPUs by request only, as before issue 12:
 	// no cpuset is narrowed or widened for a timed run.
 	AdvisoryCPUs = "advisory-cpus"
+	// SlowShim makes the shim spend 300 ms of CPU and 300 ms asleep before
+	// its exec, so a test sees whether the judge's clock counts the shim.
+	SlowShim = "slow-shim"
 )
