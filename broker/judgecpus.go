@@ -15,16 +15,18 @@ import (
 var holds atomic.Int64
 
 // hold reserves a timed run's CPUs and cards while it runs, in the kernel:
+// a held card's node is its timing user's alone and any other role's
+// process that has it open is stopped (the lines say which);
 // every other role's cpuset group is narrowed to leave the CPUs out (the
 // kernel moves their tasks, those started before the hold too, and cuts
 // any sched_setaffinity of theirs to what is left), and the timing user's
 // group is exactly its CPUs, so the candidate cannot widen its own
 // affinity. Where no writable cpuset exists, the timed run is refused.
-func (b *Broker) hold(r roles.Role, cpus cpuset.Set, cards []int) (func(), error) {
+func (b *Broker) hold(r roles.Role, cpus cpuset.Set, cards []int) (release func(), stopped []string, err error) {
 	advisory := advisoryCPUs()
 	if !advisory {
 		if why := b.cpusetWhy(); why != "" {
-			return nil, fmt.Errorf("judge CPUs %s cannot be held in the kernel: %s; timed runs need a writable cpuset (a cgroup v1 cpuset hierarchy, or cgroup v2 with cpuset delegated to the broker's group)", cpus, why)
+			return nil, nil, fmt.Errorf("judge CPUs %s cannot be held in the kernel: %s; timed runs need a writable cpuset (a cgroup v1 cpuset hierarchy, or cgroup v2 with cpuset delegated to the broker's group)", cpus, why)
 		}
 	}
 	key := fmt.Sprintf("hold-%d", holds.Add(1))
@@ -48,8 +50,14 @@ func (b *Broker) hold(r roles.Role, cpus cpuset.Set, cards []int) (func(), error
 			if rerr := b.applyCPUSetsLocked(); rerr != nil {
 				b.log.Error("judge CPUs: could not widen the role groups again after a refused hold", "err", rerr)
 			}
-			return nil, fmt.Errorf("judge CPUs %s for %s: %w", cpus, r.Name, err)
+			return nil, nil, fmt.Errorf("judge CPUs %s for %s: %w", cpus, r.Name, err)
 		}
+	}
+	if len(cards) > 0 {
+		// The held cards' nodes go to the timing user's group first, so
+		// nothing opens them anew; then whatever had them open stops.
+		b.refreshGPUs()
+		stopped = b.stopCardHolders(r, cards)
 	}
 	return func() {
 		b.cpusetMu.Lock()
@@ -60,7 +68,10 @@ func (b *Broker) hold(r roles.Role, cpus cpuset.Set, cards []int) (func(), error
 				b.log.Error("judge CPUs: could not widen the role groups after a hold", "err", err)
 			}
 		}
-	}, nil
+		if len(cards) > 0 {
+			b.refreshGPUs()
+		}
+	}, stopped, nil
 }
 
 // advisoryCPUs is true only in test builds: without role cgroups, or the

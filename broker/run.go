@@ -102,7 +102,7 @@ func (b *Broker) prepareRun(req *rpc.RunRequest, stdio []*os.File) (*command, ti
 		return nil, 0, fmt.Errorf("cwd %w", err)
 	}
 	if r.Kind == roles.Timing {
-		if cmd.unhold, err = b.hold(r, cmd.cpus, req.GPUs); err != nil {
+		if cmd.unhold, cmd.cardStops, err = b.hold(r, cmd.cpus, req.GPUs); err != nil {
 			cmd.release()
 			return nil, 0, err
 		}

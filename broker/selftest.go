@@ -242,7 +242,7 @@ func (b *Broker) HoldAsTimedRun(r roles.Role, cards []int) (string, func(), erro
 	if err != nil {
 		return "", nil, err
 	}
-	release, err := b.hold(r, cpus, cards)
+	release, _, err := b.hold(r, cpus, cards)
 	if err != nil {
 		return "", nil, err
 	}

@@ -39,6 +39,9 @@ type command struct {
 	seccomp *seccomp.Options // the role's system-call filter, or nil
 	cgroup  *cgroup.Group    // the role's cgroup, or nil where none is writable
 	unhold  func()           // a timed run's release of its CPUs and cards
+	// cardStops says which processes of other roles were stopped because
+	// they had a card this timed run holds open.
+	cardStops []string
 }
 
 // child is a started command.
@@ -386,7 +389,7 @@ func (b *Broker) runCommand(c *command, timeout time.Duration, cancel <-chan str
 		return nil, err
 	}
 	defer ch.close()
-	res := &rpc.RunResult{PID: ch.pid, CPUs: c.cpus.String()}
+	res := &rpc.RunResult{PID: ch.pid, CPUs: c.cpus.String(), CardStops: c.cardStops}
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	var e exit

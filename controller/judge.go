@@ -374,6 +374,12 @@ func (c *Controller) Time(ctx context.Context, req TimeRequest) (ledger.TimedRun
 			break
 		}
 		stdout, stderr = so, se
+		if len(res.CardStops) > 0 {
+			// Development runs that had the card open were stopped so the
+			// timed run has it alone: on record, with the run.
+			c.log.Warn("judge: processes stopped for a held card", "run", tr.ID, "card", req.Card, "stopped", res.CardStops)
+			c.event("judge.card_stopped", ledger.Trial{}, map[string]any{"run": tr.ID, "card": req.Card, "repeat": i + 1, "stopped": res.CardStops})
+		}
 		tr.Repeats = append(tr.Repeats, ledger.Repeat{WallNS: res.WallNS, UserNS: res.UserNS, SysNS: res.SysNS, MaxRSSKB: res.MaxRSSKB, ExitCode: res.ExitCode})
 		if res.ExitCode != 0 {
 			tr.Status, tr.Error = "failed", fmt.Sprintf("repeat %d: exit %d (%s): %.300s", i+1, res.ExitCode, res.Stopped, strings.TrimSpace(string(se)))

@@ -19,4 +19,7 @@ const (
 	// SlowShim makes the shim spend 300 ms of CPU and 300 ms asleep before
 	// its exec, so a test sees whether the judge's clock counts the shim.
 	SlowShim = "slow-shim"
+	// SharedHeldCard leaves a held card's node in its GPU group and its
+	// holders running, as before issue 12.
+	SharedHeldCard = "shared-held-card"
 )
