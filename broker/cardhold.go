@@ -24,6 +24,15 @@ func (b *Broker) heldCardWants(l *fence.Layout, wants []fence.Want) []fence.Want
 	if weaken.Enabled && weaken.Has(weaken.SharedHeldCard) {
 		return wants
 	}
+	b.gpu.mu.Lock()
+	fixable := b.gpu.layout == nil || b.gpu.permsFixed
+	b.gpu.mu.Unlock()
+	if !fixable {
+		// This container keeps the nodes as they came (the status says so):
+		// the fence, the refused requests and the stopped holders hold the
+		// card.
+		return wants
+	}
 	b.mu.Lock()
 	gidOf := map[string]int{}
 	for key, cards := range b.cardHolds {

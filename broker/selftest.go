@@ -177,12 +177,12 @@ func (b *Broker) RunProbe(r roles.Role, gpus []int, stdin []byte) ([]byte, []byt
 
 // StartCanary starts a long-lived process as a role through the ordinary
 // spawn path, for probes to aim at. stop ends it.
-func (b *Broker) StartCanary(r roles.Role) (int, func(), error) {
+func (b *Broker) StartCanary(r roles.Role, gpus []int) (int, func(), error) {
 	inR, inW, err := os.Pipe()
 	if err != nil {
 		return 0, nil, err
 	}
-	req := &rpc.RunRequest{Role: r.Name, Argv: []string{"/proc/self/exe", "__probe", "canary"}}
+	req := &rpc.RunRequest{Role: r.Name, Argv: []string{"/proc/self/exe", "__probe", "canary"}, GPUs: gpus}
 	cmd, _, err := b.prepareRun(req, []*os.File{inR, b.devnull, b.devnull})
 	if err != nil {
 		inR.Close()

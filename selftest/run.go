@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -35,7 +36,7 @@ type Host interface {
 	EnvAllowed() []string
 	LandlockABI() int
 	RunProbe(role roles.Role, gpus []int, stdin []byte) (stdout, stderr []byte, res *rpc.RunResult, err error)
-	StartCanary(role roles.Role) (pid int, stop func(), err error)
+	StartCanary(role roles.Role, gpus []int) (pid int, stop func(), err error)
 	StopUser(role roles.Role) (int, error)
 	HandFolder(req *rpc.HandFolderRequest) (*rpc.HandFolderResult, error)
 	RunFolder(req *rpc.RunFolderRequest) error
@@ -118,7 +119,7 @@ func Run(h Host) *rpc.SelftestResult {
 	}
 	c.ControllerPID = h.ControllerPID()
 	if c.ControllerPID == 0 {
-		pid, stop, err := h.StartCanary(c.Table.Controller())
+		pid, stop, err := h.StartCanary(c.Table.Controller(), nil)
 		if err != nil {
 			fail("rig", "start a canary process as the controller's user", "started", err.Error())
 		} else {
@@ -154,7 +155,7 @@ func Run(h Host) *rpc.SelftestResult {
 		probes []roles.Role
 	}{{"planner", first}, {"model-check", second}} {
 		cr, _ := c.Table.Role(phase.canary)
-		pid, stop, err := h.StartCanary(cr)
+		pid, stop, err := h.StartCanary(cr, nil)
 		if err != nil {
 			fail("rig", "start a canary process as "+phase.canary, "started", err.Error())
 			continue
@@ -625,6 +626,19 @@ func heldPhase(h Host, c *Context, record func([]rpc.Probe), fail func(role, att
 	if _, err := c.Cfg.JudgeCPUsOf(0); err != nil {
 		return
 	}
+	// A development run on the card the timing user is about to hold: the
+	// hold must stop it.
+	if cards := c.Given[t.Name]; len(cards) > 0 {
+		if lane, ok := c.Table.Lane(1); ok {
+			pid, stop, err := h.StartCanary(lane, cards)
+			if err != nil {
+				fail("rig", "start a canary process as lane-1 with card "+strconv.Itoa(cards[0]), "started", err.Error())
+			} else {
+				c.CardCanaryPID = pid
+				defer stop()
+			}
+		}
+	}
 	cpus, release, err := h.HoldAsTimedRun(t, c.Given[t.Name])
 	if err != nil {
 		fail("rig", "hold judge CPUs as a timed run does", "held", err.Error())
@@ -632,7 +646,7 @@ func heldPhase(h Host, c *Context, record func([]rpc.Probe), fail func(role, att
 	}
 	defer release()
 	c.HeldCPUs, c.Holding = cpus, true
-	defer func() { c.Holding = false }()
+	defer func() { c.Holding, c.CardCanaryPID = false, 0 }()
 	for _, r := range c.Table.Roles {
 		if r.Kind != roles.Timing {
 			record(probeRole(h, c, r))

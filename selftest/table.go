@@ -63,6 +63,9 @@ type Context struct {
 	Online   string
 	Holding  bool
 	HeldCPUs string
+	// CardCanaryPID is a process of lane-1 started with the card a timing
+	// user then held, 0 without one.
+	CardCanaryPID int
 }
 
 // Who says which roles a row applies to.
@@ -148,6 +151,13 @@ var Policy = []Row{
 	{Who: Except(roles.Timing), Held: true, Attempt: "move onto a judge CPU a timed run holds", Make: func(c *Context, _ roles.Role) []Attempt {
 		return []Attempt{{Op: OpAffinity, Arg: c.HeldCPUs}}
 	}, Want: []string{"EINVAL"}},
+	// A held card, the timed run's alone.
+	{Who: Only(roles.Lane), Held: true, Attempt: "keep a process given a card running through a timed run's hold on it", Make: func(c *Context, r roles.Role) []Attempt {
+		if r.Index != 1 || c.CardCanaryPID == 0 {
+			return nil
+		}
+		return []Attempt{{Op: OpSignal, PID: c.CardCanaryPID}}
+	}, Want: []string{"ESRCH"}},
 	{Who: Only(roles.Timing), Attempt: "widen its affinity beyond its judge CPUs", Make: func(c *Context, _ roles.Role) []Attempt {
 		return []Attempt{{Op: OpAffinity, Arg: c.Online}}
 	}, Want: succeeds, Check: func(c *Context, r roles.Role, o Outcome) string {

@@ -208,6 +208,14 @@ func TestSelftestCatchesBreakage(t *testing.T) {
 			roles: "lane-1",
 		},
 		{
+			// A held card shared, as before issue 12: a development run
+			// given the card keeps running through a timed run's hold.
+			name:  "a held card left to the processes that had it",
+			opts:  testrig.Options{GPUs: 1, Tags: "thermite_weaken", Env: []string{"THERMITE_WEAKEN=" + weaken.SharedHeldCard}, Extra: `startup_selftest = "warn"`},
+			want:  []string{"keep a process given a card running through a timed run's hold on it"},
+			roles: "lane-1",
+		},
+		{
 			// A build stored as older versions stored it: its program a
 			// symlink to a place a lane writes.
 			name: "a stored build with a symlink",
