@@ -248,3 +248,12 @@ func (b *Broker) HoldAsTimedRun(r roles.Role, cards []int) (string, func(), erro
 	}
 	return cpus.String(), release, nil
 }
+
+// JudgeCPUsWhy says why judge CPUs cannot be held in the kernel here, ""
+// when they can.
+func (b *Broker) JudgeCPUsWhy() string {
+	if advisoryCPUs() {
+		return ""
+	}
+	return b.cpusetWhy()
+}

@@ -43,6 +43,9 @@ type Host interface {
 	// HoldAsTimedRun holds a timing user's judge CPUs (and cards) as a
 	// timed run does, until release is called.
 	HoldAsTimedRun(role roles.Role, cards []int) (cpus string, release func(), err error)
+	// JudgeCPUsWhy says why judge CPUs cannot be held in the kernel here
+	// (timed runs are then refused), "" when they can.
+	JudgeCPUsWhy() string
 	GPULayout() *fence.Layout
 	APIPort() int
 	CgroupOf(role roles.Role) string
@@ -194,6 +197,10 @@ func Run(h Host) *rpc.SelftestResult {
 			// refused; its timing user runs nothing to probe.
 			if _, err := c.Cfg.JudgeCPUsOf(r.Index - 1); err != nil {
 				record([]rpc.Probe{{Role: r.Name, Attempt: "timed runs on its card", Expect: "judge CPUs of its own, or refused", Got: "refused: " + err.Error(), OK: true}})
+				continue
+			}
+			if why := h.JudgeCPUsWhy(); why != "" {
+				record([]rpc.Probe{{Role: r.Name, Attempt: "timed runs on its card", Expect: "judge CPUs held in the kernel, or refused", Got: "refused: " + why, OK: true}})
 				continue
 			}
 			record(probeRole(h, c, r))
@@ -624,6 +631,11 @@ func heldPhase(h Host, c *Context, record func([]rpc.Probe), fail func(role, att
 		return
 	}
 	if _, err := c.Cfg.JudgeCPUsOf(0); err != nil {
+		return
+	}
+	if why := h.JudgeCPUsWhy(); why != "" {
+		// Timed runs are refused here, so nothing is ever held: said.
+		record([]rpc.Probe{{Role: "rig", Attempt: "judge CPUs held in the kernel during timed runs", Expect: "held, or timed runs refused", Got: "timed runs refused: " + why, OK: true}})
 		return
 	}
 	// A development run on the card the timing user is about to hold: the
