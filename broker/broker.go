@@ -68,12 +68,16 @@ type Broker struct {
 	// closedRecorded: the record of closed places is on disk for b.closed.
 	closedRecorded bool
 
-	mu         sync.Mutex
-	userLocks  map[int]*sync.Mutex
-	stopLocks  map[int]*sync.Mutex
-	handed     map[int]map[string]bool // folders handed to each role's uid
-	cpuHolds   map[string]cpuset.Set   // judge CPUs held by timed runs
-	cardHolds  map[string][]int        // cards held by timed runs
+	mu        sync.Mutex
+	userLocks map[int]*sync.Mutex
+	stopLocks map[int]*sync.Mutex
+	handed    map[int]map[string]bool // folders handed to each role's uid
+	cpuHolds  map[string]cpuset.Set   // judge CPUs held by timed runs
+	cardHolds map[string][]int        // cards held by timed runs
+	holdUIDs  map[string]int          // the timing user of each hold
+	// cpusetMu orders holds, their release and new role groups, so each
+	// group's CPUs are always those cpusetFor gives it.
+	cpusetMu   sync.Mutex
 	ctlPID     int
 	ctlStarts  int
 	selftest   *rpc.SelftestResult
@@ -97,6 +101,7 @@ func New(cfg config.Config, log *slog.Logger) (*Broker, error) {
 		handed:    map[int]map[string]bool{},
 		cpuHolds:  map[string]cpuset.Set{},
 		cardHolds: map[string][]int{},
+		holdUIDs:  map[string]int{},
 	}, nil
 }
 

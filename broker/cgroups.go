@@ -40,16 +40,29 @@ func (b *Broker) groupFor(r roles.Role) (*cgroup.Group, error) {
 	if b.cg == nil || weaken.Enabled && (weaken.Has("fence-only") || weaken.Has("no-landlock")) {
 		return nil, nil
 	}
+	// A new group gets the CPUs the holds leave its role before any task
+	// joins it, and no hold changes while it is made.
+	b.cpusetMu.Lock()
+	defer b.cpusetMu.Unlock()
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	if g := b.cgGroups[r.UID]; g != nil {
+	g := b.cgGroups[r.UID]
+	b.mu.Unlock()
+	if g != nil {
 		return g, nil
 	}
 	g, err := b.cg.Create(r.Name, cgroup.Limits{MemoryBytes: b.cfg.Cgroup.MemoryMB << 20, Pids: b.cfg.Cgroup.Pids})
 	if err != nil {
 		return nil, fmt.Errorf("cgroup for %s: %w", r.Name, err)
 	}
+	if b.cg.HasCPUSet() && !advisoryCPUs() {
+		if err := b.setGroupCPUs(r, g); err != nil {
+			g.Remove()
+			return nil, err
+		}
+	}
+	b.mu.Lock()
 	b.cgGroups[r.UID] = g
+	b.mu.Unlock()
 	return g, nil
 }
 
@@ -76,7 +89,11 @@ func (b *Broker) closeCgroups() {
 
 func (b *Broker) cgroupStatus() string {
 	if b.cg == nil {
-		return "none: " + b.cgWhy + " (rlimits only)"
+		return "none: " + b.cgWhy + " (rlimits only; timed runs refused: judge CPUs cannot be held in the kernel)"
 	}
-	return fmt.Sprintf("%s; per role: memory %d MiB (no swap), %d tasks", b.cg.String(), b.cfg.Cgroup.MemoryMB, b.cfg.Cgroup.Pids)
+	judge := "judge CPUs held in the kernel (cpuset)"
+	if why := b.cpusetWhy(); why != "" {
+		judge = "judge CPUs cannot be held in the kernel, so timed runs are refused: " + why
+	}
+	return fmt.Sprintf("%s; per role: memory %d MiB (no swap), %d tasks; %s", b.cg.String(), b.cfg.Cgroup.MemoryMB, b.cfg.Cgroup.Pids, judge)
 }

@@ -81,7 +81,7 @@ func (b *Broker) refreshGPUs() {
 	if l.Refused == "" && b.gpu.abiErr != nil && len(d.Cards) > 0 {
 		l.Refused = b.gpu.abiErr.Error()
 	}
-	fixed, note := fence.FixPermissions(l.Wanted(b.groupGID))
+	fixed, note := fence.FixPermissions(b.heldCardWants(l, l.Wanted(b.groupGID)))
 	b.gpu.mu.Lock()
 	was := ""
 	if b.gpu.layout != nil {

@@ -5,13 +5,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"thermite/internal/confined"
-	"thermite/internal/cpuset"
 	"thermite/internal/rpc"
 	"thermite/roles"
 )
@@ -104,27 +102,12 @@ func (b *Broker) prepareRun(req *rpc.RunRequest, stdio []*os.File) (*command, ti
 		return nil, 0, fmt.Errorf("cwd %w", err)
 	}
 	if r.Kind == roles.Timing {
-		cmd.unhold = b.hold(cmd.cpus, req.GPUs)
+		if cmd.unhold, cmd.cardStops, err = b.hold(r, cmd.cpus, req.GPUs); err != nil {
+			cmd.release()
+			return nil, 0, err
+		}
 	}
 	return cmd, timeout, nil
-}
-
-var holds atomic.Int64
-
-// hold reserves a timed run's CPUs and cards while it runs: no other
-// role is given them until it ends.
-func (b *Broker) hold(cpus cpuset.Set, cards []int) func() {
-	key := fmt.Sprintf("hold-%d", holds.Add(1))
-	b.mu.Lock()
-	b.cpuHolds[key] = cpus
-	b.cardHolds[key] = cards
-	b.mu.Unlock()
-	return func() {
-		b.mu.Lock()
-		delete(b.cpuHolds, key)
-		delete(b.cardHolds, key)
-		b.mu.Unlock()
-	}
 }
 
 // HomeFor is a command's HOME: the role's own folder in scratch, or a

@@ -177,12 +177,12 @@ func (b *Broker) RunProbe(r roles.Role, gpus []int, stdin []byte) ([]byte, []byt
 
 // StartCanary starts a long-lived process as a role through the ordinary
 // spawn path, for probes to aim at. stop ends it.
-func (b *Broker) StartCanary(r roles.Role) (int, func(), error) {
+func (b *Broker) StartCanary(r roles.Role, gpus []int) (int, func(), error) {
 	inR, inW, err := os.Pipe()
 	if err != nil {
 		return 0, nil, err
 	}
-	req := &rpc.RunRequest{Role: r.Name, Argv: []string{"/proc/self/exe", "__probe", "canary"}}
+	req := &rpc.RunRequest{Role: r.Name, Argv: []string{"/proc/self/exe", "__probe", "canary"}, GPUs: gpus}
 	cmd, _, err := b.prepareRun(req, []*os.File{inR, b.devnull, b.devnull})
 	if err != nil {
 		inR.Close()
@@ -227,3 +227,33 @@ func (b *Broker) CgroupOf(r roles.Role) string {
 
 // CgroupStatus says where role commands' cgroups are, or why there are none.
 func (b *Broker) CgroupStatus() string { return b.cgroupStatus() }
+
+// HoldAsTimedRun holds a timing user's judge CPUs and cards exactly as a
+// timed run's command does (prepareRun's hold), for the self-test's Held
+// rows.
+func (b *Broker) HoldAsTimedRun(r roles.Role, cards []int) (string, func(), error) {
+	if r.Kind != roles.Timing {
+		return "", nil, fmt.Errorf("hold: %s is not a timing user", r.Name)
+	}
+	if _, err := b.groupFor(r); err != nil {
+		return "", nil, err
+	}
+	cpus, err := b.CPUsFor(r, "")
+	if err != nil {
+		return "", nil, err
+	}
+	release, _, err := b.hold(r, cpus, cards)
+	if err != nil {
+		return "", nil, err
+	}
+	return cpus.String(), release, nil
+}
+
+// JudgeCPUsWhy says why judge CPUs cannot be held in the kernel here, ""
+// when they can.
+func (b *Broker) JudgeCPUsWhy() string {
+	if advisoryCPUs() {
+		return ""
+	}
+	return b.cpusetWhy()
+}

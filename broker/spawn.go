@@ -39,6 +39,9 @@ type command struct {
 	seccomp *seccomp.Options // the role's system-call filter, or nil
 	cgroup  *cgroup.Group    // the role's cgroup, or nil where none is writable
 	unhold  func()           // a timed run's release of its CPUs and cards
+	// cardStops says which processes of other roles were stopped because
+	// they had a card this timed run holds open.
+	cardStops []string
 }
 
 // child is a started command.
@@ -48,6 +51,11 @@ type child struct {
 	started time.Time
 	exited  <-chan exit
 	execErr string // why the shim could not exec, if it could not
+	// execAt is the moment the shim called execve, in this process's
+	// clock, and shimUser and shimSys the shim's own CPU time until then;
+	// zero where the shim wrote no stamp.
+	execAt            time.Time
+	shimUser, shimSys int64
 }
 
 // execSpec is the shim's spec for a prepared command.
@@ -112,6 +120,7 @@ func (b *Broker) startShim(c *command, spec *spawn.Spec) (*child, error) {
 		}
 		spec.KeepFDs = weaken.Has("leak-fd")
 		spec.KeepCaps = weaken.Has("cap-amb")
+		spec.SlowStart = weaken.Has(weaken.SlowShim)
 	}
 	started := time.Now()
 	pid, exited, err := b.reaper.fork(func() (int, error) {
@@ -143,8 +152,25 @@ func (b *Broker) startShim(c *command, spec *spawn.Spec) (*child, error) {
 	// The report pipe closes when the command is exec'd (close-on-exec), or
 	// carries the shim's reason when it could not be.
 	msg, _ := io.ReadAll(io.LimitReader(repR, 4096))
-	ch.execErr = string(msg)
+	ch.execErr = ch.readStamp(string(msg))
 	return ch, nil
+}
+
+// readStamp takes the shim's stamp from its report and returns the rest.
+// The stamp's CLOCK_MONOTONIC time becomes a time.Time of this process by
+// the distance from now, so scheduling delays here do not move it.
+func (c *child) readStamp(msg string) string {
+	mono, user, sys, rest, ok := spawn.ParseStamp(msg)
+	if !ok {
+		return msg
+	}
+	var ts unix.Timespec
+	now := time.Now()
+	if unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts) == nil && ts.Nano() >= mono {
+		c.execAt = now.Add(-time.Duration(ts.Nano() - mono))
+		c.shimUser, c.shimSys = user, sys
+	}
+	return rest
 }
 
 // release closes what a prepared command holds.
@@ -293,12 +319,16 @@ func (b *Broker) LimitsFor(req rpc.Limits) (rl []spawn.Rlimit, timeout time.Dura
 }
 
 // CPUsFor decides which CPUs a role's command runs on. A timing user runs
-// only on the judge's CPUs; every other role runs anywhere the broker may,
+// only on its card's share of the judge's CPUs; every other role runs anywhere the broker may,
 // except on judge CPUs a timed run holds at that moment.
 func (b *Broker) CPUsFor(r roles.Role, requested string) (cpuset.Set, error) {
 	var allowed cpuset.Set
 	if r.Kind == roles.Timing {
-		allowed = b.judgeCPUs
+		share, err := b.cfg.JudgeCPUsOf(r.Index - 1)
+		if err != nil {
+			return nil, fmt.Errorf("cpus: %s: %w", r.Name, err)
+		}
+		allowed = share
 	} else {
 		allowed = b.online.Minus(b.heldCPUs())
 	}
@@ -359,7 +389,7 @@ func (b *Broker) runCommand(c *command, timeout time.Duration, cancel <-chan str
 		return nil, err
 	}
 	defer ch.close()
-	res := &rpc.RunResult{PID: ch.pid, CPUs: c.cpus.String()}
+	res := &rpc.RunResult{PID: ch.pid, CPUs: c.cpus.String(), CardStops: c.cardStops}
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	var e exit
@@ -381,9 +411,7 @@ func (b *Broker) runCommand(c *command, timeout time.Duration, cancel <-chan str
 			e = <-ch.exited
 		}
 	}
-	res.WallNS = e.at.Sub(ch.started).Nanoseconds()
-	res.UserNS = e.ru.Utime.Nano()
-	res.SysNS = e.ru.Stime.Nano()
+	res.WallNS, res.UserNS, res.SysNS = clock(ch, e)
 	res.MaxRSSKB = e.ru.Maxrss
 	res.ExitCode = -1
 	switch {
@@ -417,6 +445,20 @@ func (b *Broker) runCommand(c *command, timeout time.Duration, cancel <-chan str
 		return res, &execError{msg: ch.execErr}
 	}
 	return res, nil
+}
+
+// clock is what a command took: wall time from its execve to its exit,
+// and the CPU time of the command alone, without the shim's start (its Go
+// runtime, the spec, the filter) before the execve. Where the shim wrote
+// no stamp (it could not exec), from the fork, all of it.
+func clock(ch *child, e exit) (wall, user, sys int64) {
+	from := ch.started
+	if !ch.execAt.IsZero() {
+		from = ch.execAt
+	}
+	user = max(0, e.ru.Utime.Nano()-ch.shimUser)
+	sys = max(0, e.ru.Stime.Nano()-ch.shimSys)
+	return max(0, e.at.Sub(from).Nanoseconds()), user, sys
 }
 
 // execError is a command the shim could not start.

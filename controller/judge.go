@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -321,12 +322,13 @@ func (c *Controller) Time(ctx context.Context, req TimeRequest) (ledger.TimedRun
 	if k.Run.Cards == 0 {
 		req.Card = -1
 	}
-	judge, err := c.cfg.JudgeCPUSet()
+	// Each card's timed runs have judge CPUs of their own.
+	judge, err := c.cfg.JudgeCPUsOf(req.Card)
 	if err != nil {
-		return ledger.TimedRun{}, fmt.Errorf("judge: judge_cpus: %w", err)
+		return ledger.TimedRun{}, fmt.Errorf("judge: %w", err)
 	}
 	if k.Run.CPUs > len(judge) {
-		return ledger.TimedRun{}, fmt.Errorf("judge: kit %s wants %d CPUs; judge_cpus gives %d (%s)", k.Name, k.Run.CPUs, len(judge), judge)
+		return ledger.TimedRun{}, fmt.Errorf("judge: kit %s wants %d CPUs; card %d has %d judge CPUs (%s of judge_cpus %s, split over timing_users = %d)", k.Name, k.Run.CPUs, max(req.Card, 0), len(judge), judge, c.cfg.JudgeCPUs, c.cfg.TimingUsers)
 	}
 	cpus := judge[:k.Run.CPUs]
 	tr := ledger.TimedRun{ID: randomID("r", 8), Build: b.ID, Kit: k.Name, Card: req.Card, Created: time.Now().UTC(), Status: "running", Role: timingRole(req.Card), CPUs: cpus.String()}
@@ -372,6 +374,12 @@ func (c *Controller) Time(ctx context.Context, req TimeRequest) (ledger.TimedRun
 			break
 		}
 		stdout, stderr = so, se
+		if len(res.CardStops) > 0 {
+			// Development runs that had the card open were stopped so the
+			// timed run has it alone: on record, with the run.
+			c.log.Warn("judge: processes stopped for a held card", "run", tr.ID, "card", req.Card, "stopped", res.CardStops)
+			c.event("judge.card_stopped", ledger.Trial{}, map[string]any{"run": tr.ID, "card": req.Card, "repeat": i + 1, "stopped": res.CardStops})
+		}
 		tr.Repeats = append(tr.Repeats, ledger.Repeat{WallNS: res.WallNS, UserNS: res.UserNS, SysNS: res.SysNS, MaxRSSKB: res.MaxRSSKB, ExitCode: res.ExitCode})
 		if res.ExitCode != 0 {
 			tr.Status, tr.Error = "failed", fmt.Sprintf("repeat %d: exit %d (%s): %.300s", i+1, res.ExitCode, res.Stopped, strings.TrimSpace(string(se)))
@@ -397,7 +405,7 @@ func (c *Controller) Time(ctx context.Context, req TimeRequest) (ledger.TimedRun
 		if err := c.saveStream(out, k.Run.Stderr, stderr); err != nil {
 			c.log.Warn("judge: save stderr", "run", tr.ID, "err", err)
 		}
-		public, hidden, err := c.check(ctx, k, out)
+		public, hidden, err := c.check(ctx, k, out, tr.Repeats)
 		if err != nil {
 			tr.Status, tr.Error = "check failed", err.Error()
 		} else {
@@ -576,7 +584,7 @@ const CheckOut = "/proc/self/fd/3"
 // check runs the kit's check as the controller, in the kit's own folder,
 // with THERMITE_OUT (and {out}) naming the run's out/ by descriptor
 // (CheckOut), and splits its answer: the public part, and the hidden cases.
-func (c *Controller) check(ctx context.Context, k *kit.Kit, out string) (kit.PublicResult, map[string]json.RawMessage, error) {
+func (c *Controller) check(ctx context.Context, k *kit.Kit, out string, reps []ledger.Repeat) (kit.PublicResult, map[string]json.RawMessage, error) {
 	dir, err := os.OpenFile(out, os.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return kit.PublicResult{}, nil, fmt.Errorf("check of kit %q: %w", k.Name, err)
@@ -588,6 +596,7 @@ func (c *Controller) check(ctx context.Context, k *kit.Kit, out string) (kit.Pub
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Dir = k.Dir
 	cmd.Env = append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + k.Dir}, k.CheckEnv(CheckOut)...)
+	cmd.Env = append(cmd.Env, TimesEnv(reps)...)
 	cmd.ExtraFiles = []*os.File{dir}
 	var so, se bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &so, &se
@@ -595,6 +604,20 @@ func (c *Controller) check(ctx context.Context, k *kit.Kit, out string) (kit.Pub
 		return kit.PublicResult{}, nil, fmt.Errorf("check of kit %q: %v", k.Name, err)
 	}
 	return kit.ParseCheck(so.Bytes(), k)
+}
+
+// TimesEnv is what the check is told of the clock, per repeat in order,
+// nanoseconds separated by spaces: THERMITE_WALL_NS, the candidate's wall
+// time from its execve to its exit, and THERMITE_CPU_NS, its own CPU time
+// (user and system, without the sandbox's start).
+func TimesEnv(reps []ledger.Repeat) []string {
+	wall := make([]string, len(reps))
+	cpu := make([]string, len(reps))
+	for i, r := range reps {
+		wall[i] = strconv.FormatInt(r.WallNS, 10)
+		cpu[i] = strconv.FormatInt(r.UserNS+r.SysNS, 10)
+	}
+	return []string{"THERMITE_WALL_NS=" + strings.Join(wall, " "), "THERMITE_CPU_NS=" + strings.Join(cpu, " ")}
 }
 
 // wallStats is the median and spread (max - min) of the wall times, and

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"thermite/fence"
+	"thermite/internal/cpuset"
 )
 
 // ProbeArg is the hidden subcommand a probe runs as. The probe is the
@@ -75,6 +77,9 @@ const (
 	OpCgroup    = "cgroup"     // this process's /proc/self/cgroup
 	OpUDP       = "udp"        // make a UDP socket
 	OpTraceMe   = "traceme"    // ptrace(PTRACE_TRACEME): make the parent, the broker, its tracer
+	// OpAffinity asks sched_setaffinity for the CPU list Arg (or Path);
+	// Detail is the CPUs the thread may run on afterwards.
+	OpAffinity = "affinity"
 )
 
 // ProbeMain runs the probe. With `try OP PATH|PID` it runs one attempt and
@@ -391,6 +396,8 @@ func runAttempt(a Attempt, fds []int) Outcome {
 		return result(a.ID, unix.Unshare(unix.CLONE_NEWUSER))
 	case OpMount:
 		return result(a.ID, unix.Mount("thermite-probe", a.Path, "tmpfs", 0, ""))
+	case OpAffinity:
+		return setAffinity(a)
 	case OpTraceMe:
 		_, _, errno := unix.Syscall6(unix.SYS_PTRACE, unix.PTRACE_TRACEME, 0, 0, 0, 0, 0)
 		if errno != 0 {
@@ -463,4 +470,36 @@ func runAttempt(a Attempt, fds []int) Outcome {
 		return o
 	}
 	return Outcome{ID: a.ID, Got: "error: unknown op " + a.Op}
+}
+
+// setAffinity asks for the CPUs of a.Arg on this thread and reports what
+// the kernel left it: a cpuset cuts the request to its CPUs, and refuses
+// one that names none of them (EINVAL).
+func setAffinity(a Attempt) Outcome {
+	list := a.Arg
+	if list == "" {
+		list = a.Path
+	}
+	want, err := cpuset.Parse(list)
+	if err != nil {
+		return Outcome{ID: a.ID, Got: "error: " + err.Error()}
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var set unix.CPUSet
+	for _, c := range want {
+		set.Set(c)
+	}
+	o := result(a.ID, unix.SchedSetaffinity(0, &set))
+	var now unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &now); err == nil {
+		var got cpuset.Set
+		for c := 0; c <= cpuset.MaxCPU && len(got) < now.Count(); c++ {
+			if now.IsSet(c) {
+				got = append(got, c)
+			}
+		}
+		o.Detail = got.String()
+	}
+	return o
 }

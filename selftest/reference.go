@@ -61,7 +61,9 @@ every role of the table, through the spawn path a real command of that role
 takes. Each row below is one attempt: the roles it applies to, and the
 outcomes that count as right. Anything else, "the target was not there"
 (ENOENT) and "the probe could not run" included, is a failure that the
-verdict names. Rows marked *alone* run in a probe process of their own.
+verdict names. Rows marked *alone* run in a probe process of their own; rows
+marked *while a timing user holds* run in a phase of their own, while the
+first timing user holds its judge CPUs (and card) exactly as a timed run does.
 
 | # | attempt | roles | right outcome |
 |---|---|---|---|
@@ -76,6 +78,9 @@ verdict names. Rows marked *alone* run in a probe process of their own.
 		}
 		if row.Alone {
 			want += " (alone)"
+		}
+		if row.Held {
+			want += " (while a timing user holds its judge CPUs and card)"
 		}
 		fmt.Fprintf(&b, "| %d | %s | %s | %s |\n", i+1, cell(row.Attempt), whoFor(row.Who), cell(want))
 	}

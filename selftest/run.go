@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -17,6 +18,7 @@ import (
 
 	"thermite/fence"
 	"thermite/internal/config"
+	"thermite/internal/cpuset"
 	"thermite/internal/procs"
 	"thermite/internal/rpc"
 	"thermite/roles"
@@ -34,10 +36,16 @@ type Host interface {
 	EnvAllowed() []string
 	LandlockABI() int
 	RunProbe(role roles.Role, gpus []int, stdin []byte) (stdout, stderr []byte, res *rpc.RunResult, err error)
-	StartCanary(role roles.Role) (pid int, stop func(), err error)
+	StartCanary(role roles.Role, gpus []int) (pid int, stop func(), err error)
 	StopUser(role roles.Role) (int, error)
 	HandFolder(req *rpc.HandFolderRequest) (*rpc.HandFolderResult, error)
 	RunFolder(req *rpc.RunFolderRequest) error
+	// HoldAsTimedRun holds a timing user's judge CPUs (and cards) as a
+	// timed run does, until release is called.
+	HoldAsTimedRun(role roles.Role, cards []int) (cpus string, release func(), err error)
+	// JudgeCPUsWhy says why judge CPUs cannot be held in the kernel here
+	// (timed runs are then refused), "" when they can.
+	JudgeCPUsWhy() string
 	GPULayout() *fence.Layout
 	APIPort() int
 	CgroupOf(role roles.Role) string
@@ -74,6 +82,9 @@ func Run(h Host) *rpc.SelftestResult {
 		EnvAllowed: map[string]bool{}, Given: map[string][]int{},
 	}
 	c.GPU = h.GPULayout()
+	if online, err := cpuset.Online(); err == nil {
+		c.Online = online.String()
+	}
 	if st, err := procs.Status("/proc/self/status"); err == nil {
 		c.BrokerCapBnd = st["CapBnd"]
 	}
@@ -111,7 +122,7 @@ func Run(h Host) *rpc.SelftestResult {
 	}
 	c.ControllerPID = h.ControllerPID()
 	if c.ControllerPID == 0 {
-		pid, stop, err := h.StartCanary(c.Table.Controller())
+		pid, stop, err := h.StartCanary(c.Table.Controller(), nil)
 		if err != nil {
 			fail("rig", "start a canary process as the controller's user", "started", err.Error())
 		} else {
@@ -147,7 +158,7 @@ func Run(h Host) *rpc.SelftestResult {
 		probes []roles.Role
 	}{{"planner", first}, {"model-check", second}} {
 		cr, _ := c.Table.Role(phase.canary)
-		pid, stop, err := h.StartCanary(cr)
+		pid, stop, err := h.StartCanary(cr, nil)
 		if err != nil {
 			fail("rig", "start a canary process as "+phase.canary, "started", err.Error())
 			continue
@@ -182,10 +193,21 @@ func Run(h Host) *rpc.SelftestResult {
 		close(work)
 		wg.Wait()
 		for _, r := range timing {
+			// A card without judge CPUs of its own has its timed runs
+			// refused; its timing user runs nothing to probe.
+			if _, err := c.Cfg.JudgeCPUsOf(r.Index - 1); err != nil {
+				record([]rpc.Probe{{Role: r.Name, Attempt: "timed runs on its card", Expect: "judge CPUs of its own, or refused", Got: "refused: " + err.Error(), OK: true}})
+				continue
+			}
+			if why := h.JudgeCPUsWhy(); why != "" {
+				record([]rpc.Probe{{Role: r.Name, Attempt: "timed runs on its card", Expect: "judge CPUs held in the kernel, or refused", Got: "refused: " + why, OK: true}})
+				continue
+			}
 			record(probeRole(h, c, r))
 		}
 		stop()
 	}
+	heldPhase(h, c, record, fail)
 	// Where no writable cgroup tree exists the rig runs on rlimits alone:
 	// the self-test says so, in its own row.
 	if cg := h.CgroupStatus(); strings.HasPrefix(cg, "none") {
@@ -231,7 +253,7 @@ func probeRole(h Host, c *Context, r roles.Role) []rpc.Probe {
 	var rows []planned
 	for i := range Policy {
 		row := &Policy[i]
-		if !row.Who(r) {
+		if !row.Who(r) || row.Held != c.Holding {
 			continue
 		}
 		for k, a := range row.Make(c, r) {
@@ -301,7 +323,12 @@ func probeRole(h Host, c *Context, r roles.Role) []rpc.Probe {
 // controller's user is the controller itself, and is left alone.
 func runProbe(h Host, c *Context, r roles.Role, plan []Attempt) ([]Outcome, string) {
 	data, _ := json.Marshal(plan)
-	stdout, stderr, run, err := h.RunProbe(r, c.Given[r.Name], data)
+	cards := c.Given[r.Name]
+	if c.Holding {
+		// A held card is no other role's meanwhile: asking for it is refused.
+		cards = nil
+	}
+	stdout, stderr, run, err := h.RunProbe(r, cards, data)
 	if r.Kind != roles.Controller {
 		h.StopUser(r)
 	}
@@ -598,4 +625,47 @@ func firstFile(dir, name string) string {
 		}
 	}
 	return ""
+}
+
+// heldPhase probes every role but the timing users while the first timing
+// user holds its judge CPUs as a timed run does: the Held rows.
+func heldPhase(h Host, c *Context, record func([]rpc.Probe), fail func(role, attempt, expect, got string)) {
+	t, ok := c.Table.Timing(1)
+	if !ok {
+		return
+	}
+	if _, err := c.Cfg.JudgeCPUsOf(0); err != nil {
+		return
+	}
+	if why := h.JudgeCPUsWhy(); why != "" {
+		// Timed runs are refused here, so nothing is ever held: said.
+		record([]rpc.Probe{{Role: "rig", Attempt: "judge CPUs held in the kernel during timed runs", Expect: "held, or timed runs refused", Got: "timed runs refused: " + why, OK: true}})
+		return
+	}
+	// A development run on the card the timing user is about to hold: the
+	// hold must stop it.
+	if cards := c.Given[t.Name]; len(cards) > 0 {
+		if lane, ok := c.Table.Lane(1); ok {
+			pid, stop, err := h.StartCanary(lane, cards)
+			if err != nil {
+				fail("rig", "start a canary process as lane-1 with card "+strconv.Itoa(cards[0]), "started", err.Error())
+			} else {
+				c.CardCanaryPID = pid
+				defer stop()
+			}
+		}
+	}
+	cpus, release, err := h.HoldAsTimedRun(t, c.Given[t.Name])
+	if err != nil {
+		fail("rig", "hold judge CPUs as a timed run does", "held", err.Error())
+		return
+	}
+	defer release()
+	c.HeldCPUs, c.Holding = cpus, true
+	defer func() { c.Holding, c.CardCanaryPID = false, 0 }()
+	for _, r := range c.Table.Roles {
+		if r.Kind != roles.Timing {
+			record(probeRole(h, c, r))
+		}
+	}
 }

@@ -58,6 +58,14 @@ type Context struct {
 	// file of the lane's own in its workspace (placeLeftovers).
 	IPCLeft     map[string]map[string]int32
 	LinkedSetID map[int]string
+	// Online is every CPU the broker may use; Holding is set while a
+	// timing user holds HeldCPUs for the Held rows.
+	Online   string
+	Holding  bool
+	HeldCPUs string
+	// CardCanaryPID is a process of lane-1 started with the card a timing
+	// user then held, 0 without one.
+	CardCanaryPID int
 }
 
 // Who says which roles a row applies to.
@@ -101,6 +109,9 @@ type Row struct {
 	Check func(c *Context, r roles.Role, o Outcome) string
 	// Alone runs the row's attempts each in a probe process of its own.
 	Alone bool
+	// Held runs the row only while a timing user holds its judge CPUs
+	// (and card) as a timed run does, and only then.
+	Held bool
 }
 
 func one(op, path string) func(*Context, roles.Role) []Attempt {
@@ -136,6 +147,29 @@ var (
 // Policy is the isolation self-test: every row, in one place. Later
 // capabilities add their rows here.
 var Policy = []Row{
+	// Judge CPUs, held in the kernel (cpuset), not by request.
+	{Who: Except(roles.Timing), Held: true, Attempt: "move onto a judge CPU a timed run holds", Make: func(c *Context, _ roles.Role) []Attempt {
+		return []Attempt{{Op: OpAffinity, Arg: c.HeldCPUs}}
+	}, Want: []string{"EINVAL"}},
+	// A held card, the timed run's alone.
+	{Who: Only(roles.Lane), Held: true, Attempt: "keep a process given a card running through a timed run's hold on it", Make: func(c *Context, r roles.Role) []Attempt {
+		if r.Index != 1 || c.CardCanaryPID == 0 {
+			return nil
+		}
+		return []Attempt{{Op: OpSignal, PID: c.CardCanaryPID}}
+	}, Want: []string{"ESRCH"}},
+	{Who: Only(roles.Timing), Attempt: "widen its affinity beyond its judge CPUs", Make: func(c *Context, _ roles.Role) []Attempt {
+		return []Attempt{{Op: OpAffinity, Arg: c.Online}}
+	}, Want: succeeds, Check: func(c *Context, r roles.Role, o Outcome) string {
+		share, err := c.Cfg.JudgeCPUsOf(r.Index - 1)
+		if err != nil {
+			return err.Error()
+		}
+		if o.Detail != share.String() {
+			return fmt.Sprintf("runs on %s after asking for %s; want its judge CPUs %s only", o.Detail, c.Online, share)
+		}
+		return ""
+	}},
 	// What no role may do.
 	{Who: Except(roles.Controller), Attempt: "read the ledger", Make: at(OpRead, func(c *Context, _ roles.Role) string { return c.Ledger }), Want: refused},
 	{Who: Except(roles.Controller), Attempt: "read a kit", Make: at(OpRead, func(c *Context, _ roles.Role) string { return c.Kit }), Want: refused},

@@ -19,6 +19,10 @@ func cardPath(r *testrig.Rig, i int) string {
 
 func itoa(i int) string { return strconv.Itoa(i) }
 
+// twoJudgeCPUs gives cards 0 and 1 a judge CPU each (0 and 1): each card's
+// timed runs need CPUs of their own, and the checks use run and run-2.
+const twoJudgeCPUs = "judge_cpus = \"0-1\"\n"
+
 // openAs runs the probe's open-dev as a role with the given flags.
 func openAs(t *testing.T, r *testrig.Rig, role string, flags []string, op, path string) string {
 	t.Helper()
@@ -114,7 +118,7 @@ func dedicatedChecks(t *testing.T, r *testrig.Rig) {
 }
 
 func TestGPUDedicatedLayout(t *testing.T) {
-	r := testrig.New(t, testrig.Options{GPUs: 4, TimingUsers: 4})
+	r := testrig.New(t, testrig.Options{GPUs: 4, TimingUsers: 4, Extra: twoJudgeCPUs})
 	dedicatedChecks(t, r)
 	// The broker put the device files in their groups, 0660.
 	var st syscall.Stat_t
@@ -137,7 +141,7 @@ func TestGPUDedicatedLayout(t *testing.T) {
 // With device files nobody can change (RunPod), left open to everyone,
 // the fence alone keeps every role off the cards it was not given.
 func TestGPUFenceAloneWhenPermissionsCannotChange(t *testing.T) {
-	r := testrig.New(t, testrig.Options{GPUs: 4, TimingUsers: 4, NoStart: true})
+	r := testrig.New(t, testrig.Options{GPUs: 4, TimingUsers: 4, NoStart: true, Extra: twoJudgeCPUs})
 	r.FreezeDev()
 	if err := r.Start(); err != nil {
 		t.Fatal(err)
@@ -183,7 +187,7 @@ func TestGPUSharedLayout(t *testing.T) {
 }
 
 func TestGPUUnplacedCardRefusesGPUWork(t *testing.T) {
-	r := testrig.New(t, testrig.Options{GPUs: 4, TimingUsers: 4})
+	r := testrig.New(t, testrig.Options{GPUs: 4, TimingUsers: 4, Extra: twoJudgeCPUs})
 	if got := openAs(t, r, "run", []string{"--gpus", "0"}, "open-dev", cardPath(r, 0)); got != "ok" {
 		t.Fatalf("before: %s", got)
 	}
@@ -204,7 +208,7 @@ func TestGPUUnplacedCardRefusesGPUWork(t *testing.T) {
 }
 
 func TestGPUNodeMadeLaterIsDenied(t *testing.T) {
-	r := testrig.New(t, testrig.Options{GPUs: 2, TimingUsers: 2})
+	r := testrig.New(t, testrig.Options{GPUs: 2, TimingUsers: 2, Extra: twoJudgeCPUs})
 	later := filepath.Join(r.Dir, "dev", "late-node")
 	ready := filepath.Join(r.Cfg.ScratchDir(), "tmp", "lane-1", "ready")
 	done := make(chan string)

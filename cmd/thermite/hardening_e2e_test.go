@@ -281,6 +281,21 @@ func TestNoCgroupsIsSaid(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("self-test: %s", res.Sentence)
 	}
+	// Without cgroups there is no cpuset: timed runs are refused, and the
+	// self-test says so rather than probing a timing user.
+	refused := 0
+	for _, p := range res.Probes {
+		if p.OK && strings.HasPrefix(p.Got, "timed runs refused: ") || p.Role == "run" && strings.HasPrefix(p.Got, "refused: ") {
+			refused++
+		}
+	}
+	if refused != 2 {
+		t.Errorf("the self-test does not say timed runs are refused (%d rows)", refused)
+	}
+	b := sleepKit(t, r, "slow", "true", 0)
+	if _, stderr, code := r.Thermite("judge", "time", b.ID, "--kit", "slow"); code == 0 || !strings.Contains(stderr, "cannot be held in the kernel") {
+		t.Errorf("a timed run without a cpuset: exit %d %q", code, stderr)
+	}
 	for _, p := range res.Probes {
 		if p.Attempt == "per-role cgroups" {
 			if !strings.Contains(p.Got, "cgroups are off") {

@@ -167,6 +167,8 @@ func TestSelftestCatchesBreakage(t *testing.T) {
 				"connect to the broker's abstract unix socket", "connect to a TCP port that is not the API's",
 				"make a SysV IPC object other users may open", "open its SysV IPC object up with IPC_SET",
 				"create a set-id file through openat2", "make the broker its tracer with PTRACE_TRACEME",
+				// This build has no role cgroups either, so no cpuset.
+				"move onto a judge CPU a timed run holds", "widen its affinity beyond its judge CPUs",
 			},
 			roles: "lane-1",
 		},
@@ -197,6 +199,22 @@ func TestSelftestCatchesBreakage(t *testing.T) {
 			opts: testrig.Options{Tags: "thermite_weaken", Env: []string{"THERMITE_WEAKEN=" + weaken.RunFolder0711}, Extra: `startup_selftest = "warn"`},
 			want: []string{"read another role's timed run's copy of the kit", "read another role's timed run's build link",
 				"every timed run's folder is the controller's, open to one timing user's group alone"},
+			roles: "lane-1",
+		},
+		{
+			// Judge CPUs held by request alone, as before issue 12: a lane
+			// moves onto a held CPU, a candidate widens its affinity.
+			name:  "judge CPUs held by request only",
+			opts:  testrig.Options{Tags: "thermite_weaken", Env: []string{"THERMITE_WEAKEN=" + weaken.AdvisoryCPUs}, Extra: `startup_selftest = "warn"`},
+			want:  []string{"move onto a judge CPU a timed run holds", "widen its affinity beyond its judge CPUs"},
+			roles: "lane-1",
+		},
+		{
+			// A held card shared, as before issue 12: a development run
+			// given the card keeps running through a timed run's hold.
+			name:  "a held card left to the processes that had it",
+			opts:  testrig.Options{GPUs: 1, Tags: "thermite_weaken", Env: []string{"THERMITE_WEAKEN=" + weaken.SharedHeldCard}, Extra: `startup_selftest = "warn"`},
+			want:  []string{"keep a process given a card running through a timed run's hold on it"},
 			roles: "lane-1",
 		},
 		{

@@ -23,9 +23,11 @@
 //	<pids mount>/<own pids path>/<parent>/<trial>        pids.max
 //	<freezer mount>/<own freezer path>/<parent>/<trial>  freezer.state (for Kill; optional)
 //
-// v1 has no "no internal processes" rule, so nothing else moves. The cpuset
-// hierarchy is not used (its groups need cpuset.cpus and cpuset.mems before
-// a task may join): CPU affinity stays with sched_setaffinity in the shim.
+// v1 has no "no internal processes" rule, so nothing else moves. Where a
+// cpuset hierarchy is mounted, each group has one there too (optional:
+// CPUSetWhy says why not): the parent group and every group get cpuset.cpus
+// and cpuset.mems copied from their parent before a task may join, and
+// SetCPUs narrows a group, moving its tasks off CPUs it loses.
 // v1 has no CLONE_INTO_CGROUP, so a process is placed with Add while it is
 // still the broker's shim, stopped on its spec pipe, before it execs the
 // command.
@@ -94,14 +96,16 @@ type Tree struct {
 	// accounted, no freezer), one short sentence each, for thermite status.
 	Notes []string
 
-	sys    *system
-	hier   []*hier          // v1: one per hierarchy used (memory, pids, freezer); v2: one
-	ctl    map[string]*hier // controller name to its hierarchy
-	swap   bool             // v1 memory.memsw.*, v2 memory.swap.max exist
-	leaf   string           // v2: the leaf C's processes were moved to, "" if none
-	mu     sync.Mutex
-	closed bool
-	live   map[string]*Group // the groups Create made and Remove has not removed
+	sys  *system
+	hier []*hier          // v1: one per hierarchy used (memory, pids, freezer); v2: one
+	ctl  map[string]*hier // controller name to its hierarchy
+	swap bool             // v1 memory.memsw.*, v2 memory.swap.max exist
+	leaf string           // v2: the leaf C's processes were moved to, "" if none
+	// cpusetWhy says why the tree has no cpuset controller ("" when it has).
+	cpusetWhy string
+	mu        sync.Mutex
+	closed    bool
+	live      map[string]*Group // the groups Create made and Remove has not removed
 }
 
 // hier is one hierarchy the tree uses (v2: the only one).
@@ -235,10 +239,15 @@ func detect(sys *system, root, parent string, need []string, selfCg, mountinfo s
 func detectV1(sys *system, byCtl map[string]mount, self []selfCgroup, parent string, need []string) (*Tree, error) {
 	t := &Tree{Version: 1, Parent: parent, sys: sys, ctl: map[string]*hier{}}
 	seen := map[string]*hier{}
-	for _, c := range append(append([]string(nil), need...), "freezer") {
+	for _, c := range append(append([]string(nil), need...), "freezer", "cpuset") {
 		m, ok := byCtl[c]
 		if !ok {
-			t.Notes = append(t.Notes, "no freezer hierarchy: Kill signals the group's processes in rounds, which a fast fork loop can outrun until its pids limit stops it")
+			switch c {
+			case "freezer":
+				t.Notes = append(t.Notes, "no freezer hierarchy: Kill signals the group's processes in rounds, which a fast fork loop can outrun until its pids limit stops it")
+			case "cpuset":
+				t.cpusetWhy = "no cgroup v1 cpuset hierarchy is mounted"
+			}
 			continue
 		}
 		h := seen[m.point]
@@ -271,6 +280,11 @@ func detectV1(sys *system, byCtl map[string]mount, self []selfCgroup, parent str
 				_ = sys.rmdir(done.dir)
 			}
 			return nil, err
+		}
+	}
+	if cs := t.ctl["cpuset"]; cs != nil {
+		if err := t.initCPUSetV1(cs); err != nil {
+			t.dropCPUSet(cs, err)
 		}
 	}
 	if mem := t.ctl["memory"]; mem != nil {
@@ -318,6 +332,13 @@ func detectV2(sys *system, m mount, ro bool, self []selfCgroup, parent string, n
 		if len(missing) > 0 {
 			return nil, fmt.Errorf("cgroup: %s has no %s controller (cgroup.controllers: %q): it is not delegated to this group", base, strings.Join(missing, " or "), strings.TrimSpace(avail))
 		}
+	}
+	// cpuset is optional: enabled where the group is offered it, so judge
+	// CPUs can be held in the kernel; without it timed runs are refused.
+	if avail, err := sys.read(filepath.Join(base, "cgroup.controllers")); err == nil && contains(strings.Fields(avail), "cpuset") && len(need) > 0 {
+		need = append(append([]string(nil), need...), "cpuset")
+	} else {
+		t.cpusetWhy = fmt.Sprintf("%s offers no cpuset controller (cgroup.controllers)", base)
 	}
 	h := &hier{controllers: need, mount: m.point, base: base, dir: filepath.Join(base, parent)}
 	t.hier = []*hier{h}
@@ -619,6 +640,11 @@ func (g *Group) setup(l Limits) error {
 		}
 	} else if !ok && l.Pids > 0 {
 		return fmt.Errorf("cgroup: group %s: a pids limit, but the tree has no pids controller", g.Name)
+	}
+	if cs, ok := g.ctl["cpuset"]; ok && t.Version == 1 {
+		if err := t.initCPUSetGroupV1(cs); err != nil {
+			return err
+		}
 	}
 	g.oomBase = -1
 	if !hasMem {

@@ -113,6 +113,9 @@ func (f *fakeV2) mkdir(p string) error {
 			set("pids.max", "max")
 			set("pids.peak", "0")
 			set("pids.events", "max 0\n")
+		case "cpuset":
+			set("cpuset.cpus", "")
+			set("cpuset.cpus.effective", "0-3")
 		}
 	}
 	return nil
@@ -728,6 +731,10 @@ func (f *fakeV1) mkdir(p string) error {
 		set("memory.failcnt", "0")
 		set("memory.swappiness", "60")
 		set("memory.oom_control", "oom_kill_disable 0\nunder_oom 0\noom_kill 0\n")
+	}
+	if strings.Contains(p, "/cpuset/") {
+		set("cpuset.cpus", "")
+		set("cpuset.mems", "")
 	}
 	if strings.Contains(p, "/pids/") {
 		set("pids.max", "max")

@@ -501,6 +501,27 @@ func (c *Config) JudgeCPUSet() (cpuset.Set, error) {
 	return s, nil
 }
 
+// JudgeCPUsOf is the judge CPUs of one timing user, by its card (0 for
+// run, n-1 for run-n): judge_cpus split into timing_users equal parts in
+// order, so timed runs on different cards never share a CPU. Where there
+// are fewer judge CPUs than timing users, the first cards get one each
+// and the others none: their timed runs are refused, naming the layout.
+func (c *Config) JudgeCPUsOf(card int) (cpuset.Set, error) {
+	judge, err := c.JudgeCPUSet()
+	if err != nil {
+		return nil, fmt.Errorf("judge_cpus: %w", err)
+	}
+	if card < 0 {
+		card = 0
+	}
+	per := max(1, len(judge)/max(1, c.TimingUsers))
+	lo := card * per
+	if lo+per > len(judge) {
+		return nil, fmt.Errorf("judge_cpus %s gives %d CPUs for timing_users = %d: card %d has no judge CPU of its own (each card's timed runs need their own); give judge_cpus at least %d CPUs or lower timing_users", judge, len(judge), c.TimingUsers, card, c.TimingUsers)
+	}
+	return judge[lo : lo+per], nil
+}
+
 // Paths under the state dir, one place for every consumer.
 
 func (c *Config) BrokerDir() string     { return filepath.Join(c.StateDir, "broker") }

@@ -105,3 +105,23 @@ func TestEncodeRoundTrips(t *testing.T) {
 		t.Fatalf("round trip changed values: %+v", back)
 	}
 }
+
+// Two cards' timed runs get disjoint judge CPUs; a layout with fewer judge
+// CPUs than cards refuses the cards left without one, naming the layout.
+func TestJudgeCPUsSplitPerCard(t *testing.T) {
+	c := Default()
+	c.JudgeCPUs, c.TimingUsers = "4-7", 2
+	a, errA := c.JudgeCPUsOf(0)
+	b, errB := c.JudgeCPUsOf(1)
+	if errA != nil || errB != nil || a.String() != "4-5" || b.String() != "6-7" || a.Intersects(b) {
+		t.Fatalf("card 0 %s %v, card 1 %s %v", a, errA, b, errB)
+	}
+	c.JudgeCPUs, c.TimingUsers = "3", 2
+	if s, err := c.JudgeCPUsOf(0); err != nil || s.String() != "3" {
+		t.Errorf("card 0: %s %v", s, err)
+	}
+	_, err := c.JudgeCPUsOf(1)
+	if err == nil || !strings.Contains(err.Error(), "card 1 has no judge CPU of its own") || !strings.Contains(err.Error(), "timing_users = 2") {
+		t.Errorf("card 1 of one judge CPU: %v", err)
+	}
+}

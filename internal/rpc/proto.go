@@ -129,6 +129,9 @@ type RunResult struct {
 	MaxRSSKB  int64  `json:"max_rss_kb"`
 	CPUs      string `json:"cpus"`
 	Leftovers int    `json:"leftovers_stopped"` // processes of the role stopped after it
+	// CardStops: a timed run's processes of other roles stopped at its
+	// hold's start because they had its card open, one line each.
+	CardStops []string `json:"card_stops,omitempty"`
 	// SetID is the sweep of set-id bits after a lane's command.
 	SetID *SetIDReport `json:"setid,omitempty"`
 }

@@ -70,6 +70,46 @@ type Spec struct {
 	// KeepCaps leaves the inheritable (and so the ambient) set as the
 	// broker's fork left it; only a thermite_weaken build honours it.
 	KeepCaps bool `json:"keep_caps,omitempty"`
+	// SlowStart makes the shim spend CPU time and wall time before its
+	// exec; only a thermite_weaken build honours it (the clock's test).
+	SlowStart bool `json:"slow_start,omitempty"`
+}
+
+// StampPrefix starts the line the shim writes on FDReport just before it
+// execs: "stamp MONO_NS USER_NS SYS_NS", the CLOCK_MONOTONIC time and the
+// shim's own CPU time until then. A reason it could not exec may follow.
+const StampPrefix = "stamp "
+
+// stamp writes the clock's start on the report pipe.
+func stamp(report *os.File) {
+	var ts unix.Timespec
+	var ru unix.Rusage
+	unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	unix.Getrusage(unix.RUSAGE_SELF, &ru)
+	fmt.Fprintf(report, "%s%d %d %d\n", StampPrefix, ts.Nano(), ru.Utime.Nano(), ru.Stime.Nano())
+}
+
+// ParseStamp splits what a shim wrote on FDReport into its stamp (ok
+// false when there is none) and the rest, a reason it could not exec.
+func ParseStamp(msg string) (monoNS, userNS, sysNS int64, rest string, ok bool) {
+	line, after, found := strings.Cut(msg, "\n")
+	if !found || !strings.HasPrefix(line, StampPrefix) {
+		return 0, 0, 0, msg, false
+	}
+	if _, err := fmt.Sscanf(line[len(StampPrefix):], "%d %d %d", &monoNS, &userNS, &sysNS); err != nil {
+		return 0, 0, 0, msg, false
+	}
+	return monoNS, userNS, sysNS, after, true
+}
+
+// slowStart spends about 300 ms of CPU time and 300 ms asleep: a start
+// that a clock counting the shim would see.
+func slowStart() {
+	end := time.Now().Add(300 * time.Millisecond)
+	for n := 0; time.Now().Before(end); n++ {
+		_ = n * n
+	}
+	time.Sleep(300 * time.Millisecond)
 }
 
 // Main is the shim. It never returns: it execs the command, or reports on
@@ -190,6 +230,12 @@ func Main() {
 			fail("seccomp", err)
 		}
 	}
+	if weaken.Enabled && s.SlowStart {
+		slowStart()
+	}
+	// The clock's start: the moment before execve, and the CPU time the
+	// shim spent so far, so the broker counts the command alone.
+	stamp(report)
 	err = unix.Exec(path, s.Argv, s.Env)
 	fail("exec", fmt.Errorf("%s: %w", s.Argv[0], err))
 }

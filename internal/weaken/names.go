@@ -13,4 +13,13 @@ const (
 	// RunFolder0711 leaves a timed run's folder as it was before issue 12:
 	// the controller's, 0711, reachable by whoever knows its path.
 	RunFolder0711 = "run-folder-0711"
+	// AdvisoryCPUs holds judge CPUs by request only, as before issue 12:
+	// no cpuset is narrowed or widened for a timed run.
+	AdvisoryCPUs = "advisory-cpus"
+	// SlowShim makes the shim spend 300 ms of CPU and 300 ms asleep before
+	// its exec, so a test sees whether the judge's clock counts the shim.
+	SlowShim = "slow-shim"
+	// SharedHeldCard leaves a held card's node in its GPU group and its
+	// holders running, as before issue 12.
+	SharedHeldCard = "shared-held-card"
 )
