@@ -242,9 +242,6 @@ func (c *Controller) runAgent(w http.ResponseWriter, r *http.Request, rt *trialR
 		"THERMITE_API_SOCKET="+info.APISocket,
 		"THERMITE_TOKEN_FILE="+info.TokenFile)
 	env = append(env, req.Env...)
-	if info.APIURL != "" {
-		env = append(env, "THERMITE_API_URL="+info.APIURL)
-	}
 	run := &rpc.RunRequest{Role: agent.Name, Argv: req.Argv, Env: env, Home: rt.t.AgentDir, Cwd: rt.t.AgentDir, Limits: rpc.Limits{TimeoutMS: req.TimeoutMS}}
 	f := c.streamCommand(r.Context(), w, run, c.cfg.API.ExecOutputCap)
 	c.trialEvent(rt, "trial.agent", map[string]any{"argv0": filepath.Base(req.Argv[0]), "exit_code": f.ExitCode, "stopped": f.Stopped})

@@ -100,8 +100,9 @@ type TrialInfo struct {
 	TokenFile   string `json:"token_file"`
 	ResearchDir string `json:"research_dir"`
 	LaneArea    string `json:"lane_area"`
-	APISocket   string `json:"api_socket"`
-	APIURL      string `json:"api_url,omitempty"`
+	// APISocket is the one way a trial's processes reach the API: the
+	// lane's and the agent's network policy (api) gives them no TCP.
+	APISocket string `json:"api_socket"`
 }
 
 var runName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`) })
@@ -122,9 +123,6 @@ func (c *Controller) info(t ledger.Trial) TrialInfo {
 		TokenFile: filepath.Join(t.AgentDir, "token"), ResearchDir: t.ResearchDir,
 		LaneArea:  filepath.Join(t.ResearchDir, "lanes", fmt.Sprintf("lane-%d", t.Lane)),
 		APISocket: c.cfg.APISocket(),
-	}
-	if c.apiAddr != "" {
-		i.APIURL = "http://" + c.apiAddr
 	}
 	return i
 }

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -83,32 +84,88 @@ func TestNetworkPolicies(t *testing.T) {
 		}
 	}()
 	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-	var ping struct {
-		APITCP string `json:"api_tcp"`
-	}
-	_ = ping
-	api := r.Status()
-	_ = api
 	cases := []struct{ role, op, target, want string }{
-		{"lane-1", "tcp", port, "EACCES"},  // api: Landlock refuses the connect
-		{"agent-1", "tcp", port, "EACCES"}, // api
-		{"lane-1", "udp", "", "EPERM"},     // api: no UDP at all
-		{"builder", "tcp", port, "EPERM"},  // none: no AF_INET socket
-		{"run", "udp", "", "EPERM"},        // none
-		{"planner", "tcp", port, "ok"},     // open
-		{"model-check", "udp", "", "ok"},   // open
+		{"lane-1", "tcp", port, "EPERM"},  // api: no AF_INET socket
+		{"agent-1", "tcp", port, "EPERM"}, // api
+		{"lane-1", "udp", "", "EPERM"},    // api: no UDP at all
+		{"builder", "tcp", port, "EPERM"}, // none: no AF_INET socket
+		{"run", "udp", "", "EPERM"},       // none
+		{"planner", "tcp", port, "ok"},    // open
+		{"model-check", "udp", "", "ok"},  // open
 	}
 	for _, c := range cases {
 		if got := r.Probe(c.role, c.op, c.target); got != c.want {
 			t.Errorf("%s %s %s: %s, want %s", c.role, c.op, c.target, got, c.want)
 		}
 	}
-	// The harness API's own port is open to a lane.
-	out, _, _ := r.Thermite("status", "--json")
-	_ = out
+}
+
+// Issue 13, point 3: the api policy was a port, not an address. A lane
+// connected to any address on the API's TCP port: a listener on 127.0.0.2
+// at that port received its data, and on a host with a network that port
+// is egress to the world. Now a lane and an agent make no TCP socket at
+// all (EPERM), whatever the address, and reach the API through its unix
+// socket.
+func TestLaneReachesPastTheAPIOnItsTCPPortRefused(t *testing.T) {
+	r := newRig(t)
 	apiPort := apiTCPPort(t, r)
-	if got := r.Probe("lane-1", "tcp", apiPort); got != "ok" {
-		t.Errorf("lane-1 to the API port %s: %s", apiPort, got)
+	other, err := net.Listen("tcp4", "127.0.0.2:"+apiPort)
+	if err != nil {
+		t.Fatalf("a listener on another loopback address at the API's port: %v", err)
+	}
+	defer other.Close()
+	var reached atomic.Int64
+	go func() {
+		for {
+			c, err := other.Accept()
+			if err != nil {
+				return
+			}
+			reached.Add(1)
+			c.Close()
+		}
+	}()
+	// The listener is there: the operator's own connect reaches it.
+	if c, err := net.Dial("tcp4", "127.0.0.2:"+apiPort); err != nil {
+		t.Fatalf("the listener on 127.0.0.2 is not reachable: %v", err)
+	} else {
+		c.Close()
+	}
+	for deadline := time.Now().Add(2 * time.Second); reached.Load() != 1 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	reached.Store(0)
+	info, _ := startTrial(t, r, 1, makeProject(t, r))
+	tok, err := os.ReadFile(info.TokenFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	targets := []string{
+		"127.0.0.2:" + apiPort,     // another loopback address
+		"127.0.0.1:" + apiPort,     // the API's own TCP listener
+		"[::1]:" + apiPort,         // loopback over IPv6
+		"203.0.113.1:" + apiPort,   // the world (TEST-NET-3)
+		"[2001:db8::1]:" + apiPort, // the world over IPv6
+	}
+	for _, role := range []string{"lane-1", "agent-1"} {
+		for _, target := range targets {
+			if got := r.Probe(role, "tcp", target); got != "EPERM" {
+				t.Errorf("%s connects to %s: %s, want EPERM (no TCP socket for the api policy)", role, target, got)
+			}
+		}
+	}
+	if n := reached.Load(); n != 0 {
+		t.Errorf("the listener on 127.0.0.2 at the API's port accepted %d connections from the roles", n)
+	}
+	// What the roles use instead still works: the API's unix socket, the
+	// agent with its trial's token.
+	if info.APISocket != r.Cfg.APISocket() {
+		t.Errorf("trial details name the API socket %q, want %q", info.APISocket, r.Cfg.APISocket())
+	}
+	for _, role := range []string{"agent-1", "lane-1"} {
+		if got := r.Probe(role, "api", info.APISocket, strings.TrimSpace(string(tok))); got != "200" {
+			t.Errorf("%s calls the API on its unix socket: %s, want 200", role, got)
+		}
 	}
 }
 

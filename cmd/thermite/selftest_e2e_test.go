@@ -165,6 +165,8 @@ func TestSelftestCatchesBreakage(t *testing.T) {
 				"write a folder whose mode lets everyone write", "make a user namespace, as unshare -U does",
 				"chmod a file set-uid", "set up io_uring",
 				"connect to the broker's abstract unix socket", "connect to a TCP port that is not the API's",
+				"connect to the harness API's TCP port", "connect to another loopback address on the API's port",
+				"connect to an address beyond this host on the API's port",
 				"make a SysV IPC object other users may open", "open its SysV IPC object up with IPC_SET",
 				"create a set-id file through openat2", "make the broker its tracer with PTRACE_TRACEME",
 			},
@@ -197,6 +199,15 @@ func TestSelftestCatchesBreakage(t *testing.T) {
 			opts: testrig.Options{Tags: "thermite_weaken", Env: []string{"THERMITE_WEAKEN=" + weaken.RunFolder0711}, Extra: `startup_selftest = "warn"`},
 			want: []string{"read another role's timed run's copy of the kit", "read another role's timed run's build link",
 				"every timed run's folder is the controller's, open to one timing user's group alone"},
+			roles: "lane-1",
+		},
+		{
+			// Issue 13, point 3: api as it was before the fix, TCP allowed
+			// and Landlock's rule for the API's port, on any address.
+			name: "api roles with TCP to the API's port",
+			opts: testrig.Options{Tags: "thermite_weaken", Env: []string{"THERMITE_WEAKEN=" + weaken.APITCP}, Extra: `startup_selftest = "warn"`},
+			want: []string{"connect to another loopback address on the API's port", "connect to the harness API's TCP port",
+				"connect to a TCP port that is not the API's", "connect to an address beyond this host on the API's port"},
 			roles: "lane-1",
 		},
 		{

@@ -1,7 +1,7 @@
 package weaken
 
 // Switches named by more than one package: each turns one of issue 12's
-// protections off in a thermite_weaken build, for the self-test's
+// or 13's protections off in a thermite_weaken build, for the self-test's
 // breakage tests.
 const (
 	// SysVIPC drops the filter's SysV IPC rules and the stop helper's
@@ -13,4 +13,8 @@ const (
 	// RunFolder0711 leaves a timed run's folder as it was before issue 12:
 	// the controller's, 0711, reachable by whoever knows its path.
 	RunFolder0711 = "run-folder-0711"
+	// APITCP gives api roles TCP again, as before issue 13: the filter
+	// allows AF_INET and AF_INET6 stream sockets and Landlock the API's
+	// port, on any address.
+	APITCP = "api-tcp"
 )
