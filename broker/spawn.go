@@ -13,6 +13,7 @@ import (
 
 	"thermite/internal/cgroup"
 	"thermite/internal/cpuset"
+	"thermite/internal/procs"
 	"thermite/internal/rpc"
 	"thermite/internal/seccomp"
 	"thermite/internal/spawn"
@@ -431,6 +432,33 @@ func rlimitOf(rl []spawn.Rlimit, r int) uint64 {
 		}
 	}
 	return 0
+}
+
+// heldHelper runs the shim in held mode as the role's user: it sums what
+// the user's processes keep in unlinked files (procs.HeldUnlinked). As the
+// user, it reads its own processes' descriptor tables without a
+// capability the broker does not keep (CAP_SYS_PTRACE). It holds the stop
+// lock, so the broker's own stop never kills it; a helper killed anyway
+// was killed by the user's processes, which hides what they hold.
+func (b *Broker) heldHelper(r roles.Role) (procs.Held, error) {
+	lk := b.stopLock(r.UID)
+	lk.Lock()
+	defer lk.Unlock()
+	c := &command{role: r, stdio: [3]*os.File{b.devnull, b.devnull, b.devnull}}
+	ch, err := b.startShim(c, &spawn.Spec{Mode: spawn.ModeHeld})
+	if err != nil {
+		return procs.Held{}, fmt.Errorf("unlinked files of %s: %w", r.Name, err)
+	}
+	e := <-ch.exited
+	ch.close()
+	var h procs.Held
+	if _, serr := fmt.Sscanf(ch.execErr, "ok %d %d", &h.Bytes, &h.Files); serr == nil && e.ws.Exited() && e.ws.ExitStatus() == 0 {
+		return h, nil
+	}
+	if e.ws.Signaled() {
+		return h, fmt.Errorf("unlinked files of %s: the measure %s: %w", r.Name, describe(e.ws), procs.ErrHidden)
+	}
+	return h, fmt.Errorf("unlinked files of %s: %s", r.Name, ch.execErr)
 }
 
 // stopHelper runs the shim in stop mode as the role's user: kill(-1,

@@ -34,6 +34,7 @@ type trialRT struct {
 	inflight atomic.Int64 // API requests in flight on its token
 	recorded atomic.Int64 // bytes of steps and notes recorded
 	notes    atomic.Int64
+	archived atomic.Int64 // bytes its fetches archived (trial.fetch_archive_mb)
 	mu       sync.Mutex
 	// closing is set, and ctx cancelled, when the trial begins to end: no
 	// request starts after it, and those in flight are cancelled, so no

@@ -284,6 +284,78 @@ func TestDiskCapEndsTheTrial(t *testing.T) {
 	}
 }
 
+// Issue 13, point 5: 200 MiB in a file the lane unlinked but keeps open
+// did not end a trial with a 64 MiB cap: no folder walk sees it, yet the
+// disk holds it until the last descriptor closes. The broker now counts
+// what the role's processes keep in unlinked files, once per inode.
+func TestLaneHidesDiskInAnUnlinkedOpenFileEndsItsTrial(t *testing.T) {
+	r := testrig.New(t, testrig.Options{Extra: "[trial]\ndisk_cap_mb = 64\ndisk_check = \"200ms\"\n"})
+	info, a := startTrial(t, r, 1, makeProject(t, r))
+	// Unlinked before a byte is written, so no walk ever sees it; kept
+	// open by a process that outlives the command.
+	_, stderr, code := r.Thermite("trial", "exec", info.ID, "--", "sh", "-c",
+		`setsid -f sh -c 'exec 3>big && rm big && head -c 209715200 /dev/zero >&3 && exec sleep 600' </dev/null >/dev/null 2>&1`)
+	if code != 0 {
+		t.Fatalf("trial exec: exit %d %s", code, stderr)
+	}
+	var reason string
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		out, _, _ := r.Thermite("trial", "list", "--json")
+		if i := strings.Index(out, "over its disk limit"); i >= 0 {
+			reason = out[i:]
+			reason = reason[:strings.IndexByte(reason, '"')]
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a lane holding 200 MiB in an unlinked open file was not ended with a 64 MiB cap:\n%s", out)
+		}
+	}
+	if !strings.Contains(reason, "deleted files its processes kept open") || !strings.Contains(reason, "of 64 MiB") {
+		t.Errorf("the end reason does not say where the space was: %q", reason)
+	}
+	for deadline := time.Now().Add(5 * time.Second); len(r.Procs("lane-1")) != 0; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("lane-1 still runs %v", r.Procs("lane-1"))
+		}
+	}
+	if code, _, _ := a.do("GET", "/v1/trial", nil); code != 401 {
+		t.Fatalf("token after the disk cap: %d", code)
+	}
+	export, _, _ := r.Thermite("ledger", "export")
+	if !strings.Contains(export, `"unlinked_bytes"`) {
+		t.Error("the trial.disk event does not record the unlinked bytes")
+	}
+}
+
+// A lane whose processes keep unlinked files well under its cap goes on,
+// and its measure counts them.
+func TestLaneUnlinkedOpenFileUnderTheCapCounted(t *testing.T) {
+	r := testrig.New(t, testrig.Options{Extra: "[trial]\ndisk_cap_mb = 64\ndisk_check = \"200ms\"\n"})
+	info, _ := startTrial(t, r, 1, makeProject(t, r))
+	r.Thermite("trial", "exec", info.ID, "--", "sh", "-c",
+		`setsid -f sh -c 'exec 3>small && rm small && head -c 8388608 /dev/zero >&3 && exec sleep 600' </dev/null >/dev/null 2>&1`)
+	var got int64
+	for deadline := time.Now().Add(10 * time.Second); got < 8<<20; time.Sleep(100 * time.Millisecond) {
+		out, _, _ := r.Thermite("trial", "list", "--json")
+		var list []struct {
+			State string `json:"state"`
+			Disk  *struct {
+				Bytes int64 `json:"bytes"`
+			} `json:"disk"`
+		}
+		testrig.JSON(t, out, &list)
+		if len(list) != 1 || list[0].State != "open" {
+			t.Fatalf("the trial under its cap: %s", out)
+		}
+		if list[0].Disk != nil {
+			got = list[0].Disk.Bytes
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the measure shows %d bytes, want at least the 8 MiB kept in the unlinked file", got)
+		}
+	}
+}
+
 func TestDecoyCredentials(t *testing.T) {
 	r := newRig(t)
 	p := makeProject(t, r)

@@ -104,6 +104,23 @@ type Cgroup struct {
 type Trial struct {
 	DiskCapMB int64    `toml:"disk_cap_mb" json:"disk_cap_mb"`
 	DiskCheck Duration `toml:"disk_check" json:"disk_check"`
+	// FetchArchiveMB bounds what a trial's fetches archive in the run's
+	// research folder (bodies and their metadata): the controller writes
+	// them, so no folder of the lane's counts them.
+	FetchArchiveMB int64 `toml:"fetch_archive_mb" json:"fetch_archive_mb"`
+}
+
+// Judge bounds the disk the judge's commands hold.
+type Judge struct {
+	// BuildDiskMB bounds a build: its folder, builder's HOME and TMPDIR,
+	// and the unlinked files builder's processes keep open.
+	BuildDiskMB int64 `toml:"build_disk_mb" json:"build_disk_mb"`
+	// RunOutMB bounds a timed run: its out/, the timing user's HOME and
+	// TMPDIR, and the unlinked files its processes keep open.
+	RunOutMB int64 `toml:"run_out_mb" json:"run_out_mb"`
+	// DiskCheck is how often both are measured while the command runs; it
+	// is measured once more when the command ends.
+	DiskCheck Duration `toml:"disk_check" json:"disk_check"`
 }
 
 // Image describes the container the rig runs in: the one-container image
@@ -149,6 +166,7 @@ type Config struct {
 	Perf   []string `toml:"perf" json:"perf"`
 	Cgroup Cgroup   `toml:"cgroup" json:"cgroup"`
 	Trial  Trial    `toml:"trial" json:"trial"`
+	Judge  Judge    `toml:"judge" json:"judge"`
 	Image  Image    `toml:"image" json:"image"`
 	Host   Host     `toml:"host" json:"host"`
 	// StripEnvPrefixes names the host's variables (RunPod's among them)
@@ -192,7 +210,8 @@ func Default() Config {
 		Network: map[string]string{},
 		Perf:    []string{},
 		Cgroup:  Cgroup{Enabled: true, MemoryMB: 4096, Pids: 1024},
-		Trial:   Trial{DiskCapMB: 5120, DiskCheck: Duration{2 * time.Second}},
+		Trial:   Trial{DiskCapMB: 5120, DiskCheck: Duration{2 * time.Second}, FetchArchiveMB: 256},
+		Judge:   Judge{BuildDiskMB: 8192, RunOutMB: 2048, DiskCheck: Duration{500 * time.Millisecond}},
 		Image: Image{
 			SupervisorDir: "/var/lib/thermite-supervisor",
 			Inbox:         "/var/lib/thermite-inbox",
@@ -409,6 +428,18 @@ func (c *Config) Validate() error {
 	}
 	if c.Trial.DiskCheck.Duration < 100*time.Millisecond {
 		return fmt.Errorf("trial.disk_check: %s must be at least 100ms", c.Trial.DiskCheck)
+	}
+	if c.Trial.FetchArchiveMB < 1 {
+		return fmt.Errorf("trial.fetch_archive_mb: %d must be at least 1", c.Trial.FetchArchiveMB)
+	}
+	if c.Judge.BuildDiskMB < 1 {
+		return fmt.Errorf("judge.build_disk_mb: %d must be at least 1", c.Judge.BuildDiskMB)
+	}
+	if c.Judge.RunOutMB < 1 {
+		return fmt.Errorf("judge.run_out_mb: %d must be at least 1", c.Judge.RunOutMB)
+	}
+	if c.Judge.DiskCheck.Duration < 100*time.Millisecond {
+		return fmt.Errorf("judge.disk_check: %s must be at least 100ms", c.Judge.DiskCheck)
 	}
 	for key, p := range map[string]string{"image.supervisor_dir": c.Image.SupervisorDir, "image.inbox": c.Image.Inbox, "image.outbox": c.Image.Outbox} {
 		if p != "" && !cleanAbs(p) {

@@ -47,6 +47,9 @@ type Rlimit struct {
 const (
 	ModeExec = "exec"
 	ModeStop = "stop"
+	// ModeHeld measures what the user's processes keep in unlinked files
+	// (procs.HeldUnlinked) and reports "ok BYTES FILES".
+	ModeHeld = "held"
 )
 
 // Spec is everything the shim does, in order.
@@ -114,6 +117,19 @@ func Main() {
 			}
 		}
 		fmt.Fprintf(report, "ok %d", n)
+		os.Exit(0)
+	case ModeHeld:
+		if err := caps.ClearInheritable(); err != nil {
+			fail("held", err)
+		}
+		if err := unprivileged(); err != nil {
+			fail("held", err)
+		}
+		h, err := procs.HeldUnlinked("/proc", os.Getuid())
+		if err != nil {
+			fail("held", err)
+		}
+		fmt.Fprintf(report, "ok %d %d", h.Bytes, h.Files)
 		os.Exit(0)
 	case ModeExec:
 	default:
