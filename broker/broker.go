@@ -72,6 +72,12 @@ type Broker struct {
 	userLocks  map[int]*sync.Mutex
 	stopLocks  map[int]*sync.Mutex
 	handed     map[int]map[string]bool // folders handed to each role's uid
+	// ownExec are the running commands the broker started as thermite
+	// itself (/proc/self/exe: a lane's file helper, a probe): not
+	// dumpable where the binary is 0711, and holding no descriptor of
+	// the role's (the shim closes all but stdio), so the unlinked-file
+	// measure passes over them.
+	ownExec map[int]bool
 	cpuHolds   map[string]cpuset.Set   // judge CPUs held by timed runs
 	cardHolds  map[string][]int        // cards held by timed runs
 	ctlPID     int
@@ -94,6 +100,7 @@ func New(cfg config.Config, log *slog.Logger) (*Broker, error) {
 		stopCh:    make(chan struct{}),
 		userLocks: map[int]*sync.Mutex{},
 		stopLocks: map[int]*sync.Mutex{},
+		ownExec:   map[int]bool{},
 		handed:    map[int]map[string]bool{},
 		cpuHolds:  map[string]cpuset.Set{},
 		cardHolds: map[string][]int{},

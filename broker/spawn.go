@@ -360,6 +360,16 @@ func (b *Broker) runCommand(c *command, timeout time.Duration, cancel <-chan str
 		return nil, err
 	}
 	defer ch.close()
+	if len(c.argv) > 0 && c.argv[0] == "/proc/self/exe" {
+		b.mu.Lock()
+		b.ownExec[ch.pid] = true
+		b.mu.Unlock()
+		defer func() {
+			b.mu.Lock()
+			delete(b.ownExec, ch.pid)
+			b.mu.Unlock()
+		}()
+	}
 	res := &rpc.RunResult{PID: ch.pid, CPUs: c.cpus.String()}
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
@@ -445,7 +455,13 @@ func (b *Broker) heldHelper(r roles.Role) (procs.Held, error) {
 	lk.Lock()
 	defer lk.Unlock()
 	c := &command{role: r, stdio: [3]*os.File{b.devnull, b.devnull, b.devnull}}
-	ch, err := b.startShim(c, &spawn.Spec{Mode: spawn.ModeHeld})
+	spec := &spawn.Spec{Mode: spawn.ModeHeld}
+	b.mu.Lock()
+	for pid := range b.ownExec {
+		spec.SkipPIDs = append(spec.SkipPIDs, pid)
+	}
+	b.mu.Unlock()
+	ch, err := b.startShim(c, spec)
 	if err != nil {
 		return procs.Held{}, fmt.Errorf("unlinked files of %s: %w", r.Name, err)
 	}

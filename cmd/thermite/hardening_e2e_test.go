@@ -327,10 +327,41 @@ func TestLaneHidesDiskInAnUnlinkedOpenFileEndsItsTrial(t *testing.T) {
 	}
 }
 
+// The measure reads each process's descriptors as the lane's own user; a
+// process that hides them (not dumpable: here, a program the lane made
+// execute-only) would hide what it holds, so it counts as over every cap.
+func TestLaneHidesItsOpenFilesFromTheMeasureEndsItsTrial(t *testing.T) {
+	r := testrig.New(t, testrig.Options{Extra: "[trial]\ndisk_cap_mb = 64\ndisk_check = \"200ms\"\n"})
+	info, _ := startTrial(t, r, 1, makeProject(t, r))
+	_, stderr, code := r.Thermite("trial", "exec", info.ID, "--", "sh", "-c",
+		`cp /bin/sleep ./s && chmod 0111 ./s && setsid -f ./s 600 </dev/null >/dev/null 2>&1`)
+	if code != 0 {
+		t.Fatalf("trial exec: exit %d %s", code, stderr)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		out, _, _ := r.Thermite("trial", "list", "--json")
+		if strings.Contains(out, "over its disk limit: its processes keep their open files from the measure") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a lane process that is not dumpable did not end the trial:\n%s", out)
+		}
+	}
+}
+
 // A lane whose processes keep unlinked files well under its cap goes on,
 // and its measure counts them.
 func TestLaneUnlinkedOpenFileUnderTheCapCounted(t *testing.T) {
 	r := testrig.New(t, testrig.Options{Extra: "[trial]\ndisk_cap_mb = 64\ndisk_check = \"200ms\"\n"})
+	// The binary as the image installs it, root's 0711: the trial's file
+	// helper (thermite itself, started by the broker) is then not
+	// dumpable, and must not count as hiding its descriptors.
+	fi, err := os.Stat(r.Bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(r.Bin, 0o711)
+	t.Cleanup(func() { os.Chmod(r.Bin, fi.Mode().Perm()) })
 	info, _ := startTrial(t, r, 1, makeProject(t, r))
 	r.Thermite("trial", "exec", info.ID, "--", "sh", "-c",
 		`setsid -f sh -c 'exec 3>small && rm small && head -c 8388608 /dev/zero >&3 && exec sleep 600' </dev/null >/dev/null 2>&1`)

@@ -31,8 +31,10 @@ var ErrHidden = errors.New("keeps its open files from the measure")
 // /proc/<pid>/fd/<n>, which reaches the open file, not a name), and every
 // mapping of a deleted file whose descriptor was closed (/proc/<pid>/maps:
 // its mapped length, as map_files needs CAP_SYS_ADMIN). Each inode counts
-// once. It runs as that uid, which may read its own processes' tables.
-func HeldUnlinked(procRoot string, uid int) (Held, error) {
+// once. It runs as that uid, which may read its own processes' tables;
+// skip names processes to pass over (the broker's own commands, which hold
+// no descriptor of the user's and may not be dumpable).
+func HeldUnlinked(procRoot string, uid int, skip map[int]bool) (Held, error) {
 	pids, err := ByUID(procRoot, uid)
 	if err != nil {
 		return Held{}, fmt.Errorf("processes of uid %d: %w", uid, err)
@@ -41,6 +43,9 @@ func HeldUnlinked(procRoot string, uid int) (Held, error) {
 	seen := map[inode]int64{}
 	var hidden []string
 	for _, pid := range pids {
+		if skip[pid] {
+			continue
+		}
 		base := procRoot + "/" + strconv.Itoa(pid)
 		fds, err := readDirRetry(base + "/fd")
 		if errors.Is(err, os.ErrNotExist) || errors.Is(err, unix.ESRCH) {

@@ -70,6 +70,9 @@ type Spec struct {
 	// KeepIPC leaves the stopped user's SysV IPC objects; only a
 	// thermite_weaken test build honours it.
 	KeepIPC bool `json:"keep_ipc,omitempty"`
+	// SkipPIDs are processes the held mode passes over: the broker's own
+	// thermite commands (procs.HeldUnlinked).
+	SkipPIDs []int `json:"skip_pids,omitempty"`
 	// KeepCaps leaves the inheritable (and so the ambient) set as the
 	// broker's fork left it; only a thermite_weaken build honours it.
 	KeepCaps bool `json:"keep_caps,omitempty"`
@@ -125,7 +128,11 @@ func Main() {
 		if err := unprivileged(); err != nil {
 			fail("held", err)
 		}
-		h, err := procs.HeldUnlinked("/proc", os.Getuid())
+		skip := map[int]bool{}
+		for _, p := range s.SkipPIDs {
+			skip[p] = true
+		}
+		h, err := procs.HeldUnlinked("/proc", os.Getuid(), skip)
 		if err != nil {
 			fail("held", err)
 		}
