@@ -68,18 +68,18 @@ type Broker struct {
 	// closedRecorded: the record of closed places is on disk for b.closed.
 	closedRecorded bool
 
-	mu         sync.Mutex
-	userLocks  map[int]*sync.Mutex
-	stopLocks  map[int]*sync.Mutex
-	handed     map[int]map[string]bool // folders handed to each role's uid
+	mu        sync.Mutex
+	userLocks map[int]*sync.Mutex
+	stopLocks map[int]*sync.Mutex
+	handed    map[int]map[string]bool // folders handed to each role's uid
 	// ownExec are the running commands the broker started as thermite
 	// itself (/proc/self/exe: a lane's file helper, a probe): not
 	// dumpable where the binary is 0711, and holding no descriptor of
 	// the role's (the shim closes all but stdio), so the unlinked-file
 	// measure passes over them.
-	ownExec map[int]bool
-	cpuHolds   map[string]cpuset.Set   // judge CPUs held by timed runs
-	cardHolds  map[string][]int        // cards held by timed runs
+	ownExec    map[int]bool
+	cpuHolds   map[string]cpuset.Set // judge CPUs held by timed runs
+	cardHolds  map[string][]int      // cards held by timed runs
 	ctlPID     int
 	ctlStarts  int
 	selftest   *rpc.SelftestResult
