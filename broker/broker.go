@@ -77,7 +77,10 @@ type Broker struct {
 	// dumpable where the binary is 0711, and holding no descriptor of
 	// the role's (the shim closes all but stdio), so the unlinked-file
 	// measure passes over them.
-	ownExec    map[int]bool
+	ownExec map[int]bool
+	// starting are shims forked but not yet exec'd: not dumpable until
+	// they exec, and holding nothing of the role's.
+	starting   map[int]bool
 	cpuHolds   map[string]cpuset.Set // judge CPUs held by timed runs
 	cardHolds  map[string][]int      // cards held by timed runs
 	ctlPID     int
@@ -101,6 +104,7 @@ func New(cfg config.Config, log *slog.Logger) (*Broker, error) {
 		userLocks: map[int]*sync.Mutex{},
 		stopLocks: map[int]*sync.Mutex{},
 		ownExec:   map[int]bool{},
+		starting:  map[int]bool{},
 		handed:    map[int]map[string]bool{},
 		cpuHolds:  map[string]cpuset.Set{},
 		cardHolds: map[string][]int{},

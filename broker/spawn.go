@@ -123,6 +123,14 @@ func (b *Broker) startShim(c *command, spec *spawn.Spec) (*child, error) {
 		return nil, fmt.Errorf("start %s: %w", c.role.Name, err)
 	}
 	ch := &child{pid: pid, pidfd: pidfd, started: started, exited: exited}
+	b.mu.Lock()
+	b.starting[pid] = true
+	b.mu.Unlock()
+	defer func() {
+		b.mu.Lock()
+		delete(b.starting, pid)
+		b.mu.Unlock()
+	}()
 	if c.cgroup != nil && spec.Mode == spawn.ModeExec && cgFD < 0 {
 		// cgroup v1: the shim waits for its spec, so it is placed in its
 		// group before the command exists, never moved in after it ran.
@@ -457,8 +465,10 @@ func (b *Broker) heldHelper(r roles.Role) (procs.Held, error) {
 	c := &command{role: r, stdio: [3]*os.File{b.devnull, b.devnull, b.devnull}}
 	spec := &spawn.Spec{Mode: spawn.ModeHeld}
 	b.mu.Lock()
-	for pid := range b.ownExec {
-		spec.SkipPIDs = append(spec.SkipPIDs, pid)
+	for _, m := range []map[int]bool{b.ownExec, b.starting} {
+		for pid := range m {
+			spec.SkipPIDs = append(spec.SkipPIDs, pid)
+		}
 	}
 	b.mu.Unlock()
 	ch, err := b.startShim(c, spec)

@@ -41,19 +41,15 @@ func HeldUnlinked(procRoot string, uid int, skip map[int]bool) (Held, error) {
 	}
 	type inode struct{ dev, ino uint64 }
 	seen := map[inode]int64{}
-	var hidden []string
-	for _, pid := range pids {
-		if skip[pid] {
-			continue
-		}
+	// A process whose table cannot be read may be between a change of
+	// uid and its exec (not dumpable for that moment): such ones are
+	// asked again, all together, for up to a second before they count.
+	var refused []int
+	scan := func(pid int) error {
 		base := procRoot + "/" + strconv.Itoa(pid)
-		fds, err := readDirRetry(base + "/fd")
-		if errors.Is(err, os.ErrNotExist) || errors.Is(err, unix.ESRCH) {
-			continue // gone
-		}
+		fds, err := readDir(base + "/fd")
 		if err != nil {
-			hidden = append(hidden, fmt.Sprintf("process %d: %v", pid, err))
-			continue
+			return err
 		}
 		for _, fd := range fds {
 			var st unix.Stat_t
@@ -71,6 +67,37 @@ func HeldUnlinked(procRoot string, uid int, skip map[int]bool) (Held, error) {
 				seen[inode(k)] = n
 			}
 		}
+		return nil
+	}
+	var hidden []string
+	for _, pid := range pids {
+		if skip[pid] {
+			continue
+		}
+		switch err := scan(pid); {
+		case err == nil, errors.Is(err, os.ErrNotExist), errors.Is(err, unix.ESRCH):
+			// measured, or gone
+		case errors.Is(err, os.ErrPermission):
+			refused = append(refused, pid)
+		default:
+			hidden = append(hidden, describePID(procRoot, pid, err))
+		}
+	}
+	for deadline := time.Now().Add(time.Second); len(refused) > 0; {
+		if time.Now().After(deadline) {
+			for _, pid := range refused {
+				hidden = append(hidden, describePID(procRoot, pid, fmt.Errorf("its descriptors cannot be read: %w", os.ErrPermission)))
+			}
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+		var again []int
+		for _, pid := range refused {
+			if err := scan(pid); errors.Is(err, os.ErrPermission) {
+				again = append(again, pid)
+			}
+		}
+		refused = again
 	}
 	var h Held
 	for _, n := range seen {
@@ -83,24 +110,20 @@ func HeldUnlinked(procRoot string, uid int, skip map[int]bool) (Held, error) {
 	return h, nil
 }
 
-// readDirRetry lists a descriptor table. A shim is not dumpable until it
-// execs (milliseconds), so a refusal is asked again a few times before it
-// counts.
-func readDirRetry(dir string) ([]string, error) {
-	var err error
-	for i := 0; i < 5; i++ {
-		var f *os.File
-		if f, err = os.Open(dir); err == nil {
-			names, rerr := f.Readdirnames(-1)
-			f.Close()
-			return names, rerr
-		}
-		if !errors.Is(err, os.ErrPermission) {
-			return nil, err
-		}
-		time.Sleep(20 * time.Millisecond)
+// readDir lists a descriptor table.
+func readDir(dir string) ([]string, error) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil, err
 	}
-	return nil, err
+	defer f.Close()
+	return f.Readdirnames(-1)
+}
+
+// describePID names a process for the error: its pid and command name.
+func describePID(procRoot string, pid int, err error) string {
+	comm, _ := os.ReadFile(procRoot + "/" + strconv.Itoa(pid) + "/comm")
+	return fmt.Sprintf("process %d (%s): %v", pid, strings.TrimSpace(string(comm)), err)
 }
 
 // deletedMappings reads a maps file for mappings of deleted files: their
