@@ -48,8 +48,9 @@ type Broker struct {
 
 	gpu gpuState
 
-	// The harness API's TCP listener, made here so its port is known for
-	// the lanes' rule sets, and handed to every controller.
+	// The harness API's TCP listener (for a supervisor outside the roles;
+	// lanes and agents use the unix socket), made here so its port is
+	// known for the self-test, and handed to every controller.
 	apiListener *net.TCPListener
 	apiPort     int
 
@@ -332,7 +333,8 @@ func oneLine(s string) string {
 
 // listenAPI makes the harness API's TCP listener on loopback: the broker
 // holds it, so the port (even one the kernel picked) is known for the
-// lanes' rule sets, and hands it to every controller it starts.
+// self-test's probes, and hands it to every controller it starts. No role
+// of the rig reaches it: api roles get no TCP socket.
 func (b *Broker) listenAPI() error {
 	if b.cfg.API.TCP == "" {
 		return nil
