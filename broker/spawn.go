@@ -464,6 +464,10 @@ func (b *Broker) heldHelper(r roles.Role) (procs.Held, error) {
 	defer lk.Unlock()
 	c := &command{role: r, stdio: [3]*os.File{b.devnull, b.devnull, b.devnull}}
 	spec := &spawn.Spec{Mode: spawn.ModeHeld}
+	// Off the CPUs a timed run holds, so the measure never disturbs it.
+	if free := b.online.Minus(b.heldCPUs()); len(free) > 0 {
+		spec.CPUs = free
+	}
 	b.mu.Lock()
 	for _, m := range []map[int]bool{b.ownExec, b.starting} {
 		for pid := range m {

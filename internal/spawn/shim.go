@@ -125,6 +125,15 @@ func Main() {
 		if err := caps.ClearInheritable(); err != nil {
 			fail("held", err)
 		}
+		if len(s.CPUs) > 0 {
+			var set unix.CPUSet
+			for _, c := range s.CPUs {
+				set.Set(c)
+			}
+			if err := unix.SchedSetaffinity(0, &set); err != nil {
+				fail("affinity", err)
+			}
+		}
 		if err := unprivileged(); err != nil {
 			fail("held", err)
 		}
