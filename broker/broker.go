@@ -48,8 +48,9 @@ type Broker struct {
 
 	gpu gpuState
 
-	// The harness API's TCP listener, made here so its port is known for
-	// the lanes' rule sets, and handed to every controller.
+	// The harness API's TCP listener (for a supervisor outside the roles;
+	// lanes and agents use the unix socket), made here so its port is
+	// known for the self-test, and handed to every controller.
 	apiListener *net.TCPListener
 	apiPort     int
 
@@ -72,9 +73,18 @@ type Broker struct {
 	userLocks map[int]*sync.Mutex
 	stopLocks map[int]*sync.Mutex
 	handed    map[int]map[string]bool // folders handed to each role's uid
-	cpuHolds  map[string]cpuset.Set   // judge CPUs held by timed runs
-	cardHolds map[string][]int        // cards held by timed runs
-	holdUIDs  map[string]int          // the timing user of each hold
+	// ownExec are the running commands the broker started as thermite
+	// itself (/proc/self/exe: a lane's file helper, a probe): not
+	// dumpable where the binary is 0711, and holding no descriptor of
+	// the role's (the shim closes all but stdio), so the unlinked-file
+	// measure passes over them.
+	ownExec map[int]bool
+	// starting are shims forked but not yet exec'd: not dumpable until
+	// they exec, and holding nothing of the role's.
+	starting  map[int]bool
+	cpuHolds  map[string]cpuset.Set // judge CPUs held by timed runs
+	cardHolds map[string][]int      // cards held by timed runs
+	holdUIDs  map[string]int        // the timing user of each hold
 	// cpusetMu orders holds, their release and new role groups, so each
 	// group's CPUs are always those cpusetFor gives it.
 	cpusetMu   sync.Mutex
@@ -98,6 +108,8 @@ func New(cfg config.Config, log *slog.Logger) (*Broker, error) {
 		stopCh:    make(chan struct{}),
 		userLocks: map[int]*sync.Mutex{},
 		stopLocks: map[int]*sync.Mutex{},
+		ownExec:   map[int]bool{},
+		starting:  map[int]bool{},
 		handed:    map[int]map[string]bool{},
 		cpuHolds:  map[string]cpuset.Set{},
 		cardHolds: map[string][]int{},
@@ -326,7 +338,8 @@ func oneLine(s string) string {
 
 // listenAPI makes the harness API's TCP listener on loopback: the broker
 // holds it, so the port (even one the kernel picked) is known for the
-// lanes' rule sets, and hands it to every controller it starts.
+// self-test's probes, and hands it to every controller it starts. No role
+// of the rig reaches it: api roles get no TCP socket.
 func (b *Broker) listenAPI() error {
 	if b.cfg.API.TCP == "" {
 		return nil

@@ -25,7 +25,7 @@ type confinement struct {
 // ConfineFor decides a role command's confinement. Its Landlock rule set
 // lets it read everything but the GPU device files it may not open, write
 // only its own places (HOME, TMPDIR, the folders handed to its user) and
-// the safe devices, reach TCP as its role's network policy says, and
+// the safe devices, reach TCP only where its network policy is open, and
 // scopes abstract unix sockets and signals to its own domain. Its seccomp
 // filter refuses mounts, namespaces, set-id modes and the rest, and
 // sockets its network policy forbids. Where the kernel cannot do all of
@@ -43,7 +43,7 @@ func (b *Broker) ConfineFor(r roles.Role, argv []string, requested []int, home s
 		Network: pol.Network, AllowPerf: pol.AllowPerf, FileHelper: fileHelper(r, argv),
 	}}
 	if weaken.Enabled {
-		for _, w := range []string{seccomp.WeakenSysVIPC, seccomp.WeakenSetIDOpenat2} {
+		for _, w := range []string{seccomp.WeakenSysVIPC, seccomp.WeakenSetIDOpenat2, seccomp.WeakenAPITCP} {
 			if weaken.Has(w) {
 				c.seccomp.Weakened = append(c.seccomp.Weakened, w)
 			}
@@ -63,7 +63,10 @@ func (b *Broker) ConfineFor(r roles.Role, argv []string, requested []int, home s
 	}
 	spec := fence.RoleSpec{
 		DenyGPU: l.Deny(cards), GPU: gpu, Writable: b.writableFor(r, home),
-		DevRoot: b.cfg.GPU.DevRoot, Network: pol.Network, APIPort: b.apiPort,
+		DevRoot: b.cfg.GPU.DevRoot, Network: pol.Network,
+	}
+	if weaken.Enabled && weaken.Has(weaken.APITCP) {
+		spec.APIPort = b.apiPort
 	}
 	if weaken.Enabled && weaken.Has("fence-only") {
 		spec = fence.RoleSpec{DenyGPU: l.Deny(cards), DevRoot: b.cfg.GPU.DevRoot, FenceOnly: true}

@@ -184,7 +184,8 @@ func (b *Broker) ClearSetID(r roles.Role) *rpc.SetIDReport {
 	return rep
 }
 
-// DiskUsage measures a role's HOME, TMPDIR and the folders handed to it.
+// DiskUsage measures a role's HOME, TMPDIR and the folders handed to it,
+// and what its processes keep in unlinked files.
 func (b *Broker) DiskUsage(r roles.Role) (*rpc.DiskUsage, error) {
 	u := &rpc.DiskUsage{}
 	var errs []error
@@ -196,6 +197,14 @@ func (b *Broker) DiskUsage(r roles.Role) (*rpc.DiskUsage, error) {
 			errs = append(errs, err)
 		}
 	}, func(err error) { errs = append(errs, err) })
+	// Space in files unlinked but kept open or mapped by the role's
+	// processes: no walk sees it, and the disk holds it all the same.
+	h, err := b.heldHelper(r)
+	u.Bytes += h.Bytes
+	u.Unlinked, u.UnlinkedFiles = h.Bytes, h.Files
+	if err != nil {
+		errs = append(errs, err)
+	}
 	// A walk that could not finish counts as too much: a tree built to
 	// defeat the measure is over every cap.
 	return u, errors.Join(errs...)

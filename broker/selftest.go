@@ -202,10 +202,16 @@ func (b *Broker) StartCanary(r roles.Role, gpus []int) (int, func(), error) {
 		inW.Close()
 		return 0, nil, fmt.Errorf("canary as %s: %s", r.Name, ch.execErr)
 	}
+	b.mu.Lock()
+	b.ownExec[ch.pid] = true
+	b.mu.Unlock()
 	stop := func() {
 		inW.Close()
 		unix.PidfdSendSignal(ch.pidfd, unix.SIGKILL, nil, 0)
 		<-ch.exited
+		b.mu.Lock()
+		delete(b.ownExec, ch.pid)
+		b.mu.Unlock()
 		ch.close()
 	}
 	return ch.pid, stop, nil

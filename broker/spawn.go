@@ -13,6 +13,7 @@ import (
 
 	"thermite/internal/cgroup"
 	"thermite/internal/cpuset"
+	"thermite/internal/procs"
 	"thermite/internal/rpc"
 	"thermite/internal/seccomp"
 	"thermite/internal/spawn"
@@ -131,6 +132,14 @@ func (b *Broker) startShim(c *command, spec *spawn.Spec) (*child, error) {
 		return nil, fmt.Errorf("start %s: %w", c.role.Name, err)
 	}
 	ch := &child{pid: pid, pidfd: pidfd, started: started, exited: exited}
+	b.mu.Lock()
+	b.starting[pid] = true
+	b.mu.Unlock()
+	defer func() {
+		b.mu.Lock()
+		delete(b.starting, pid)
+		b.mu.Unlock()
+	}()
 	if c.cgroup != nil && spec.Mode == spawn.ModeExec && cgFD < 0 {
 		// cgroup v1: the shim waits for its spec, so it is placed in its
 		// group before the command exists, never moved in after it ran.
@@ -389,6 +398,16 @@ func (b *Broker) runCommand(c *command, timeout time.Duration, cancel <-chan str
 		return nil, err
 	}
 	defer ch.close()
+	if len(c.argv) > 0 && c.argv[0] == "/proc/self/exe" {
+		b.mu.Lock()
+		b.ownExec[ch.pid] = true
+		b.mu.Unlock()
+		defer func() {
+			b.mu.Lock()
+			delete(b.ownExec, ch.pid)
+			b.mu.Unlock()
+		}()
+	}
 	res := &rpc.RunResult{PID: ch.pid, CPUs: c.cpus.String(), CardStops: c.cardStops}
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
@@ -473,6 +492,45 @@ func rlimitOf(rl []spawn.Rlimit, r int) uint64 {
 		}
 	}
 	return 0
+}
+
+// heldHelper runs the shim in held mode as the role's user: it sums what
+// the user's processes keep in unlinked files (procs.HeldUnlinked). As the
+// user, it reads its own processes' descriptor tables without a
+// capability the broker does not keep (CAP_SYS_PTRACE). It holds the stop
+// lock, so the broker's own stop never kills it; a helper killed anyway
+// was killed by the user's processes, which hides what they hold.
+func (b *Broker) heldHelper(r roles.Role) (procs.Held, error) {
+	lk := b.stopLock(r.UID)
+	lk.Lock()
+	defer lk.Unlock()
+	c := &command{role: r, stdio: [3]*os.File{b.devnull, b.devnull, b.devnull}}
+	spec := &spawn.Spec{Mode: spawn.ModeHeld}
+	// Off the CPUs a timed run holds, so the measure never disturbs it.
+	if free := b.online.Minus(b.heldCPUs()); len(free) > 0 {
+		spec.CPUs = free
+	}
+	b.mu.Lock()
+	for _, m := range []map[int]bool{b.ownExec, b.starting} {
+		for pid := range m {
+			spec.SkipPIDs = append(spec.SkipPIDs, pid)
+		}
+	}
+	b.mu.Unlock()
+	ch, err := b.startShim(c, spec)
+	if err != nil {
+		return procs.Held{}, fmt.Errorf("unlinked files of %s: %w", r.Name, err)
+	}
+	e := <-ch.exited
+	ch.close()
+	var h procs.Held
+	if _, serr := fmt.Sscanf(ch.execErr, "ok %d %d", &h.Bytes, &h.Files); serr == nil && e.ws.Exited() && e.ws.ExitStatus() == 0 {
+		return h, nil
+	}
+	if e.ws.Signaled() {
+		return h, fmt.Errorf("unlinked files of %s: the measure %s: %w", r.Name, describe(e.ws), procs.ErrHidden)
+	}
+	return h, fmt.Errorf("unlinked files of %s: %s", r.Name, ch.execErr)
 }
 
 // stopHelper runs the shim in stop mode as the role's user: kill(-1,

@@ -136,15 +136,9 @@ func (c *Controller) agentEnv(rt *trialRT, tokenFile string) []string {
 		"THERMITE_TRIAL="+rt.t.ID,
 		"THERMITE_API_SOCKET="+info.APISocket,
 		"THERMITE_TOKEN_FILE="+tokenFile)
-	if info.APIURL != "" {
-		env = append(env, "THERMITE_API_URL="+info.APIURL)
-		// The egress proxy, for a rig that lists providers: the token is
-		// the proxy URL's password, as HTTP clients send it.
-		if len(c.cfg.Agent.Egress) > 0 && rt.token != "" {
-			proxy := "http://trial:" + rt.token + "@" + strings.TrimPrefix(info.APIURL, "http://")
-			env = append(env, "HTTPS_PROXY="+proxy, "https_proxy="+proxy)
-		}
-	}
+	// No THERMITE_API_URL and no HTTPS_PROXY: the api network policy gives
+	// lanes and agents no TCP at all (issue 13), so the API and its egress
+	// proxy (CONNECT) are reached through the unix socket only.
 	return env
 }
 

@@ -365,6 +365,58 @@ func (c *Controller) trialEvent(rt *trialRT, kind string, data any) bool {
 	return rt.effect(func() { c.event(kind, rt.t, data) })
 }
 
+// archiveOverError: a page would take a trial's fetch archives past
+// trial.fetch_archive_mb.
+type archiveOverError struct {
+	URL        string
+	Held, Need int64
+	LimitMB    int64
+}
+
+func (e *archiveOverError) Error() string {
+	return fmt.Sprintf("fetch: %s: the trial's archived pages hold %d bytes, and %d more would pass trial.fetch_archive_mb (%d MiB): refused",
+		e.URL, e.Held, e.Need, e.LimitMB)
+}
+
+// archiveBudget says whether n more bytes of archived pages fit the
+// trial's trial.fetch_archive_mb, without taking them.
+func (c *Controller) archiveBudget(rt *trialRT, url string, n int64) error {
+	if held := rt.archived.Load(); held+n > c.cfg.Trial.FetchArchiveMB<<20 {
+		return &archiveOverError{URL: url, Held: held, Need: n, LimitMB: c.cfg.Trial.FetchArchiveMB}
+	}
+	return nil
+}
+
+// archivePage archives a fetched page in the run's research folder if its
+// body and metadata fit the trial's fetch archive budget: the archives are
+// the controller's files, so no folder of the lane's counts them, and the
+// budget is what bounds them. The bytes are taken before the write, so
+// fetches at once cannot pass it together; a write that fails gives them
+// back. ran is false when the trial ended first: nothing was written.
+func (c *Controller) archivePage(rt *trialRT, page *fetch.Page) (path string, ran bool, err error) {
+	// The metadata names both URLs and a few short fields: 1 KiB beyond them.
+	need := int64(len(page.Body) + len(page.URL) + len(page.Requested) + 1024)
+	limit := c.cfg.Trial.FetchArchiveMB << 20
+	for {
+		held := rt.archived.Load()
+		if held+need > limit {
+			return "", true, &archiveOverError{URL: page.URL, Held: held, Need: need, LimitMB: c.cfg.Trial.FetchArchiveMB}
+		}
+		if rt.archived.CompareAndSwap(held, held+need) {
+			break
+		}
+	}
+	ran = rt.effect(func() {
+		if path, err = fetch.Archive(filepath.Join(rt.t.ResearchDir, "pages"), page); err == nil {
+			c.event("fetch", rt.t, map[string]any{"url": page.URL, "status": page.Status, "bytes": len(page.Body), "archived_bytes": rt.archived.Load()})
+		}
+	})
+	if !ran || err != nil {
+		rt.archived.Add(-need)
+	}
+	return path, ran, err
+}
+
 // FetchRequest asks the controller to fetch a page for the run.
 type FetchRequest struct {
 	URL string `json:"url"`
@@ -411,6 +463,12 @@ func (c *Controller) apiFetch(w http.ResponseWriter, r *http.Request, rt *trialR
 		writeProblem(w, http.StatusBadRequest, CodeMissingField, "missing field url")
 		return
 	}
+	// A trial whose archives are at their budget fetches nothing more.
+	if err := c.archiveBudget(rt, req.URL, 1); err != nil {
+		c.trialEvent(rt, "fetch.refused", map[string]any{"url": req.URL, "error": err.Error()})
+		writeError(w, http.StatusInsufficientStorage, err.Error())
+		return
+	}
 	page, err := c.fetcher.Fetch(r.Context(), req.URL)
 	if err != nil {
 		c.trialEvent(rt, "fetch.refused", map[string]any{"url": req.URL, "error": err.Error()})
@@ -422,14 +480,15 @@ func (c *Controller) apiFetch(w http.ResponseWriter, r *http.Request, rt *trialR
 		writeProblem(w, status, code, fetchDetail(err))
 		return
 	}
-	var path string
-	ran := rt.effect(func() {
-		if path, err = fetch.Archive(filepath.Join(rt.t.ResearchDir, "pages"), page); err == nil {
-			c.event("fetch", rt.t, map[string]any{"url": page.URL, "status": page.Status, "bytes": len(page.Body)})
-		}
-	})
+	path, ran, err := c.archivePage(rt, page)
 	if !ran {
 		refuse(w, r, http.StatusUnauthorized, unauthorized)
+		return
+	}
+	var over *archiveOverError
+	if errors.As(err, &over) {
+		c.trialEvent(rt, "fetch.refused", map[string]any{"url": page.URL, "error": err.Error()})
+		writeError(w, http.StatusInsufficientStorage, err.Error())
 		return
 	}
 	if err != nil {

@@ -78,12 +78,17 @@ func (b *brokerClient) status() (*rpc.Status, error) {
 	return resp.Status, nil
 }
 
-func (b *brokerClient) diskUsage(role string) (int64, error) {
+// diskUsage is what a role holds: its folders, and the unlinked files its
+// processes keep open. The broker answers what it measured with its error.
+func (b *brokerClient) diskUsage(role string) (rpc.DiskUsage, error) {
 	resp, err := b.call(&rpc.Request{Op: rpc.OpDiskUsage, DiskUsage: &rpc.DiskUsageRequest{Role: role}})
 	if err != nil {
-		return 0, err
+		if resp != nil && resp.DiskUsage != nil {
+			return *resp.DiskUsage, err
+		}
+		return rpc.DiskUsage{}, err
 	}
-	return resp.DiskUsage.Bytes, nil
+	return *resp.DiskUsage, nil
 }
 
 // runFolder opens a timed run's folder to its timing user alone.

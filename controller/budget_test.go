@@ -16,6 +16,7 @@ import (
 	"thermite/controller/ledger"
 	"thermite/internal/config"
 	"thermite/internal/confined"
+	"thermite/internal/procs"
 	"thermite/roles"
 )
 
@@ -34,6 +35,8 @@ func TestDiskVerdict(t *testing.T) {
 		{50, emfile, diskUnmeasured},
 		{0, errors.New("broker: connection refused"), diskUnmeasured},
 		{0, tooBig, diskUnwalkable},
+		// A process that keeps its descriptors from the measure: the lane's doing.
+		{0, fmt.Errorf("disk usage of lane-1: unlinked files of lane-1: %w", procs.ErrHidden), diskUnwalkable},
 	} {
 		if got := diskVerdict(c.total, capBytes, c.err); got != c.want {
 			t.Errorf("diskVerdict(%d, %v) = %d, want %d", c.total, c.err, got, c.want)

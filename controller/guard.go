@@ -13,6 +13,7 @@ import (
 
 	"thermite/controller/ledger"
 	"thermite/internal/confined"
+	"thermite/internal/procs"
 	"thermite/internal/rpc"
 )
 
@@ -180,15 +181,22 @@ func (c *Controller) watchDisks() {
 // measurement over its cap, or a tree built so that it cannot be walked.
 func (c *Controller) checkDisk(rt *trialRT) int64 {
 	lane, _ := c.table.Lane(rt.t.Lane)
-	total, err := c.measure(rt.t.Lane)
+	u, err := c.measureParts(rt.t.Lane)
+	total := u.Bytes
 	capBytes := c.cfg.Trial.DiskCapMB << 20
 	switch verdict := diskVerdict(total, capBytes, err); verdict {
 	case diskOver, diskUnwalkable:
-		c.event("trial.disk", rt.t, map[string]any{"bytes": total, "cap_bytes": capBytes, "error": errString(err)})
+		c.event("trial.disk", rt.t, map[string]any{"bytes": total, "cap_bytes": capBytes, "unlinked_bytes": u.Unlinked, "unlinked_files": u.UnlinkedFiles, "error": errString(err)})
 		// Stop the writer first, so the disk stops filling.
 		c.broker.stopUser(lane.Name)
 		reason := fmt.Sprintf("over its disk limit: %d MiB of %d MiB", total>>20, c.cfg.Trial.DiskCapMB)
-		if verdict == diskUnwalkable {
+		if u.Unlinked > 0 {
+			reason += fmt.Sprintf(" (%d MiB of it in %d deleted files its processes kept open)", u.Unlinked>>20, u.UnlinkedFiles)
+		}
+		switch {
+		case verdict == diskUnwalkable && strings.Contains(err.Error(), procs.ErrHidden.Error()):
+			reason = "over its disk limit: its processes keep their open files from the measure (" + err.Error() + ")"
+		case verdict == diskUnwalkable:
 			reason = "over its disk limit: its folders are too deep or too large to walk (" + err.Error() + ")"
 		}
 		c.EndTrial(rt.t.ID, reason)
@@ -210,7 +218,8 @@ const (
 
 // diskVerdict decides what one disk check means for a trial. What was
 // measured over the cap ends it, even when another part failed; a walk
-// the broker stopped at its bounds (confined.ErrTooBig) is the lane's
+// the broker stopped at its bounds (confined.ErrTooBig) and processes that
+// keep their open files from the measure (procs.ErrHidden) are the lane's
 // doing; every other failure is the rig's.
 func diskVerdict(total, capBytes int64, err error) int {
 	switch {
@@ -218,7 +227,8 @@ func diskVerdict(total, capBytes int64, err error) int {
 		return diskOver
 	case err == nil:
 		return diskWithin
-	case strings.Contains(err.Error(), confined.ErrTooBig.Error()):
+	case strings.Contains(err.Error(), confined.ErrTooBig.Error()),
+		strings.Contains(err.Error(), procs.ErrHidden.Error()):
 		return diskUnwalkable
 	}
 	return diskUnmeasured
@@ -283,16 +293,26 @@ func errString(err error) string {
 	return err.Error()
 }
 
-// measure is what a lane's and its agent's folders hold now, and why any
-// part of it could not be measured.
+// measure is what a lane's and its agent's folders hold now, with the
+// unlinked files their processes keep open, and why any part of it could
+// not be measured.
 func (c *Controller) measure(lane int) (int64, error) {
+	u, err := c.measureParts(lane)
+	return u.Bytes, err
+}
+
+// measureParts is measure with the unlinked files' share apart.
+func (c *Controller) measureParts(lane int) (rpc.DiskUsage, error) {
 	l, _ := c.table.Lane(lane)
 	a, _ := c.table.Agent(lane)
-	var total int64
+	var total rpc.DiskUsage
 	var errs []error
 	for _, r := range []string{l.Name, a.Name} {
-		n, err := c.broker.diskUsage(r)
-		total += n
+		u, err := c.broker.diskUsage(r)
+		total.Bytes += u.Bytes
+		total.Entries += u.Entries
+		total.Unlinked += u.Unlinked
+		total.UnlinkedFiles += u.UnlinkedFiles
 		if err != nil {
 			errs = append(errs, fmt.Errorf("disk usage of %s: %w", r, err))
 		}

@@ -124,10 +124,20 @@ func (c *Controller) Build(ctx context.Context, req BuildRequest) (ledger.Build,
 		return b, fmt.Errorf("judge: build folder: %w", err)
 	}
 	run := &rpc.RunRequest{Role: "builder", Argv: k.Build.Command, Cwd: src, Limits: k.Build.Limits.RPC()}
+	guard := c.guardDisk("builder", "the build", "judge.build_disk_mb", c.cfg.Judge.BuildDiskMB)
 	res, stdout, stderr, err := c.capture(ctx, run, MaxLog)
 	b.Log = string(stdout) + string(stderr)
 	if res != nil {
 		b.ExitCode = res.ExitCode
+	}
+	// A build over its disk limit fails whatever its exit, with one line
+	// naming the limit.
+	if derr := guard.finish(); derr != nil {
+		b.Status = "failed"
+		b.Log += "\n" + derr.Error()
+		c.ledger.PutBuild(b)
+		c.event("judge.build", ledger.Trial{}, map[string]any{"build": b.ID, "kit": b.Kit, "status": b.Status, "exit_code": b.ExitCode, "error": derr.Error()})
+		return b, derr
 	}
 	if err != nil || res == nil || res.ExitCode != 0 {
 		b.Status = "failed"
@@ -368,7 +378,12 @@ func (c *Controller) Time(ctx context.Context, req TimeRequest) (ledger.TimedRun
 		if err := c.freshOut(out, tr.Role, i > 0); err != nil {
 			return tr, err
 		}
+		guard := c.guardDisk(tr.Role, "the run", "judge.run_out_mb", c.cfg.Judge.RunOutMB)
 		res, so, se, err := c.capture(ctx, run, MaxLog)
+		if derr := guard.finish(); derr != nil {
+			tr.Status, tr.Error = "failed", fmt.Sprintf("repeat %d: %v", i+1, derr)
+			break
+		}
 		if err != nil || res == nil {
 			tr.Status, tr.Error = "failed", fmt.Sprint(err)
 			break

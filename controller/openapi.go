@@ -108,7 +108,7 @@ func OpenAPI() map[string]any {
 			"title":   "thermite harness API",
 			"version": "1",
 			"description": "What a worker agent's tools call, with its trial's token (Authorization: Bearer, the scheme in any case), " +
-				"on the unix socket THERMITE_API_SOCKET (or THERMITE_API_URL where the rig serves TCP). Every error is an RFC 9457 problem " +
+				"on the unix socket THERMITE_API_SOCKET (lanes and agents have no TCP; the rig's TCP listener is for a supervisor outside the roles). Every error is an RFC 9457 problem " +
 				"with a stable code. A path the document lists with a method it lacks is answered 405 (code method_not_allowed, an Allow header); " +
 				"any other path 404 (code no_route). A request body may hold only the fields its schema lists. " +
 				"CONNECT host:port, with the token as Proxy-Authorization (Basic, the token the password; or Bearer), is the egress proxy to the rig's agent.egress: " +

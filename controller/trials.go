@@ -35,6 +35,7 @@ type trialRT struct {
 	inflight atomic.Int64 // API requests in flight on its token
 	recorded atomic.Int64 // bytes of steps and notes recorded
 	notes    atomic.Int64
+	archived atomic.Int64 // bytes its fetches archived (trial.fetch_archive_mb)
 	mu       sync.Mutex
 	// closing is set, and ctx cancelled, when the trial begins to end: no
 	// request starts after it, and those in flight are cancelled, so no
@@ -108,8 +109,9 @@ type TrialInfo struct {
 	TokenFile   string `json:"token_file"`
 	ResearchDir string `json:"research_dir"`
 	LaneArea    string `json:"lane_area"`
-	APISocket   string `json:"api_socket"`
-	APIURL      string `json:"api_url,omitempty"`
+	// APISocket is the one way a trial's processes reach the API: the
+	// lane's and the agent's network policy (api) gives them no TCP.
+	APISocket string `json:"api_socket"`
 }
 
 var runName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`) })
@@ -130,9 +132,6 @@ func (c *Controller) info(t ledger.Trial) TrialInfo {
 		TokenFile: filepath.Join(t.AgentDir, "token"), ResearchDir: t.ResearchDir,
 		LaneArea:  filepath.Join(t.ResearchDir, "lanes", fmt.Sprintf("lane-%d", t.Lane)),
 		APISocket: c.cfg.APISocket(),
-	}
-	if c.apiAddr != "" {
-		i.APIURL = "http://" + c.apiAddr
 	}
 	return i
 }

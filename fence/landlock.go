@@ -277,14 +277,14 @@ type RoleSpec struct {
 	Writable  []string // its own places: HOME, TMPDIR, the folders handed to it
 	DevRoot   string
 	Network   string // none, api or open
-	APIPort   int    // the harness API's TCP port, for "api"
+	APIPort   int    // a port "api" may connect to on any address: only a thermite_weaken build sets it
 	FenceOnly bool   // the GPU fence alone: READ_FILE, WRITE_FILE, IOCTL_DEV
 }
 
 // RolePolicy builds a command's rule set: everything readable but the GPU
 // device files it may not open, writable only in its own places and on
-// the safe devices, TCP as its network policy says, abstract unix sockets
-// and signals scoped to its own domain. It returns the folders it walked.
+// the safe devices, no TCP unless its network policy is open, abstract
+// unix sockets and signals scoped to its own domain. It returns the folders it walked.
 func RolePolicy(s RoleSpec) (*Policy, []string, error) {
 	always := []string{s.DevRoot, "/dev"}
 	if s.FenceOnly {
@@ -309,11 +309,12 @@ func RolePolicy(s RoleSpec) (*Policy, []string, error) {
 	}
 	switch s.Network {
 	case "open":
-	case "none":
+	case "none", "api":
+		// No TCP bind or connect at all: Landlock pins ports, not
+		// addresses, so a port rule for the API would reach every address
+		// on that port. Api roles use the API's unix socket.
 		p.HandledNet = ll.AccessNetBindTCP | ll.AccessNetConnectTCP
-	case "api":
-		p.HandledNet = ll.AccessNetBindTCP | ll.AccessNetConnectTCP
-		if s.APIPort > 0 {
+		if s.Network == "api" && s.APIPort > 0 {
 			p.TCPPorts = map[uint16]uint64{uint16(s.APIPort): ll.AccessNetConnectTCP}
 		}
 	default:

@@ -6,8 +6,9 @@ import "fmt"
 // it reaches and whether it may use perf_event_open. Where it may write
 // is decided by the broker from the folders the role owns in scratch.
 type Policy struct {
-	// Network is "none" (no AF_INET or AF_INET6 socket at all), "api" (TCP
-	// connect to the harness API's port only) or "open".
+	// Network is "none" (no AF_INET or AF_INET6 socket at all), "api" (the
+	// same for the kernel: the harness API through its unix socket, no TCP)
+	// or "open".
 	Network   string `json:"network"`
 	AllowPerf bool   `json:"allow_perf"`
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"runtime"
 	"sort"
@@ -73,7 +74,7 @@ const (
 	OpTIOCSTI   = "tiocsti"    // ioctl(TIOCSTI) on a new pseudo-terminal
 	OpChmodSUID = "chmod-suid" // create Path and chmod it 04755
 	OpAbstract  = "abstract"   // connect to the abstract unix socket named Arg
-	OpTCP       = "tcp"        // connect to 127.0.0.1 port Arg
+	OpTCP       = "tcp"        // connect to Arg: a port on 127.0.0.1, or ADDRESS:PORT (IPv4 or [IPv6])
 	OpCgroup    = "cgroup"     // this process's /proc/self/cgroup
 	OpUDP       = "udp"        // make a UDP socket
 	OpTraceMe   = "traceme"    // ptrace(PTRACE_TRACEME): make the parent, the broker, its tracer
@@ -440,16 +441,11 @@ func runAttempt(a Attempt, fds []int) Outcome {
 		defer unix.Close(fd)
 		return result(a.ID, unix.Connect(fd, &unix.SockaddrUnix{Name: "@" + a.Arg}))
 	case OpTCP:
-		port, _ := strconv.Atoi(a.Arg)
-		if a.Arg == "" {
-			port = a.PID // `try tcp PORT`
+		target := a.Arg
+		if target == "" {
+			target = a.Path // `try tcp TARGET`
 		}
-		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-		if err != nil {
-			return result(a.ID, err)
-		}
-		defer unix.Close(fd)
-		return result(a.ID, unix.Connect(fd, &unix.SockaddrInet4{Port: port, Addr: [4]byte{127, 0, 0, 1}}))
+		return result(a.ID, connectTCP(target))
 	case OpUDP:
 		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 		if err == nil {
@@ -502,4 +498,60 @@ func setAffinity(a Attempt) Outcome {
 		o.Detail = got.String()
 	}
 	return o
+}
+
+// connectTCP connects a TCP socket to target (a port on 127.0.0.1, or
+// ADDRESS:PORT) with raw calls, so the outcome is the errno of socket(2)
+// or connect(2) itself. A connect that has no answer within 2 seconds (an
+// address beyond this host that drops it) is ETIMEDOUT.
+func connectTCP(target string) error {
+	host, portS, err := net.SplitHostPort(target)
+	if err != nil {
+		host, portS = "127.0.0.1", target
+	}
+	port, err := strconv.Atoi(portS)
+	if err != nil {
+		return fmt.Errorf("probe: tcp target %q: %w", target, err)
+	}
+	ap, err := netip.ParseAddr(host)
+	if err != nil {
+		return fmt.Errorf("probe: tcp target %q: %w", target, err)
+	}
+	family := unix.AF_INET
+	var sa unix.Sockaddr
+	if ap.Is6() && !ap.Is4In6() {
+		family, sa = unix.AF_INET6, &unix.SockaddrInet6{Port: port, Addr: ap.As16()}
+	} else {
+		sa = &unix.SockaddrInet4{Port: port, Addr: ap.Unmap().As4()}
+	}
+	fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	if err := unix.Connect(fd, sa); err != unix.EINPROGRESS {
+		return err
+	}
+	pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}}
+	for {
+		n, err := unix.Poll(pfd, 2000)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return unix.ETIMEDOUT
+		}
+		break
+	}
+	soErr, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ERROR)
+	if err != nil {
+		return err
+	}
+	if soErr != 0 {
+		return unix.Errno(soErr)
+	}
+	return nil
 }

@@ -553,21 +553,43 @@ func placeCanaries(h Host, c *Context, undo *[]func()) error {
 	return errors.Join(errs...)
 }
 
-// listenCanaries opens, for the probes to aim at, an abstract unix socket
-// and a TCP port on loopback, both accepting and closing at once.
+// listenCanaries opens, for the probes to aim at, an abstract unix socket,
+// a TCP port on loopback and, where the API has a TCP port, that port on
+// another loopback address (what the API's port reaches beyond the API),
+// each accepting and closing at once.
 func listenCanaries(c *Context, undo *[]func()) error {
 	c.Abstract = randomName("thermite-selftest-")
+	var ls []net.Listener
+	closeAll := func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}
 	ul, err := net.Listen("unix", "@"+c.Abstract)
 	if err != nil {
 		return err
 	}
+	ls = append(ls, ul)
 	tl, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		ul.Close()
+		closeAll()
 		return err
 	}
+	ls = append(ls, tl)
 	c.TCPPort = tl.Addr().(*net.TCPAddr).Port
-	for _, l := range []net.Listener{ul, tl} {
+	if c.APIPort != 0 {
+		// 127.0.0.0/8 is all loopback; the API listens on one address of it
+		// (or on ::1), so a second one at its port is free.
+		other := otherLoopback(c.Cfg.API.TCP, c.APIPort)
+		ol, err := net.Listen("tcp4", other)
+		if err != nil {
+			closeAll()
+			return fmt.Errorf("a canary on %s, the API's port on another loopback address: %w", other, err)
+		}
+		ls = append(ls, ol)
+		c.OtherLoopback = other
+	}
+	for _, l := range ls {
 		go func(l net.Listener) {
 			for {
 				conn, err := l.Accept()
@@ -578,8 +600,19 @@ func listenCanaries(c *Context, undo *[]func()) error {
 			}
 		}(l)
 	}
-	*undo = append(*undo, func() { ul.Close(); tl.Close() })
+	*undo = append(*undo, closeAll)
 	return nil
+}
+
+// otherLoopback is ADDRESS:PORT on a loopback address the API does not
+// listen on (the API's listen address is apiTCP).
+func otherLoopback(apiTCP string, port int) string {
+	host, _, _ := net.SplitHostPort(apiTCP)
+	addr := "127.0.0.2"
+	if host == addr {
+		addr = "127.0.0.3"
+	}
+	return net.JoinHostPort(addr, strconv.Itoa(port))
 }
 
 // endedToken finds the token of a trial that has ended: its trial folder

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"sort"
@@ -47,6 +48,7 @@ type Context struct {
 	Abstract      string            // an abstract unix socket the broker listens on
 	TCPPort       int               // a TCP port on 127.0.0.1 that is not the API's
 	APIPort       int               // the harness API's TCP port (0: none)
+	OtherLoopback string            // ADDRESS:PORT of a canary on another loopback address at the API's port ("": no TCP API)
 	Network       map[string]string // role name -> its network policy
 	Cgroup        map[string]string // role name -> its cgroup's path, "" without cgroups
 	ControlKeySHA string            // the SHA-256 the launch named for control's key
@@ -136,6 +138,19 @@ func pid(op string, p func(c *Context, r roles.Role) int) func(*Context, roles.R
 		}
 		return []Attempt{{Op: op, PID: n}}
 	}
+}
+
+// BeyondHost is an address no host holds (TEST-NET-3): what a probe that
+// reaches it would reach is the world beyond the rig.
+const BeyondHost = "203.0.113.1"
+
+// tcpWant is what a TCP connect must come to: EPERM for none and api
+// (seccomp makes no AF_INET or AF_INET6 socket), through for open.
+func tcpWant(c *Context, r roles.Role) []string {
+	if c.Network[r.Name] == "open" {
+		return succeeds
+	}
+	return notPerm
 }
 
 var (
@@ -253,23 +268,28 @@ var Policy = []Row{
 	}, Want: notPerm},
 	{Who: Every, Attempt: "connect to a TCP port that is not the API's", Make: func(c *Context, r roles.Role) []Attempt {
 		return []Attempt{{Op: OpTCP, Arg: strconv.Itoa(c.TCPPort)}}
-	}, WantFor: func(c *Context, r roles.Role) []string {
-		// none: no AF_INET socket at all (seccomp); api: Landlock refuses
-		// the connect; open: it connects.
-		switch c.Network[r.Name] {
-		case "none":
-			return notPerm
-		case "api":
-			return refused
-		}
-		return succeeds
-	}},
+	}, WantFor: tcpWant},
+	// Issue 13: api roles reach the harness API through its unix socket
+	// and get no TCP at all, since a port rule would reach every address
+	// on that port: another loopback address, or the world.
 	{Who: Every, Attempt: "connect to the harness API's TCP port", Make: func(c *Context, r roles.Role) []Attempt {
-		if c.APIPort == 0 || c.Network[r.Name] == "none" {
+		if c.APIPort == 0 {
 			return nil
 		}
 		return []Attempt{{Op: OpTCP, Arg: strconv.Itoa(c.APIPort)}}
-	}, Want: succeeds},
+	}, WantFor: tcpWant},
+	{Who: Every, Attempt: "connect to another loopback address on the API's port", Make: func(c *Context, r roles.Role) []Attempt {
+		if c.OtherLoopback == "" {
+			return nil
+		}
+		return []Attempt{{Op: OpTCP, Arg: c.OtherLoopback}}
+	}, WantFor: tcpWant},
+	{Who: Every, Attempt: "connect to an address beyond this host on the API's port", Make: func(c *Context, r roles.Role) []Attempt {
+		if c.APIPort == 0 || c.Network[r.Name] == "open" {
+			return nil
+		}
+		return []Attempt{{Op: OpTCP, Arg: net.JoinHostPort(BeyondHost, strconv.Itoa(c.APIPort))}}
+	}, Want: notPerm},
 	{Who: Every, Attempt: "run inside its role's cgroup", Make: func(c *Context, r roles.Role) []Attempt {
 		if c.Cgroup[r.Name] == "" {
 			return nil

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -83,32 +84,88 @@ func TestNetworkPolicies(t *testing.T) {
 		}
 	}()
 	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-	var ping struct {
-		APITCP string `json:"api_tcp"`
-	}
-	_ = ping
-	api := r.Status()
-	_ = api
 	cases := []struct{ role, op, target, want string }{
-		{"lane-1", "tcp", port, "EACCES"},  // api: Landlock refuses the connect
-		{"agent-1", "tcp", port, "EACCES"}, // api
-		{"lane-1", "udp", "", "EPERM"},     // api: no UDP at all
-		{"builder", "tcp", port, "EPERM"},  // none: no AF_INET socket
-		{"run", "udp", "", "EPERM"},        // none
-		{"planner", "tcp", port, "ok"},     // open
-		{"model-check", "udp", "", "ok"},   // open
+		{"lane-1", "tcp", port, "EPERM"},  // api: no AF_INET socket
+		{"agent-1", "tcp", port, "EPERM"}, // api
+		{"lane-1", "udp", "", "EPERM"},    // api: no UDP at all
+		{"builder", "tcp", port, "EPERM"}, // none: no AF_INET socket
+		{"run", "udp", "", "EPERM"},       // none
+		{"planner", "tcp", port, "ok"},    // open
+		{"model-check", "udp", "", "ok"},  // open
 	}
 	for _, c := range cases {
 		if got := r.Probe(c.role, c.op, c.target); got != c.want {
 			t.Errorf("%s %s %s: %s, want %s", c.role, c.op, c.target, got, c.want)
 		}
 	}
-	// The harness API's own port is open to a lane.
-	out, _, _ := r.Thermite("status", "--json")
-	_ = out
+}
+
+// Issue 13, point 3: the api policy was a port, not an address. A lane
+// connected to any address on the API's TCP port: a listener on 127.0.0.2
+// at that port received its data, and on a host with a network that port
+// is egress to the world. Now a lane and an agent make no TCP socket at
+// all (EPERM), whatever the address, and reach the API through its unix
+// socket.
+func TestLaneReachesPastTheAPIOnItsTCPPortRefused(t *testing.T) {
+	r := newRig(t)
 	apiPort := apiTCPPort(t, r)
-	if got := r.Probe("lane-1", "tcp", apiPort); got != "ok" {
-		t.Errorf("lane-1 to the API port %s: %s", apiPort, got)
+	other, err := net.Listen("tcp4", "127.0.0.2:"+apiPort)
+	if err != nil {
+		t.Fatalf("a listener on another loopback address at the API's port: %v", err)
+	}
+	defer other.Close()
+	var reached atomic.Int64
+	go func() {
+		for {
+			c, err := other.Accept()
+			if err != nil {
+				return
+			}
+			reached.Add(1)
+			c.Close()
+		}
+	}()
+	// The listener is there: the operator's own connect reaches it.
+	if c, err := net.Dial("tcp4", "127.0.0.2:"+apiPort); err != nil {
+		t.Fatalf("the listener on 127.0.0.2 is not reachable: %v", err)
+	} else {
+		c.Close()
+	}
+	for deadline := time.Now().Add(2 * time.Second); reached.Load() != 1 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	reached.Store(0)
+	info, _ := startTrial(t, r, 1, makeProject(t, r))
+	tok, err := os.ReadFile(info.TokenFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	targets := []string{
+		"127.0.0.2:" + apiPort,     // another loopback address
+		"127.0.0.1:" + apiPort,     // the API's own TCP listener
+		"[::1]:" + apiPort,         // loopback over IPv6
+		"203.0.113.1:" + apiPort,   // the world (TEST-NET-3)
+		"[2001:db8::1]:" + apiPort, // the world over IPv6
+	}
+	for _, role := range []string{"lane-1", "agent-1"} {
+		for _, target := range targets {
+			if got := r.Probe(role, "tcp", target); got != "EPERM" {
+				t.Errorf("%s connects to %s: %s, want EPERM (no TCP socket for the api policy)", role, target, got)
+			}
+		}
+	}
+	if n := reached.Load(); n != 0 {
+		t.Errorf("the listener on 127.0.0.2 at the API's port accepted %d connections from the roles", n)
+	}
+	// What the roles use instead still works: the API's unix socket, the
+	// agent with its trial's token.
+	if info.APISocket != r.Cfg.APISocket() {
+		t.Errorf("trial details name the API socket %q, want %q", info.APISocket, r.Cfg.APISocket())
+	}
+	for _, role := range []string{"agent-1", "lane-1"} {
+		if got := r.Probe(role, "api", info.APISocket, strings.TrimSpace(string(tok))); got != "200" {
+			t.Errorf("%s calls the API on its unix socket: %s, want 200", role, got)
+		}
 	}
 }
 
@@ -224,6 +281,109 @@ func TestDiskCapEndsTheTrial(t *testing.T) {
 	export, _, _ := r.Thermite("ledger", "export")
 	if !strings.Contains(export, "trial.disk") {
 		t.Fatal("no trial.disk event")
+	}
+}
+
+// Issue 13, point 5: 200 MiB in a file the lane unlinked but keeps open
+// did not end a trial with a 64 MiB cap: no folder walk sees it, yet the
+// disk holds it until the last descriptor closes. The broker now counts
+// what the role's processes keep in unlinked files, once per inode.
+func TestLaneHidesDiskInAnUnlinkedOpenFileEndsItsTrial(t *testing.T) {
+	r := testrig.New(t, testrig.Options{Extra: "[trial]\ndisk_cap_mb = 64\ndisk_check = \"200ms\"\n"})
+	info, a := startTrial(t, r, 1, makeProject(t, r))
+	// Unlinked before a byte is written, so no walk ever sees it; kept
+	// open by a process that outlives the command.
+	_, stderr, code := r.Thermite("trial", "exec", info.ID, "--", "sh", "-c",
+		`setsid -f sh -c 'exec 3>big && rm big && head -c 209715200 /dev/zero >&3 && exec sleep 600' </dev/null >/dev/null 2>&1`)
+	if code != 0 {
+		t.Fatalf("trial exec: exit %d %s", code, stderr)
+	}
+	var reason string
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		out, _, _ := r.Thermite("trial", "list", "--json")
+		if i := strings.Index(out, "over its disk limit"); i >= 0 {
+			reason = out[i:]
+			reason = reason[:strings.IndexByte(reason, '"')]
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a lane holding 200 MiB in an unlinked open file was not ended with a 64 MiB cap:\n%s", out)
+		}
+	}
+	if !strings.Contains(reason, "deleted files its processes kept open") || !strings.Contains(reason, "of 64 MiB") {
+		t.Errorf("the end reason does not say where the space was: %q", reason)
+	}
+	for deadline := time.Now().Add(5 * time.Second); len(r.Procs("lane-1")) != 0; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("lane-1 still runs %v", r.Procs("lane-1"))
+		}
+	}
+	if code, _, _ := a.do("GET", "/v1/trial", nil); code != 401 {
+		t.Fatalf("token after the disk cap: %d", code)
+	}
+	export, _, _ := r.Thermite("ledger", "export")
+	if !strings.Contains(export, `"unlinked_bytes"`) {
+		t.Error("the trial.disk event does not record the unlinked bytes")
+	}
+}
+
+// The measure reads each process's descriptors as the lane's own user; a
+// process that hides them (not dumpable: here, a program the lane made
+// execute-only) would hide what it holds, so it counts as over every cap.
+func TestLaneHidesItsOpenFilesFromTheMeasureEndsItsTrial(t *testing.T) {
+	r := testrig.New(t, testrig.Options{Extra: "[trial]\ndisk_cap_mb = 64\ndisk_check = \"200ms\"\n"})
+	info, _ := startTrial(t, r, 1, makeProject(t, r))
+	_, stderr, code := r.Thermite("trial", "exec", info.ID, "--", "sh", "-c",
+		`cp /bin/sleep ./s && chmod 0111 ./s && setsid -f ./s 600 </dev/null >/dev/null 2>&1`)
+	if code != 0 {
+		t.Fatalf("trial exec: exit %d %s", code, stderr)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		out, _, _ := r.Thermite("trial", "list", "--json")
+		if strings.Contains(out, "over its disk limit: its processes keep their open files from the measure") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a lane process that is not dumpable did not end the trial:\n%s", out)
+		}
+	}
+}
+
+// A lane whose processes keep unlinked files well under its cap goes on,
+// and its measure counts them.
+func TestLaneUnlinkedOpenFileUnderTheCapCounted(t *testing.T) {
+	r := testrig.New(t, testrig.Options{Extra: "[trial]\ndisk_cap_mb = 64\ndisk_check = \"200ms\"\n"})
+	// The binary as the image installs it, root's 0711: the trial's file
+	// helper (thermite itself, started by the broker) is then not
+	// dumpable, and must not count as hiding its descriptors.
+	fi, err := os.Stat(r.Bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(r.Bin, 0o711)
+	t.Cleanup(func() { os.Chmod(r.Bin, fi.Mode().Perm()) })
+	info, _ := startTrial(t, r, 1, makeProject(t, r))
+	r.Thermite("trial", "exec", info.ID, "--", "sh", "-c",
+		`setsid -f sh -c 'exec 3>small && rm small && head -c 8388608 /dev/zero >&3 && exec sleep 600' </dev/null >/dev/null 2>&1`)
+	var got int64
+	for deadline := time.Now().Add(10 * time.Second); got < 8<<20; time.Sleep(100 * time.Millisecond) {
+		out, _, _ := r.Thermite("trial", "list", "--json")
+		var list []struct {
+			State string `json:"state"`
+			Disk  *struct {
+				Bytes int64 `json:"bytes"`
+			} `json:"disk"`
+		}
+		testrig.JSON(t, out, &list)
+		if len(list) != 1 || list[0].State != "open" {
+			t.Fatalf("the trial under its cap: %s", out)
+		}
+		if list[0].Disk != nil {
+			got = list[0].Disk.Bytes
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the measure shows %d bytes, want at least the 8 MiB kept in the unlinked file", got)
+		}
 	}
 }
 

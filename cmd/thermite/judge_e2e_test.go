@@ -279,3 +279,57 @@ command = ["sh", "check.sh"]
 		t.Fatalf("an output through a symlink: exit %d %q", code, stderr)
 	}
 }
+
+// Issue 13, point 5: builder folders and a run's out/ were never measured:
+// a build or a timed run could fill the disk. Each now has a limit of its
+// own ([judge] build_disk_mb, run_out_mb), and going past it fails the
+// build or the run with one line naming the limit.
+func TestBuildWritesPastItsDiskLimitFails(t *testing.T) {
+	r := testrig.New(t, testrig.Options{Extra: "[judge]\nbuild_disk_mb = 16\nrun_out_mb = 16\ndisk_check = \"100ms\"\n"})
+	importKit(t, r, "fill", `name = "fill"
+[build]
+command = ["sh", "-c", "head -c 67108864 /dev/zero > big && echo x > x"]
+outputs = ["x"]
+[run]
+command = ["cat", "{build}/x"]
+repeats = 1
+[check]
+command = ["sh", "-c", "echo '{\"score\": 1}'"]
+`, nil)
+	proj := filepath.Join(r.Dir, "p")
+	os.MkdirAll(proj, 0o755)
+	out, stderr, code := r.Thermite("judge", "build", "--kit", "fill", "--project", proj)
+	if code == 0 || !strings.Contains(stderr, "over judge.build_disk_mb") || !strings.Contains(stderr, "of 16 MiB") {
+		t.Fatalf("a build writing 64 MiB under build_disk_mb = 16: exit %d %q %q", code, out, stderr)
+	}
+	if strings.Count(strings.TrimSpace(stderr), "\n") != 0 {
+		t.Errorf("not one line: %q", stderr)
+	}
+	if ents, _ := os.ReadDir(r.Cfg.StoreDir()); len(ents) != 0 {
+		t.Errorf("the failed build stored %d entries", len(ents))
+	}
+	if ents, _ := os.ReadDir(filepath.Join(r.Cfg.ScratchDir(), "builds")); len(ents) != 0 {
+		t.Errorf("the failed build left %d build folders", len(ents))
+	}
+}
+
+func TestTimedRunWritesPastItsOutLimitFails(t *testing.T) {
+	r := testrig.New(t, testrig.Options{Extra: "[judge]\nrun_out_mb = 16\ndisk_check = \"100ms\"\n"})
+	importKit(t, r, "spill", `name = "spill"
+[build]
+command = ["sh", "-c", "echo x > x"]
+outputs = ["x"]
+[run]
+command = ["sh", "-c", "head -c 67108864 /dev/zero > out/big"]
+repeats = 1
+[check]
+command = ["sh", "-c", "echo '{\"score\": 1}'"]
+`, nil)
+	proj := filepath.Join(r.Dir, "p")
+	os.MkdirAll(proj, 0o755)
+	b := judgeBuild(t, r, "spill", proj)
+	_, stderr, code := r.Thermite("judge", "time", b.ID, "--kit", "spill")
+	if code == 0 || !strings.Contains(stderr, "over judge.run_out_mb") || !strings.Contains(stderr, "of 16 MiB") {
+		t.Fatalf("a run writing 64 MiB to out/ under run_out_mb = 16: exit %d %q", code, stderr)
+	}
+}

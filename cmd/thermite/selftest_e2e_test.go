@@ -165,6 +165,8 @@ func TestSelftestCatchesBreakage(t *testing.T) {
 				"write a folder whose mode lets everyone write", "make a user namespace, as unshare -U does",
 				"chmod a file set-uid", "set up io_uring",
 				"connect to the broker's abstract unix socket", "connect to a TCP port that is not the API's",
+				"connect to the harness API's TCP port", "connect to another loopback address on the API's port",
+				"connect to an address beyond this host on the API's port",
 				"make a SysV IPC object other users may open", "open its SysV IPC object up with IPC_SET",
 				"create a set-id file through openat2", "make the broker its tracer with PTRACE_TRACEME",
 				// This build has no role cgroups either, so no cpuset.
@@ -215,6 +217,15 @@ func TestSelftestCatchesBreakage(t *testing.T) {
 			name:  "a held card left to the processes that had it",
 			opts:  testrig.Options{GPUs: 1, Tags: "thermite_weaken", Env: []string{"THERMITE_WEAKEN=" + weaken.SharedHeldCard}, Extra: `startup_selftest = "warn"`},
 			want:  []string{"keep a process given a card running through a timed run's hold on it"},
+			roles: "lane-1",
+		},
+		{
+			// Issue 13, point 3: api as it was before the fix, TCP allowed
+			// and Landlock's rule for the API's port, on any address.
+			name: "api roles with TCP to the API's port",
+			opts: testrig.Options{Tags: "thermite_weaken", Env: []string{"THERMITE_WEAKEN=" + weaken.APITCP}, Extra: `startup_selftest = "warn"`},
+			want: []string{"connect to another loopback address on the API's port", "connect to the harness API's TCP port",
+				"connect to a TCP port that is not the API's", "connect to an address beyond this host on the API's port"},
 			roles: "lane-1",
 		},
 		{

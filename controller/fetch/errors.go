@@ -25,6 +25,12 @@ func (e *RefusedError) Error() string {
 	if where == "" {
 		where = e.Host
 	}
+	if e.Class == ClassHost {
+		if where == "" {
+			return fmt.Sprintf("fetch: %s is an address of this host: refused", e.Addr)
+		}
+		return fmt.Sprintf("fetch: %s: %s is an address of this host: refused", where, e.Addr)
+	}
 	if where == "" {
 		return fmt.Sprintf("fetch: %s is %s %s address: refused", e.Addr, article(e.Class), e.Class)
 	}

@@ -252,9 +252,19 @@ func dialControl(network, address string, _ syscall.RawConn) error {
 	return checkAddr(ap.Addr())
 }
 
+// checkAddr is the fetcher's decision on one address: refused if Classify
+// refuses its class, or if it is an address of this host (HostAddress),
+// whatever its range; refused too when that cannot be told.
 func checkAddr(a netip.Addr) error {
 	if class, refused := Classify(a); refused {
 		return &RefusedError{Addr: a, Class: class}
+	}
+	own, err := HostAddress(a)
+	if err != nil {
+		return fmt.Errorf("fetch: %s: refused, since whether it is an address of this host cannot be told: %w", a, err)
+	}
+	if own {
+		return &RefusedError{Addr: a, Class: ClassHost}
 	}
 	return nil
 }

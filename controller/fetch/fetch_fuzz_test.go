@@ -116,6 +116,11 @@ func FuzzAddressForms(f *testing.F) {
 		if got, _ := Classify(a.WithZone("")); got != class {
 			t.Fatalf("%s is %s, and %s without its zone", a, class, got)
 		}
+		if !refused {
+			// An address of this host is refused whatever its class.
+			own, err := HostAddress(a)
+			refused = own || err != nil
+		}
 		if err := dialControl("tcp", netip.AddrPortFrom(a, 80).String(), nil); (err != nil) != refused {
 			t.Fatalf("%s: Classify says refused=%v, the connect check says %v", a, refused, err)
 		}

@@ -154,6 +154,9 @@ func checkRefused(t *testing.T, err error, url, addr, class string) {
 		t.Errorf("Fetch(%s): refused %+v; want URL %s, Addr %s, Class %s", url, refused, url, addr, class)
 	}
 	want := fmt.Sprintf("fetch: %s: %s is %s %s address: refused", url, addr, article(class), class)
+	if class == ClassHost {
+		want = fmt.Sprintf("fetch: %s: %s is an address of this host: refused", url, addr)
+	}
 	if err.Error() != want {
 		t.Errorf("Fetch(%s): error %q; want %q", url, err, want)
 	}

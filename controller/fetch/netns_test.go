@@ -12,9 +12,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,17 +27,31 @@ import (
 )
 
 // The network tests need a server that Classify calls public yet this
-// machine can reach. TestNetwork re-runs the test binary in a fresh network
-// namespace (CLONE_NEWNET, so root), where it brings lo up, puts the
-// documentation address 198.51.100.7 on it, and serves both the "public"
-// pages there and a loopback server on 127.0.0.1 and ::1 with the same port.
-// The host's network is never touched, and nothing leaves the namespace.
+// machine can reach, and that is not an address of the test's own host
+// (the fetcher refuses those). TestNetwork re-runs the test binary in a
+// fresh network namespace (CLONE_NEWNET, so root): the "host". There it
+// makes a second namespace on one locked thread (the "far" side), joins
+// the two with a veth pair, puts the documentation address 198.51.100.7
+// on the far end and 198.51.100.1 on the host's end, and serves the
+// "public" pages from sockets made in the far namespace, beside loopback
+// servers on 127.0.0.1 and ::1 with the same port in the host's. The
+// machine's own network is never touched, and nothing leaves the
+// namespaces.
 const (
 	netnsChildEnv  = "THERMITE_FETCH_NETNS_CHILD"
 	netnsParentEnv = "THERMITE_FETCH_NETNS_PARENT" // the parent's netns inode
 	publicV4       = "198.51.100.7"
 	publicV6       = "2001:db8::7"
+	hostV4         = "198.51.100.1" // the test host's end of the veth pair
+	hostV6         = "2001:db8::1"
+	// hostLocalNet is a block the test host's routing delivers locally
+	// (`ip route add local`), though no interface holds it.
+	hostLocalNet  = "203.0.113.0/24"
+	hostLocalAddr = "203.0.113.77"
 )
+
+// farListen, once setUpNetns has run, listens in the far namespace.
+var farListen func(network, address string) (net.Listener, error)
 
 func TestNetwork(t *testing.T) {
 	if os.Getenv(netnsChildEnv) != "" {
@@ -118,16 +134,78 @@ func setUpNetns(t *testing.T) (v6 bool) {
 		}
 		return nil
 	}
-	for _, args := range [][]string{{"link", "set", "lo", "up"}, {"addr", "add", publicV4 + "/32", "dev", "lo"}} {
-		if err := ip(args...); err != nil {
-			t.Fatal(err)
+	farNS := startFarNetns(t)
+	far := func(args ...string) error {
+		a := append([]string{"--net=" + farNS, "ip"}, args...)
+		out, err := exec.Command("nsenter", a...).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("nsenter %s: %v: %s", strings.Join(a, " "), err, out)
+		}
+		return nil
+	}
+	for _, step := range []func() error{
+		func() error { return ip("link", "set", "lo", "up") },
+		func() error { return ip("link", "add", "name", "th-host", "type", "veth", "peer", "name", "th-far") },
+		func() error { return ip("link", "set", "th-far", "netns", farNS) },
+		func() error { return ip("addr", "add", hostV4+"/24", "dev", "th-host") },
+		func() error { return ip("link", "set", "th-host", "up") },
+		func() error { return ip("route", "add", "local", hostLocalNet, "dev", "lo") },
+		func() error { return far("link", "set", "lo", "up") },
+		func() error { return far("addr", "add", publicV4+"/24", "dev", "th-far") },
+		func() error { return far("link", "set", "th-far", "up") },
+	} {
+		if err := step(); err != nil {
+			t.Fatalf("setting up the namespaces (needs veth): %v", err)
 		}
 	}
-	if err := ip("-6", "addr", "add", publicV6+"/128", "dev", "lo", "nodad"); err != nil {
+	if err := ip("-6", "addr", "add", hostV6+"/64", "dev", "th-host", "nodad"); err != nil {
 		t.Logf("no IPv6 in the namespace: %v", err)
 		return false
 	}
+	if err := far("-6", "addr", "add", publicV6+"/64", "dev", "th-far", "nodad"); err != nil {
+		t.Logf("no IPv6 in the far namespace: %v", err)
+		return false
+	}
 	return true
+}
+
+// startFarNetns makes the far namespace: one goroutine locks its thread
+// and unshares CLONE_NEWNET, so that thread, and every socket made on it,
+// is there. It then makes the listeners farListen asks for, and never
+// unlocks: the thread, and the namespace with it, go when the process
+// does. It returns the namespace's path for ip and nsenter.
+func startFarNetns(t *testing.T) string {
+	type req struct {
+		network, address string
+		done             chan error
+		l                net.Listener
+	}
+	reqs := make(chan *req)
+	ready := make(chan error)
+	var path string
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with the namespace on it
+		if err := syscall.Unshare(syscall.CLONE_NEWNET); err != nil {
+			ready <- fmt.Errorf("unshare(CLONE_NEWNET) on a locked thread: %w", err)
+			return
+		}
+		path = fmt.Sprintf("/proc/%d/task/%d/ns/net", os.Getpid(), syscall.Gettid())
+		ready <- nil
+		for r := range reqs {
+			var err error
+			r.l, err = net.Listen(r.network, r.address)
+			r.done <- err
+		}
+	}()
+	if err := <-ready; err != nil {
+		t.Fatal(err)
+	}
+	farListen = func(network, address string) (net.Listener, error) {
+		r := &req{network: network, address: address, done: make(chan error)}
+		reqs <- r
+		return r.l, <-r.done
+	}
+	return path
 }
 
 // countingListener counts the connections it accepts: a refused fetch must
@@ -145,8 +223,14 @@ func (l *countingListener) Accept() (net.Conn, error) {
 	return c, err
 }
 
+// serveOn serves h on address: in the far namespace for the public
+// addresses, in the test host's for every other.
 func serveOn(t *testing.T, network, address string, h http.Handler) (*httptest.Server, *countingListener, error) {
-	l, err := net.Listen(network, address)
+	listen := net.Listen
+	if host, _, _ := net.SplitHostPort(address); (host == publicV4 || host == publicV6) && farListen != nil {
+		listen = farListen
+	}
+	l, err := listen(network, address)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -318,6 +402,11 @@ func publicHandler(port string, hops *atomic.Int64) http.Handler {
 			http.Redirect(w, r, to, http.StatusFound)
 		})
 	}
+	// /redirect?to=URL: one hop to any URL.
+	mux.HandleFunc("/redirect", func(w http.ResponseWriter, r *http.Request) {
+		hops.Add(1)
+		http.Redirect(w, r, r.URL.Query().Get("to"), http.StatusFound)
+	})
 	redirect("/to-loopback", "http://127.0.0.1:"+port+"/secret")
 	redirect("/to-loop-name", "http://loop.test:"+port+"/secret")
 	redirect("/to-mapped", "http://[::ffff:127.0.0.1]:"+port+"/secret")
@@ -370,7 +459,7 @@ func runInNetns(t *testing.T) {
 	var hops atomic.Int64
 	// The public server picks the port; the loopback servers take the same
 	// one, so every refused URL names a port something really listens on.
-	pubLn, err := net.Listen("tcp4", publicV4+":0")
+	pubLn, err := farListen("tcp4", publicV4+":0")
 	if err != nil {
 		t.Fatalf("listen on %s: %v", publicV4, err)
 	}
@@ -475,6 +564,64 @@ func runInNetns(t *testing.T) {
 	redirectCase("redirect to 127.0.0.1", "/to-loopback", "http://127.0.0.1:"+port+"/secret", "127.0.0.1", "127.0.0.1", "loopback")
 	redirectCase("redirect to a name resolving to 127.0.0.1", "/to-loop-name", "http://loop.test:"+port+"/secret", "loop.test", "127.0.0.1", "loopback")
 	redirectCase("redirect to ::ffff:127.0.0.1", "/to-mapped", "http://[::ffff:127.0.0.1]:"+port+"/secret", "::ffff:127.0.0.1", "::ffff:127.0.0.1", "ipv4-mapped")
+
+	// Issue 13, point 4: a server on 0.0.0.0 answers on every address of
+	// the host, public ranges too. Each such address is refused, asked for
+	// or redirected to, and so is one a `local` route delivers to the host
+	// though no interface holds it.
+	t.Run("fetch of the host's own non-loopback address refused", func(t *testing.T) {
+		own, ownHits, err := serveOn(t, "tcp4", "0.0.0.0:0", secret)
+		if err != nil {
+			t.Fatalf("a server on 0.0.0.0: %v", err)
+		}
+		ownPort := strconv.Itoa(own.Listener.Addr().(*net.TCPAddr).Port)
+		targets := []string{hostV4, hostLocalAddr}
+		hits := func() int64 { return ownHits.accepted.Load() }
+		if v6 {
+			_, own6Hits, err := serveOn(t, "tcp6", "[::]:"+ownPort, secret)
+			if err != nil {
+				t.Fatalf("a server on [::]: %v", err)
+			}
+			targets = append(targets, hostV6)
+			hits = func() int64 { return ownHits.accepted.Load() + own6Hits.accepted.Load() }
+		}
+		// The server answers an ordinary client on each address: the
+		// refusals below are the fetcher's.
+		c := &http.Client{Transport: &http.Transport{Proxy: nil}, Timeout: 5 * time.Second}
+		for _, h := range targets {
+			u := "http://" + net.JoinHostPort(h, ownPort) + "/"
+			resp, err := c.Get(u)
+			if err != nil {
+				t.Fatalf("GET %s without the fetcher: %v", u, err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if string(b) != "loopback secret" {
+				t.Fatalf("GET %s without the fetcher: %q", u, b)
+			}
+		}
+		c.CloseIdleConnections()
+		before := hits()
+		for _, h := range targets {
+			u := "http://" + net.JoinHostPort(h, ownPort) + "/secret"
+			_, err := f.Fetch(ctx, u)
+			checkRefused(t, err, u, h, ClassHost)
+			// A redirect to it: the first hop is served, the second refused.
+			hopsBefore := hops.Load()
+			_, err = f.Fetch(ctx, "http://"+public+"/redirect?to="+url.QueryEscape(u))
+			checkRefused(t, err, u, h, ClassHost)
+			if hops.Load() != hopsBefore+1 {
+				t.Errorf("the public server served %d first hops; want 1", hops.Load()-hopsBefore)
+			}
+		}
+		if n := hits() - before; n != 0 {
+			t.Errorf("the host's own server accepted %d connections from the fetcher", n)
+		}
+		// The public server is not one of the host's: it is fetched.
+		if own, err := HostAddress(netip.MustParseAddr(publicV4)); own || err != nil {
+			t.Errorf("HostAddress(%s) = %v, %v; want false: it is the far namespace's", publicV4, own, err)
+		}
+	})
 
 	t.Run("DNS rebinding", func(t *testing.T) {
 		// The attacker's name answers a public address first, then

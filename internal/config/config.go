@@ -110,6 +110,10 @@ type Trial struct {
 	// removed in the background; 0 removes it as soon as the trial ends.
 	// The ledger and the published research area are kept regardless.
 	RetainEnded Duration `toml:"retain_ended" json:"retain_ended"`
+	// FetchArchiveMB bounds what a trial's fetches archive in the run's
+	// research folder (bodies and their metadata): the controller writes
+	// them, so no folder of the lane's counts them.
+	FetchArchiveMB int64 `toml:"fetch_archive_mb" json:"fetch_archive_mb"`
 }
 
 // Agent bounds a trial's worker agent (`thermite trial agent`): a run of
@@ -126,6 +130,19 @@ type Agent struct {
 	// default. A host that is a name must resolve to a public address; an
 	// IP literal is taken as the operator's own choice.
 	Egress []string `toml:"egress" json:"egress"`
+}
+
+// Judge bounds the disk the judge's commands hold.
+type Judge struct {
+	// BuildDiskMB bounds a build: its folder, builder's HOME and TMPDIR,
+	// and the unlinked files builder's processes keep open.
+	BuildDiskMB int64 `toml:"build_disk_mb" json:"build_disk_mb"`
+	// RunOutMB bounds a timed run: its out/, the timing user's HOME and
+	// TMPDIR, and the unlinked files its processes keep open.
+	RunOutMB int64 `toml:"run_out_mb" json:"run_out_mb"`
+	// DiskCheck is how often both are measured while the command runs; it
+	// is measured once more when the command ends.
+	DiskCheck Duration `toml:"disk_check" json:"disk_check"`
 }
 
 // Image describes the container the rig runs in: the one-container image
@@ -172,6 +189,7 @@ type Config struct {
 	Cgroup Cgroup   `toml:"cgroup" json:"cgroup"`
 	Trial  Trial    `toml:"trial" json:"trial"`
 	Agent  Agent    `toml:"agent" json:"agent"`
+	Judge  Judge    `toml:"judge" json:"judge"`
 	Image  Image    `toml:"image" json:"image"`
 	Host   Host     `toml:"host" json:"host"`
 	// StripEnvPrefixes names the host's variables (RunPod's among them)
@@ -215,8 +233,9 @@ func Default() Config {
 		Network: map[string]string{},
 		Perf:    []string{},
 		Cgroup:  Cgroup{Enabled: true, MemoryMB: 4096, Pids: 1024},
-		Trial:   Trial{DiskCapMB: 5120, DiskCheck: Duration{2 * time.Second}, RetainEnded: Duration{24 * time.Hour}},
+		Trial:   Trial{DiskCapMB: 5120, DiskCheck: Duration{2 * time.Second}, RetainEnded: Duration{24 * time.Hour}, FetchArchiveMB: 256},
 		Agent:   Agent{WallTimeout: Duration{12 * time.Hour}},
+		Judge:   Judge{BuildDiskMB: 8192, RunOutMB: 2048, DiskCheck: Duration{500 * time.Millisecond}},
 		Image: Image{
 			SupervisorDir: "/var/lib/thermite-supervisor",
 			Inbox:         "/var/lib/thermite-inbox",
@@ -454,6 +473,18 @@ func (c *Config) Validate() error {
 	}
 	if c.Trial.RetainEnded.Duration < 0 {
 		return fmt.Errorf("trial.retain_ended: %s must be 0 (remove at once) or more", c.Trial.RetainEnded)
+	}
+	if c.Trial.FetchArchiveMB < 1 {
+		return fmt.Errorf("trial.fetch_archive_mb: %d must be at least 1", c.Trial.FetchArchiveMB)
+	}
+	if c.Judge.BuildDiskMB < 1 {
+		return fmt.Errorf("judge.build_disk_mb: %d must be at least 1", c.Judge.BuildDiskMB)
+	}
+	if c.Judge.RunOutMB < 1 {
+		return fmt.Errorf("judge.run_out_mb: %d must be at least 1", c.Judge.RunOutMB)
+	}
+	if c.Judge.DiskCheck.Duration < 100*time.Millisecond {
+		return fmt.Errorf("judge.disk_check: %s must be at least 100ms", c.Judge.DiskCheck)
 	}
 	for key, p := range map[string]string{"image.supervisor_dir": c.Image.SupervisorDir, "image.inbox": c.Image.Inbox, "image.outbox": c.Image.Outbox} {
 		if p != "" && !cleanAbs(p) {

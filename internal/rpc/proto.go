@@ -56,6 +56,10 @@ type DiskUsageRequest struct {
 type DiskUsage struct {
 	Bytes   int64 `json:"bytes"`
 	Entries int64 `json:"entries"`
+	// Unlinked is the part of Bytes in files no name links any more that
+	// the role's processes keep open or mapped, in UnlinkedFiles files.
+	Unlinked      int64 `json:"unlinked,omitempty"`
+	UnlinkedFiles int   `json:"unlinked_files,omitempty"`
 }
 
 // Response answers one Request. Error is one line naming what was wrong.

@@ -11,11 +11,14 @@ const (
 	// NetworkNone allows local sockets only: socket and socketpair for
 	// AF_UNIX; every other family fails with EPERM.
 	NetworkNone = "none"
-	// NetworkAPI adds TCP over IPv4 and IPv6 to NetworkNone. Which ports
-	// a role may reach is Landlock's rule set, not this filter's.
+	// NetworkAPI is NetworkNone for the filter: the harness API is
+	// reached through its unix socket, and no TCP socket can be made.
 	NetworkAPI = "api"
 	// NetworkOpen filters no socket call.
 	NetworkOpen = "open"
+	// networkAPITCP is api as it was before issue 13 (TCP allowed, the
+	// port left to Landlock), for the WeakenAPITCP test build only.
+	networkAPITCP = "api-tcp"
 )
 
 // Options select the variable parts of a role command's filter; everything
@@ -60,4 +63,5 @@ func (o Options) Validate() error {
 const (
 	WeakenSysVIPC      = weaken.SysVIPC // denySharedSysVIPC
 	WeakenSetIDOpenat2 = weaken.SetID   // denyOpenat2
+	WeakenAPITCP       = weaken.APITCP  // restrictSockets: TCP for api roles
 )

@@ -73,7 +73,7 @@ func Program(o Options) ([]unix.SockFilter, error) {
 		denySharedSysVIPC(a)
 	}
 	denyTraceMe(a)
-	restrictSockets(a, o.Network)
+	restrictSockets(a, o)
 	a.ret(actionAllow)
 	return a.assemble()
 }
@@ -379,26 +379,29 @@ func denySharedSysVIPC(a *assembler) {
 // socketpair, the only calls that create a socket (x86_64 and arm64 have
 // no socketcall; io_uring's socket operation is closed by denyIOUring).
 //
-//   - none: AF_UNIX only.
-//   - api: AF_UNIX, and TCP over AF_INET or AF_INET6: type SOCK_STREAM
-//     (SOCK_NONBLOCK and SOCK_CLOEXEC allowed) with protocol 0 or
-//     IPPROTO_TCP. Other stream protocols (MPTCP, SCTP, SMC) are refused
-//     because Landlock's TCP port rules, which decide where a role may
-//     connect, do not apply to them.
+//   - none and api: AF_UNIX only. An api role reaches the harness API
+//     through its unix socket; Landlock pins TCP ports, not addresses, so
+//     any TCP would reach every address on the API's port.
 //   - open: no check.
 //
 // Everything refused gets EPERM. socketpair is AF_UNIX only under none and
 // api (no other family implements it).
-func restrictSockets(a *assembler, policy string) {
+func restrictSockets(a *assembler, o Options) {
+	policy := o.Network
+	if policy == NetworkAPI && o.weakened(WeakenAPITCP) {
+		policy = networkAPITCP
+	}
 	switch policy {
 	case NetworkOpen:
 		return
-	case NetworkNone:
+	case NetworkNone, NetworkAPI:
 		a.syscallBlock("network", unix.SYS_SOCKET, func() {
 			a.loadArgLow(0) // domain, an int
 			a.decide(bpf.JumpEqual, unix.AF_UNIX, actionAllow, actionEPERM)
 		})
-	case NetworkAPI:
+	case networkAPITCP:
+		// Only a thermite_weaken test build gets here: api as it was before
+		// issue 13, TCP over AF_INET and AF_INET6 beside AF_UNIX.
 		a.syscallBlock("network", unix.SYS_SOCKET, func() {
 			inet, deny := a.newLabel(), a.newLabel()
 			a.loadArgLow(0) // domain, an int

@@ -205,7 +205,9 @@ func socketAttacks() []attack {
 			"inet-stream-mptcp": "EPERM", "inet-dgram": "EPERM", "inet6-dgram": "EPERM", "inet-raw": "EPERM",
 			"packet": "EPERM", "netlink": "EPERM", "socketpair-inet": "EPERM",
 		}},
+		// api is none for the filter (issue 13): TCP too is refused.
 		{NetworkAPI, map[string]string{
+			"inet-stream-cloexec": "EPERM", "inet-stream-tcp": "EPERM", "inet6-stream-nonblock": "EPERM",
 			"inet-stream-mptcp": "EPERM", "inet-dgram": "EPERM", "inet6-dgram": "EPERM", "inet-raw": "EPERM",
 			"packet": "EPERM", "netlink": "EPERM", "socketpair-inet": "EPERM",
 		}},

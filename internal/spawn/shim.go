@@ -47,6 +47,9 @@ type Rlimit struct {
 const (
 	ModeExec = "exec"
 	ModeStop = "stop"
+	// ModeHeld measures what the user's processes keep in unlinked files
+	// (procs.HeldUnlinked) and reports "ok BYTES FILES".
+	ModeHeld = "held"
 )
 
 // Spec is everything the shim does, in order.
@@ -67,6 +70,9 @@ type Spec struct {
 	// KeepIPC leaves the stopped user's SysV IPC objects; only a
 	// thermite_weaken test build honours it.
 	KeepIPC bool `json:"keep_ipc,omitempty"`
+	// SkipPIDs are processes the held mode passes over: the broker's own
+	// thermite commands (procs.HeldUnlinked).
+	SkipPIDs []int `json:"skip_pids,omitempty"`
 	// KeepCaps leaves the inheritable (and so the ambient) set as the
 	// broker's fork left it; only a thermite_weaken build honours it.
 	KeepCaps bool `json:"keep_caps,omitempty"`
@@ -154,6 +160,32 @@ func Main() {
 			}
 		}
 		fmt.Fprintf(report, "ok %d", n)
+		os.Exit(0)
+	case ModeHeld:
+		if err := caps.ClearInheritable(); err != nil {
+			fail("held", err)
+		}
+		if len(s.CPUs) > 0 {
+			var set unix.CPUSet
+			for _, c := range s.CPUs {
+				set.Set(c)
+			}
+			if err := unix.SchedSetaffinity(0, &set); err != nil {
+				fail("affinity", err)
+			}
+		}
+		if err := unprivileged(); err != nil {
+			fail("held", err)
+		}
+		skip := map[int]bool{}
+		for _, p := range s.SkipPIDs {
+			skip[p] = true
+		}
+		h, err := procs.HeldUnlinked("/proc", os.Getuid(), skip)
+		if err != nil {
+			fail("held", err)
+		}
+		fmt.Fprintf(report, "ok %d %d", h.Bytes, h.Files)
 		os.Exit(0)
 	case ModeExec:
 	default:

@@ -1,7 +1,7 @@
 package weaken
 
 // Switches named by more than one package: each turns one of issue 12's
-// protections off in a thermite_weaken build, for the self-test's
+// or 13's protections off in a thermite_weaken build, for the self-test's
 // breakage tests.
 const (
 	// SysVIPC drops the filter's SysV IPC rules and the stop helper's
@@ -22,4 +22,8 @@ const (
 	// SharedHeldCard leaves a held card's node in its GPU group and its
 	// holders running, as before issue 12.
 	SharedHeldCard = "shared-held-card"
+	// APITCP gives api roles TCP again, as before issue 13: the filter
+	// allows AF_INET and AF_INET6 stream sockets and Landlock the API's
+	// port, on any address.
+	APITCP = "api-tcp"
 )

@@ -1,0 +1,167 @@
+package procs
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Held is the space in files no name links any more (st_nlink 0) that a
+// user's processes keep open or mapped: space a folder walk never sees,
+// which stays taken until the last process lets go.
+type Held struct {
+	Bytes int64 // allocated bytes (st_blocks), each file once
+	Files int
+}
+
+// ErrHidden says that a process keeps its open files from the measure: its
+// descriptor table cannot be read by its own user (it made itself not
+// dumpable), or the measure was killed. The trial's own processes did it,
+// so it counts as over every cap.
+var ErrHidden = errors.New("keeps its open files from the measure")
+
+// HeldUnlinked measures what the processes whose real uid is uid (all but
+// this one) hold in unlinked regular files: every descriptor (stat through
+// /proc/<pid>/fd/<n>, which reaches the open file, not a name), and every
+// mapping of a deleted file whose descriptor was closed (/proc/<pid>/maps:
+// its mapped length, as map_files needs CAP_SYS_ADMIN). Each inode counts
+// once. It runs as that uid, which may read its own processes' tables;
+// skip names processes to pass over (the broker's own commands, which hold
+// no descriptor of the user's and may not be dumpable).
+func HeldUnlinked(procRoot string, uid int, skip map[int]bool) (Held, error) {
+	pids, err := ByUID(procRoot, uid)
+	if err != nil {
+		return Held{}, fmt.Errorf("processes of uid %d: %w", uid, err)
+	}
+	type inode struct{ dev, ino uint64 }
+	seen := map[inode]int64{}
+	// A process whose table cannot be read may be between a change of
+	// uid and its exec (not dumpable for that moment): such ones are
+	// asked again, all together, for up to a second before they count.
+	var refused []int
+	scan := func(pid int) error {
+		base := procRoot + "/" + strconv.Itoa(pid)
+		fds, err := readDir(base + "/fd")
+		if err != nil {
+			return err
+		}
+		for _, fd := range fds {
+			var st unix.Stat_t
+			if unix.Stat(base+"/fd/"+fd, &st) != nil {
+				continue // closed since, or not a file one can stat
+			}
+			if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink != 0 {
+				continue
+			}
+			k := inode{st.Dev, st.Ino}
+			seen[k] = max(seen[k], st.Blocks*512)
+		}
+		for k, n := range deletedMappings(base + "/maps") {
+			if _, ok := seen[inode(k)]; !ok {
+				seen[inode(k)] = n
+			}
+		}
+		return nil
+	}
+	var hidden []string
+	for _, pid := range pids {
+		if skip[pid] {
+			continue
+		}
+		switch err := scan(pid); {
+		case err == nil, errors.Is(err, os.ErrNotExist), errors.Is(err, unix.ESRCH):
+			// measured, or gone
+		case errors.Is(err, os.ErrPermission):
+			refused = append(refused, pid)
+		default:
+			hidden = append(hidden, describePID(procRoot, pid, err))
+		}
+	}
+	for deadline := time.Now().Add(time.Second); len(refused) > 0; {
+		if time.Now().After(deadline) {
+			for _, pid := range refused {
+				hidden = append(hidden, describePID(procRoot, pid, fmt.Errorf("its descriptors cannot be read: %w", os.ErrPermission)))
+			}
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+		var again []int
+		for _, pid := range refused {
+			if err := scan(pid); errors.Is(err, os.ErrPermission) {
+				again = append(again, pid)
+			}
+		}
+		refused = again
+	}
+	var h Held
+	for _, n := range seen {
+		h.Bytes += n
+		h.Files++
+	}
+	if len(hidden) > 0 {
+		return h, fmt.Errorf("%w: %s", ErrHidden, strings.Join(hidden, "; "))
+	}
+	return h, nil
+}
+
+// readDir lists a descriptor table.
+func readDir(dir string) ([]string, error) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return f.Readdirnames(-1)
+}
+
+// describePID names a process for the error: its pid and command name.
+func describePID(procRoot string, pid int, err error) string {
+	comm, _ := os.ReadFile(procRoot + "/" + strconv.Itoa(pid) + "/comm")
+	return fmt.Sprintf("process %d (%s): %v", pid, strings.TrimSpace(string(comm)), err)
+}
+
+// deletedMappings reads a maps file for mappings of deleted files: their
+// device and inode, and the most bytes any one of them maps.
+func deletedMappings(path string) map[struct{ dev, ino uint64 }]int64 {
+	out := map[struct{ dev, ino uint64 }]int64{}
+	f, err := os.Open(path)
+	if err != nil {
+		return out
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasSuffix(line, " (deleted)") {
+			continue
+		}
+		// start-end perms offset major:minor inode path
+		f := strings.Fields(line)
+		if len(f) < 6 {
+			continue
+		}
+		lo, hi, ok := strings.Cut(f[0], "-")
+		majS, minS, ok2 := strings.Cut(f[3], ":")
+		if !ok || !ok2 {
+			continue
+		}
+		start, err1 := strconv.ParseUint(lo, 16, 64)
+		end, err2 := strconv.ParseUint(hi, 16, 64)
+		maj, err3 := strconv.ParseUint(majS, 16, 32)
+		mnr, err4 := strconv.ParseUint(minS, 16, 32)
+		ino, err5 := strconv.ParseUint(f[4], 10, 64)
+		if errors.Join(err1, err2, err3, err4, err5) != nil || ino == 0 || end <= start {
+			continue
+		}
+		k := struct{ dev, ino uint64 }{unix.Mkdev(uint32(maj), uint32(mnr)), ino}
+		out[k] = max(out[k], int64(end-start))
+	}
+	return out
+}
