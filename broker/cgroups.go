@@ -70,6 +70,10 @@ func (b *Broker) closeCgroups() {
 		g.Remove()
 	}
 	b.cgGroups = map[int]*cgroup.Group{}
+	if b.ctlGroup != nil {
+		b.ctlGroup.Remove()
+		b.ctlGroup = nil
+	}
 	b.mu.Unlock()
 	b.cg.Close()
 }
@@ -78,5 +82,6 @@ func (b *Broker) cgroupStatus() string {
 	if b.cg == nil {
 		return "none: " + b.cgWhy + " (rlimits only)"
 	}
-	return fmt.Sprintf("%s; per role: memory %d MiB (no swap), %d tasks", b.cg.String(), b.cfg.Cgroup.MemoryMB, b.cfg.Cgroup.Pids)
+	return fmt.Sprintf("%s; per role: memory %d MiB (no swap), %d tasks; controller: memory %d MiB, %d tasks",
+		b.cg.String(), b.cfg.Cgroup.MemoryMB, b.cfg.Cgroup.Pids, b.cfg.Cgroup.ControllerMemoryMB, b.cfg.Cgroup.ControllerPids)
 }

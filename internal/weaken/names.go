@@ -13,4 +13,7 @@ const (
 	// RunFolder0711 leaves a timed run's folder as it was before issue 12:
 	// the controller's, 0711, reachable by whoever knows its path.
 	RunFolder0711 = "run-folder-0711"
+	// ControllerBare starts the controller daemon as before issue 13: no
+	// rule set, no filter, no cgroup of its own.
+	ControllerBare = "controller-bare"
 )
