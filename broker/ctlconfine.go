@@ -50,7 +50,7 @@ func (b *Broker) confineController(argv []string, stdio [3]*os.File) (*command, 
 	if weaken.Enabled && weaken.Has(weaken.ControllerBare) {
 		return c, nil
 	}
-	if err := b.ensureLedgerFile(); err != nil {
+	if err := b.ensureControllerFiles(); err != nil {
 		c.release()
 		return nil, err
 	}
@@ -87,8 +87,9 @@ func (b *Broker) controllerSpec() fence.ControllerSpec {
 	ctl := b.table.Controller()
 	s := b.cfg.ScratchDir()
 	spec := fence.ControllerSpec{
-		Read: append([]string(nil), systemReadable...),
-		Exec: append(append([]string(nil), systemPrograms...), b.exe, filepath.Join(b.cfg.ControllerDir(), "kits")),
+		Read:   append([]string(nil), systemReadable...),
+		Exec:   append(append([]string(nil), systemPrograms...), filepath.Join(b.cfg.ControllerDir(), "kits")),
+		Binary: b.exe,
 		Writable: []string{
 			b.cfg.StoreDir(), b.cfg.ResearchDir(),
 			filepath.Join(s, "trials"), filepath.Join(s, "runs"), filepath.Join(s, "builds"),
@@ -110,17 +111,32 @@ func (b *Broker) controllerSpec() fence.ControllerSpec {
 
 func (b *Broker) ledgerPath() string { return filepath.Join(b.cfg.ControllerDir(), "ledger.db") }
 
-// ensureLedgerFile makes the controller's ledger file, empty, where there
-// is none yet: its rule set grants writing that one file in its private
-// folder, and a rule needs the file to exist. The ledger fills it on open.
-func (b *Broker) ensureLedgerFile() error {
+// ensureControllerFiles makes, where they are not yet, the controller's
+// ledger file (empty: the ledger fills it on open) and its kits and
+// projects folders, all its own: its rule set grants writing that one file
+// in its private folder and reading or running those folders, and a rule
+// needs its path to exist.
+func (b *Broker) ensureControllerFiles() error {
 	ctl := b.table.Controller()
 	dir, err := os.OpenFile(b.cfg.ControllerDir(), unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return fmt.Errorf("controller: %w", err)
 	}
 	defer dir.Close()
-	fd, err := unix.Openat(int(dir.Fd()), "ledger.db", unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	dfd := int(dir.Fd())
+	for _, sub := range []string{"kits", "projects"} {
+		err := unix.Mkdirat(dfd, sub, 0o700)
+		if errors.Is(err, unix.EEXIST) {
+			continue
+		}
+		if err == nil {
+			err = unix.Fchownat(dfd, sub, ctl.UID, ctl.GID, unix.AT_SYMLINK_NOFOLLOW)
+		}
+		if err != nil {
+			return fmt.Errorf("controller: make its folder %s: %w", filepath.Join(b.cfg.ControllerDir(), sub), err)
+		}
+	}
+	fd, err := unix.Openat(dfd, "ledger.db", unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if errors.Is(err, unix.EEXIST) {
 		return nil
 	}

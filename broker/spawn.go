@@ -41,7 +41,7 @@ type command struct {
 	// inherit are descriptors the command keeps, from spawn.FDInherit on
 	// (the controller's bootstrap and API listener).
 	inherit []*os.File
-	unhold  func()           // a timed run's release of its CPUs and cards
+	unhold  func() // a timed run's release of its CPUs and cards
 }
 
 // child is a started command.
