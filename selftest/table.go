@@ -428,7 +428,7 @@ var DaemonRows = []Row{
 	{Attempt: "mount a file system", Make: at(OpMount, func(c *Context, r roles.Role) string { return tmpOf(c, r.Name) }), Want: notPerm},
 	{Attempt: "set up io_uring", Make: one(OpIOUring, ""), Want: notPerm},
 	{Attempt: "add a key to a kernel keyring", Make: one(OpAddKey, ""), Want: notPerm},
-	{Attempt: "open a netlink socket of another family than NETLINK_ROUTE (uevents)", Make: func(*Context, roles.Role) []Attempt {
+	{Attempt: "open a netlink socket of a family other than NETLINK_ROUTE, such as uevents", Make: func(*Context, roles.Role) []Attempt {
 		return []Attempt{{Op: OpNetlink, Arg: strconv.Itoa(unix.NETLINK_KOBJECT_UEVENT)}}
 	}, Want: notPerm},
 	{Attempt: "open a NETLINK_ROUTE socket, as fetch's address lookup does", Make: func(*Context, roles.Role) []Attempt {
@@ -442,7 +442,7 @@ var DaemonRows = []Row{
 	}, Want: notPerm},
 	{Attempt: "reach the broker socket", Make: at(OpConnect, func(c *Context, _ roles.Role) string { return c.Cfg.BrokerSocket() }), Want: succeeds},
 	{Attempt: "make the broker its tracer with PTRACE_TRACEME", Make: one(OpTraceMe, ""), Want: notPerm, Alone: true},
-	{Attempt: "runs under a seccomp filter (Seccomp: 2) with no_new_privs", Make: one(OpStatus, ""), Want: succeeds, Check: func(_ *Context, _ roles.Role, o Outcome) string {
+	{Attempt: "runs under a seccomp filter, Seccomp 2, with no_new_privs", Make: one(OpStatus, ""), Want: succeeds, Check: func(_ *Context, _ roles.Role, o Outcome) string {
 		return seccompFiltered(o.Detail)
 	}},
 	{Attempt: "runs inside the controller's cgroup", Make: func(c *Context, _ roles.Role) []Attempt {
@@ -812,7 +812,7 @@ var RigChecks = []RigCheck{
 			ownerMode(c.Cfg.ResearchDir(), ctl.UID, ctl.GID, 0o755, unix.S_IFDIR))
 	}},
 	{"every timed run's folder is the controller's, open to one timing user's group alone", runFoldersClosed},
-	{"the running controller has a seccomp filter (Seccomp: 2) and no_new_privs", func(c *Context) string {
+	{"the running controller has a seccomp filter, Seccomp 2, and no_new_privs", func(c *Context) string {
 		if c.LiveController <= 0 {
 			return "" // not started yet: its probe's rows speak for it
 		}
