@@ -99,10 +99,11 @@ func (b *Broker) controllerSpec() fence.ControllerSpec {
 		Files:   []string{b.ledgerPath()},
 	}
 	// A resolver file that is a symlink out of /etc (systemd-resolved's
-	// stub in /run) is read at its target.
+	// stub in /run) is read in its target's folder: a rule holds an inode,
+	// and the file there is replaced whenever the resolver rewrites it.
 	for _, f := range []string{"/etc/resolv.conf", "/etc/hosts", "/etc/nsswitch.conf"} {
 		if t, err := filepath.EvalSymlinks(f); err == nil && t != f {
-			spec.Read = append(spec.Read, t)
+			spec.Read = append(spec.Read, filepath.Dir(t))
 		}
 	}
 	sort.Strings(spec.Sockets)
