@@ -78,8 +78,8 @@ func (b *Broker) confineController(argv []string, stdio [3]*os.File) (*command, 
 // controllerSpec is where the controller may read, run programs and
 // write: the system's programs and configuration, its own binary, the kits
 // (a kit's check may be a program of the kit), and as its own folders
-// the store, the research folder, scratch's trials, runs and builds, and
-// its HOME and TMPDIR. In its private folder it makes its socket, and
+// the store, the research folder, scratch's trials, runs and builds, its
+// HOME and TMPDIR, and the image's outbox where there is one. In its private folder it makes its socket, and
 // writes its ledger and nothing else: it only reads the kits and projects
 // the operator's commands import there. Likewise it only makes the API's
 // socket in that socket's folder.
@@ -97,6 +97,14 @@ func (b *Broker) controllerSpec() fence.ControllerSpec {
 		},
 		Sockets: []string{b.cfg.ControllerDir(), b.cfg.APIDir(), filepath.Dir(b.cfg.APISocket())},
 		Files:   []string{b.ledgerPath()},
+	}
+	// The one-container image's exchange folders (docs/container.md): the
+	// controller reads the inbox and fills the outbox.
+	if b.cfg.Image.Inbox != "" {
+		spec.Read = append(spec.Read, b.cfg.Image.Inbox)
+	}
+	if b.cfg.Image.Outbox != "" {
+		spec.Writable = append(spec.Writable, b.cfg.Image.Outbox)
 	}
 	// A resolver file that is a symlink out of /etc (systemd-resolved's
 	// stub in /run) is read in its target's folder: a rule holds an inode,
