@@ -354,7 +354,7 @@ func statusCmd() *cobra.Command {
 				printStatus(st)
 				if st.ControllerUp {
 					var ts []controller.TrialStatus
-					if err := ctlCall(cfg, "GET", "/v1/trials", nil, &ts); err == nil {
+					if err := ctlCallWithin(cfg, 5*time.Second, "GET", "/v1/trials", nil, &ts); err == nil {
 						diskAlerts(os.Stdout, ts)
 					}
 				}
