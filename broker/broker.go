@@ -59,6 +59,7 @@ type Broker struct {
 	cg       *cgroup.Tree // nil where no writable tree exists
 	cgWhy    string       // why there is none
 	cgGroups map[int]*cgroup.Group
+	ctlGroup *cgroup.Group // the controller daemon's own group, once made
 
 	stopping atomic.Bool
 	stopCh   chan struct{}

@@ -83,6 +83,10 @@ func (b *Broker) closeCgroups() {
 		g.Remove()
 	}
 	b.cgGroups = map[int]*cgroup.Group{}
+	if b.ctlGroup != nil {
+		b.ctlGroup.Remove()
+		b.ctlGroup = nil
+	}
 	b.mu.Unlock()
 	b.cg.Close()
 }
@@ -95,5 +99,6 @@ func (b *Broker) cgroupStatus() string {
 	if why := b.cpusetWhy(); why != "" {
 		judge = "judge CPUs cannot be held in the kernel, so timed runs are refused: " + why
 	}
-	return fmt.Sprintf("%s; per role: memory %d MiB (no swap), %d tasks; %s", b.cg.String(), b.cfg.Cgroup.MemoryMB, b.cfg.Cgroup.Pids, judge)
+	return fmt.Sprintf("%s; per role: memory %d MiB (no swap), %d tasks; controller: memory %d MiB, %d tasks; %s",
+		b.cg.String(), b.cfg.Cgroup.MemoryMB, b.cfg.Cgroup.Pids, b.cfg.Cgroup.ControllerMemoryMB, b.cfg.Cgroup.ControllerPids, judge)
 }

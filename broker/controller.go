@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -18,23 +17,23 @@ import (
 // ControllerArg is the hidden subcommand the controller runs as.
 const ControllerArg = "__controller"
 
-// startController starts `thermite __controller` as the controller's user,
-// with no capability (setuid to a non-root user clears them all) and
-// no_new_privs (inherited from the broker), and hands it the configuration
-// and the secrets on a pipe.
+// startController starts `thermite __controller` as the controller's user
+// through the shim, confined as confineController decides (its rule set,
+// its filter, its cgroup, no_new_privs and no capability), and hands it
+// the configuration and the secrets on a pipe.
 func (b *Broker) startController() (int, int, <-chan exit, error) {
-	ctl := b.table.Controller()
 	bootR, bootW, err := os.Pipe()
 	if err != nil {
 		return 0, -1, nil, err
 	}
 	defer bootR.Close()
 	defer bootW.Close()
-	env, err := b.EnvFor(ctl, b.homeOf(ctl), nil)
+	c, err := b.confineController([]string{b.exe, ControllerArg}, [3]*os.File{b.devnull, os.Stderr, os.Stderr})
 	if err != nil {
 		return 0, -1, nil, err
 	}
-	files := []uintptr{b.devnull.Fd(), os.Stderr.Fd(), os.Stderr.Fd(), bootR.Fd()}
+	defer c.release()
+	c.inherit = []*os.File{bootR} // rpc.BootstrapFD
 	apiAddr := ""
 	if b.apiListener != nil {
 		lf, err := b.apiListener.File()
@@ -42,35 +41,28 @@ func (b *Broker) startController() (int, int, <-chan exit, error) {
 			return 0, -1, nil, fmt.Errorf("controller: api listener: %w", err)
 		}
 		defer lf.Close()
-		files = append(files, lf.Fd())
+		c.inherit = append(c.inherit, lf) // rpc.APIListenerFD
 		apiAddr = b.apiListener.Addr().String()
 	}
-	pidfd := -1
-	attr := &syscall.ProcAttr{
-		Dir:   b.homeOf(ctl),
-		Env:   env,
-		Files: files,
-		Sys: &syscall.SysProcAttr{
-			Credential: &syscall.Credential{Uid: uint32(ctl.UID), Gid: uint32(ctl.GID), Groups: []uint32{}},
-			Setsid:     true,
-			PidFD:      &pidfd,
-		},
-	}
-	pid, exited, err := b.reaper.fork(func() (int, error) {
-		return syscall.ForkExec(b.exe, []string{"thermite", ControllerArg}, attr)
-	})
+	ch, err := b.startShim(c, b.execSpec(c))
 	if err != nil {
 		return 0, -1, nil, fmt.Errorf("controller: start: %w", err)
 	}
+	if ch.execErr != "" {
+		<-ch.exited
+		ch.close()
+		return 0, -1, nil, fmt.Errorf("controller: start: %s", ch.execErr)
+	}
+	bootR.Close()
 	cfg, _ := json.Marshal(b.cfg)
 	boot, _ := json.Marshal(rpc.Bootstrap{Config: cfg, Secrets: b.secrets, BrokerPID: os.Getpid(), APITCP: apiAddr})
 	if _, err := bootW.Write(boot); err != nil {
-		unix.PidfdSendSignal(pidfd, unix.SIGKILL, nil, 0)
-		<-exited
-		unix.Close(pidfd)
+		unix.PidfdSendSignal(ch.pidfd, unix.SIGKILL, nil, 0)
+		<-ch.exited
+		ch.close()
 		return 0, -1, nil, fmt.Errorf("controller: bootstrap: %w", err)
 	}
-	return pid, pidfd, exited, nil
+	return ch.pid, ch.pidfd, ch.exited, nil
 }
 
 // superviseController keeps the controller running. When it exits, every

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -134,6 +135,34 @@ func (b *Broker) LandlockABI() int { return landlockABI() }
 // real command of that role takes (prepareRun, then execute), with the
 // plan on stdin, and returns what it wrote.
 func (b *Broker) RunProbe(r roles.Role, gpus []int, stdin []byte) ([]byte, []byte, *rpc.RunResult, error) {
+	return probeWith(stdin, func(stdio []*os.File) (*rpc.RunResult, error) {
+		req := &rpc.RunRequest{Role: r.Name, Argv: []string{"/proc/self/exe", "__probe"}, GPUs: gpus}
+		cmd, timeout, err := b.prepareRun(req, stdio)
+		if err != nil {
+			return nil, err
+		}
+		defer cmd.release()
+		return b.execute(cmd, timeout, nil)
+	})
+}
+
+// RunControllerProbe runs `thermite __probe` confined exactly as the
+// controller daemon is (confineController: its rule set, its filter, its
+// cgroup), with the plan on stdin, and returns what it wrote.
+func (b *Broker) RunControllerProbe(stdin []byte) ([]byte, []byte, *rpc.RunResult, error) {
+	return probeWith(stdin, func(stdio []*os.File) (*rpc.RunResult, error) {
+		cmd, err := b.confineController([]string{"/proc/self/exe", "__probe"}, [3]*os.File{stdio[0], stdio[1], stdio[2]})
+		if err != nil {
+			return nil, err
+		}
+		defer cmd.release()
+		return b.runCommand(cmd, time.Minute, b.cancelOr(nil))
+	})
+}
+
+// probeWith gives run a probe's stdin, stdout and stderr, feeds it stdin
+// and collects what it writes.
+func probeWith(stdin []byte, run func(stdio []*os.File) (*rpc.RunResult, error)) ([]byte, []byte, *rpc.RunResult, error) {
 	inR, inW, err := os.Pipe()
 	if err != nil {
 		return nil, nil, nil, err
@@ -152,22 +181,13 @@ func (b *Broker) RunProbe(r roles.Role, gpus []int, stdin []byte) ([]byte, []byt
 		outW.Close()
 		return nil, nil, nil, err
 	}
-	req := &rpc.RunRequest{Role: r.Name, Argv: []string{"/proc/self/exe", "__probe"}, GPUs: gpus}
-	cmd, timeout, err := b.prepareRun(req, []*os.File{inR, outW, errW})
-	if err != nil {
-		for _, f := range []*os.File{inR, inW, outR, outW, errR, errW} {
-			f.Close()
-		}
-		return nil, nil, nil, err
-	}
-	defer cmd.release()
 	var wg sync.WaitGroup
 	var stdout, stderr bytes.Buffer
 	wg.Add(3)
 	go func() { defer wg.Done(); inW.Write(stdin); inW.Close() }()
 	go func() { defer wg.Done(); io.Copy(&stdout, io.LimitReader(outR, 8<<20)); outR.Close() }()
 	go func() { defer wg.Done(); io.Copy(&stderr, io.LimitReader(errR, 1<<20)); errR.Close() }()
-	res, runErr := b.execute(cmd, timeout, nil)
+	res, runErr := run([]*os.File{inR, outW, errW})
 	inR.Close()
 	outW.Close()
 	errW.Close()
@@ -262,4 +282,16 @@ func (b *Broker) JudgeCPUsWhy() string {
 		return ""
 	}
 	return b.cpusetWhy()
+}
+
+// ControllerCgroup is the controller daemon's cgroup: the end of its path
+// ("<parent>/controller.daemon") as /proc/<pid>/cgroup shows it, its
+// folders, and the limits it must have; "" without cgroups.
+func (b *Broker) ControllerCgroup() (tail string, dirs []string, memoryBytes, pids int64) {
+	g, err := b.controllerGroupFor()
+	if err != nil || g == nil {
+		return "", nil, 0, 0
+	}
+	p := g.Path()
+	return filepath.Base(filepath.Dir(p)) + "/" + filepath.Base(p), g.Paths(), b.cfg.Cgroup.ControllerMemoryMB << 20, b.cfg.Cgroup.ControllerPids
 }

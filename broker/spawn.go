@@ -39,7 +39,10 @@ type command struct {
 	groups  []int
 	seccomp *seccomp.Options // the role's system-call filter, or nil
 	cgroup  *cgroup.Group    // the role's cgroup, or nil where none is writable
-	unhold  func()           // a timed run's release of its CPUs and cards
+	// inherit are descriptors the command keeps, from spawn.FDInherit on
+	// (the controller's bootstrap and API listener).
+	inherit []*os.File
+	unhold  func() // a timed run's release of its CPUs and cards
 	// cardStops says which processes of other roles were stopped because
 	// they had a card this timed run holds open.
 	cardStops []string
@@ -91,6 +94,15 @@ func (b *Broker) startShim(c *command, spec *spawn.Spec) (*child, error) {
 	if c.landlock != nil {
 		files = append(files, c.landlock.Fd())
 		spec.Landlock = true
+	}
+	if len(c.inherit) > 0 {
+		if c.landlock == nil {
+			files = append(files, b.devnull.Fd()) // FDLandlock's place
+		}
+		for i, f := range c.inherit {
+			files = append(files, f.Fd())
+			spec.Inherit = append(spec.Inherit, spawn.FDInherit+i)
+		}
 	}
 	groups := make([]uint32, len(c.groups))
 	for i, g := range c.groups {

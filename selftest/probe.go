@@ -81,6 +81,8 @@ const (
 	// OpAffinity asks sched_setaffinity for the CPU list Arg (or Path);
 	// Detail is the CPUs the thread may run on afterwards.
 	OpAffinity = "affinity"
+	OpAddKey   = "add-key" // add_key a user key to the process keyring
+	OpNetlink  = "netlink" // make a netlink socket of the family (protocol) Arg
 )
 
 // ProbeMain runs the probe. With `try OP PATH|PID` it runs one attempt and
@@ -448,6 +450,19 @@ func runAttempt(a Attempt, fds []int) Outcome {
 		return result(a.ID, connectTCP(target))
 	case OpUDP:
 		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+		if err == nil {
+			unix.Close(fd)
+		}
+		return result(a.ID, err)
+	case OpAddKey:
+		_, err := unix.AddKey("user", "thermite-selftest", []byte("canary"), unix.KEY_SPEC_PROCESS_KEYRING)
+		return result(a.ID, err)
+	case OpNetlink:
+		proto, err := strconv.Atoi(a.Arg)
+		if err != nil {
+			return Outcome{ID: a.ID, Got: "error: netlink family " + strconv.Quote(a.Arg)}
+		}
+		fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, proto)
 		if err == nil {
 			unix.Close(fd)
 		}

@@ -85,6 +85,27 @@ first timing user holds its judge CPUs (and card) exactly as a timed run does.
 		fmt.Fprintf(&b, "| %d | %s | %s | %s |\n", i+1, cell(row.Attempt), whoFor(row.Who), cell(want))
 	}
 	b.WriteString(`
+### The controller daemon
+
+A probe confined exactly as the controller daemon runs (the broker's
+` + "`confineController`" + `: its Landlock rule set, its seccomp filter, its cgroup)
+tries what a flaw in the controller's parsing would try. Its rows are
+reported as the role "` + DaemonLabel + `".
+
+| # | attempt | right outcome |
+|---|---|---|
+`)
+	for i, row := range DaemonRows {
+		want := strings.Join(row.Want, " or ")
+		if row.Check != nil {
+			want += ", then checked"
+		}
+		if row.Alone {
+			want += " (alone)"
+		}
+		fmt.Fprintf(&b, "| %d | %s | %s |\n", i+1, cell(row.Attempt), cell(want))
+	}
+	b.WriteString(`
 ## The rig's own rows
 
 Checked by the broker as root during the self-test; each must hold.

@@ -36,6 +36,11 @@ type Host interface {
 	EnvAllowed() []string
 	LandlockABI() int
 	RunProbe(role roles.Role, gpus []int, stdin []byte) (stdout, stderr []byte, res *rpc.RunResult, err error)
+	// RunControllerProbe runs the probe confined exactly as the controller
+	// daemon is.
+	RunControllerProbe(stdin []byte) (stdout, stderr []byte, res *rpc.RunResult, err error)
+	// ControllerCgroup is the controller daemon's cgroup ("" without one).
+	ControllerCgroup() (tail string, dirs []string, memoryBytes, pids int64)
 	StartCanary(role roles.Role, gpus []int) (pid int, stop func(), err error)
 	StopUser(role roles.Role) (int, error)
 	HandFolder(req *rpc.HandFolderRequest) (*rpc.HandFolderResult, error)
@@ -121,6 +126,8 @@ func Run(h Host) *rpc.SelftestResult {
 		fail("rig", "listen on a canary socket", "listening", err.Error())
 	}
 	c.ControllerPID = h.ControllerPID()
+	c.LiveController = c.ControllerPID
+	c.CtlCgroup, c.CtlCgroupDirs, c.CtlMemory, c.CtlPids = h.ControllerCgroup()
 	if c.ControllerPID == 0 {
 		pid, stop, err := h.StartCanary(c.Table.Controller(), nil)
 		if err != nil {
@@ -207,6 +214,11 @@ func Run(h Host) *rpc.SelftestResult {
 		}
 		stop()
 	}
+	// The controller daemon, confined as it runs, tries what a flaw in its
+	// parsing would try.
+	record(probeRows(c, c.Table.Controller(), DaemonLabel, DaemonRows, func(plan []Attempt) ([]Outcome, string) {
+		return runControllerProbe(h, plan)
+	}))
 	heldPhase(h, c, record, fail)
 	// Where no writable cgroup tree exists the rig runs on rlimits alone:
 	// the self-test says so, in its own row.
@@ -244,6 +256,15 @@ func roleOrder(c *Context, name string) int {
 // attempt does to that process (the broker kills a process that made it
 // its tracer) costs no other row its answer.
 func probeRole(h Host, c *Context, r roles.Role) []rpc.Probe {
+	return probeRows(c, r, r.Name, Policy, func(plan []Attempt) ([]Outcome, string) {
+		return runProbe(h, c, r, plan)
+	})
+}
+
+// probeRows plans the rows of table that apply to r, runs them with run
+// (the rows marked Alone each in a probe of their own) and judges every
+// outcome, naming who as the prober.
+func probeRows(c *Context, r roles.Role, who string, table []Row, run func(plan []Attempt) ([]Outcome, string)) []rpc.Probe {
 	type planned struct {
 		row     *Row
 		attempt Attempt
@@ -251,9 +272,9 @@ func probeRole(h Host, c *Context, r roles.Role) []rpc.Probe {
 	var plan []Attempt
 	var alone [][]Attempt
 	var rows []planned
-	for i := range Policy {
-		row := &Policy[i]
-		if !row.Who(r) || row.Held != c.Holding {
+	for i := range table {
+		row := &table[i]
+		if (row.Who != nil && !row.Who(r)) || row.Held != c.Holding {
 			continue
 		}
 		for k, a := range row.Make(c, r) {
@@ -269,9 +290,9 @@ func probeRole(h Host, c *Context, r roles.Role) []rpc.Probe {
 	byID := map[string]Outcome{}
 	failedRun := map[string]string{} // attempt ID -> why its probe gave no answer
 	for i, p := range append([][]Attempt{plan}, alone...) {
-		outs, why := runProbe(h, c, r, p)
+		outs, why := run(p)
 		if why != "" && i == 0 {
-			return []rpc.Probe{{Role: r.Name, Attempt: "run its probe", Expect: "ran", Got: why}}
+			return []rpc.Probe{{Role: who, Attempt: "run its probe", Expect: "ran", Got: why}}
 		}
 		for _, a := range p {
 			failedRun[a.ID] = why
@@ -293,7 +314,7 @@ func probeRole(h Host, c *Context, r roles.Role) []rpc.Probe {
 		if p.row.WantFor != nil {
 			want = p.row.WantFor(c, r)
 		}
-		row := rpc.Probe{Role: r.Name, Attempt: label, Expect: strings.Join(want, " or ")}
+		row := rpc.Probe{Role: who, Attempt: label, Expect: strings.Join(want, " or ")}
 		if !ok {
 			row.Got = "no answer from the probe"
 			if why := failedRun[p.attempt.ID]; why != "" {
@@ -332,6 +353,25 @@ func runProbe(h Host, c *Context, r roles.Role, plan []Attempt) ([]Outcome, stri
 	if r.Kind != roles.Controller {
 		h.StopUser(r)
 	}
+	if err != nil || run == nil || run.ExitCode != 0 {
+		why := fmt.Sprintf("%v", err)
+		if run != nil {
+			why = fmt.Sprintf("%v, exit %d (%s), %s", err, run.ExitCode, run.Stopped, strings.TrimSpace(string(stderr)))
+		}
+		return nil, "the probe could not run: " + why
+	}
+	var outs []Outcome
+	if err := json.Unmarshal(stdout, &outs); err != nil {
+		return nil, "the probe's answer is unreadable: " + err.Error()
+	}
+	return outs, ""
+}
+
+// runControllerProbe runs one probe confined as the controller daemon.
+// Nothing is stopped after it: its user is the controller's.
+func runControllerProbe(h Host, plan []Attempt) ([]Outcome, string) {
+	data, _ := json.Marshal(plan)
+	stdout, stderr, run, err := h.RunControllerProbe(data)
 	if err != nil || run == nil || run.ExitCode != 0 {
 		why := fmt.Sprintf("%v", err)
 		if run != nil {

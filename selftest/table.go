@@ -27,34 +27,42 @@ type Context struct {
 	Table         *roles.Table
 	BrokerPID     int
 	ControllerPID int // the controller, or a canary process of its user
-	Ledger        string
-	Kit           string
-	Secret        string
-	SecretValues  []string
-	BuildDir      string            // a build folder handed to the builder
-	StoredFile    string            // a file of a stored build
-	OtherPID      map[string]int    // role name -> a process of another role
-	Workspace     map[int]string    // lane number -> a workspace handed to it
-	RunKit        map[int]string    // timing card -> a file of its run's kit copy
-	RunOut        map[int]string    // timing card -> its run's out/
-	RunDir        map[int]string    // timing card -> its run's folder
-	RunBuild      map[int]string    // timing card -> its run's link to the stored build
-	EnvAllowed    map[string]bool   // the variables a role's command may have
-	AgentDir      map[int]string    // agent number -> an agent folder (with a token) handed to it
-	LaneArea      map[int]string    // lane number -> a research area handed to it
-	ResearchRun   string            // a run\'s research folder, the controller\'s
-	EndedToken    string            // a token of an ended trial, when one exists
-	OpenDir       string            // a folder every user may write by its mode (0777)
-	Abstract      string            // an abstract unix socket the broker listens on
-	TCPPort       int               // a TCP port on 127.0.0.1 that is not the API's
-	APIPort       int               // the harness API's TCP port (0: none)
-	OtherLoopback string            // ADDRESS:PORT of a canary on another loopback address at the API's port ("": no TCP API)
-	Network       map[string]string // role name -> its network policy
-	Cgroup        map[string]string // role name -> its cgroup's path, "" without cgroups
-	ControlKeySHA string            // the SHA-256 the launch named for control's key
-	GPU           *fence.Layout     // nil without a GPU layout
-	BrokerCapBnd  string            // the broker's own bounding set, as /proc shows it
-	Given         map[string][]int  // role name -> the cards its probe runs with
+	// LiveController is the controller daemon's pid when it runs, else 0.
+	LiveController int
+	// CtlCgroup is the controller daemon's cgroup as /proc/<pid>/cgroup
+	// ends it ("" without cgroups), CtlCgroupDirs its folders, CtlMemory
+	// and CtlPids the limits it must have.
+	CtlCgroup          string
+	CtlCgroupDirs      []string
+	CtlMemory, CtlPids int64
+	Ledger             string
+	Kit                string
+	Secret             string
+	SecretValues       []string
+	BuildDir           string            // a build folder handed to the builder
+	StoredFile         string            // a file of a stored build
+	OtherPID           map[string]int    // role name -> a process of another role
+	Workspace          map[int]string    // lane number -> a workspace handed to it
+	RunKit             map[int]string    // timing card -> a file of its run's kit copy
+	RunOut             map[int]string    // timing card -> its run's out/
+	RunDir             map[int]string    // timing card -> its run's folder
+	RunBuild           map[int]string    // timing card -> its run's link to the stored build
+	EnvAllowed         map[string]bool   // the variables a role's command may have
+	AgentDir           map[int]string    // agent number -> an agent folder (with a token) handed to it
+	LaneArea           map[int]string    // lane number -> a research area handed to it
+	ResearchRun        string            // a run\'s research folder, the controller\'s
+	EndedToken         string            // a token of an ended trial, when one exists
+	OpenDir            string            // a folder every user may write by its mode (0777)
+	Abstract           string            // an abstract unix socket the broker listens on
+	TCPPort            int               // a TCP port on 127.0.0.1 that is not the API's
+	APIPort            int               // the harness API's TCP port (0: none)
+	OtherLoopback      string            // ADDRESS:PORT of a canary on another loopback address at the API's port ("": no TCP API)
+	Network            map[string]string // role name -> its network policy
+	Cgroup             map[string]string // role name -> its cgroup's path, "" without cgroups
+	ControlKeySHA      string            // the SHA-256 the launch named for control's key
+	GPU                *fence.Layout     // nil without a GPU layout
+	BrokerCapBnd       string            // the broker's own bounding set, as /proc shows it
+	Given              map[string][]int  // role name -> the cards its probe runs with
 	// IPCLeft is, per role name, the key of a SysV object of each kind its
 	// user owned when it was stopped; LinkedSetID, per lane number, a set-id
 	// file of the lane's own in its workspace (placeLeftovers).
@@ -458,6 +466,107 @@ var Policy = []Row{
 	{Who: Only(roles.Timing), Attempt: "write its run's out/", Make: at(OpCreateIn, func(c *Context, r roles.Role) string { return c.RunOut[r.Index] }), Want: succeeds},
 }
 
+// DaemonLabel names the controller daemon's rows: its probe runs confined
+// exactly as the controller itself (rule set, filter, cgroup), not as a
+// command of the controller's user.
+const DaemonLabel = "controller daemon"
+
+// DaemonRows are what the controller daemon must not do, and what it must
+// still do: a flaw in what it parses reaches no further than this.
+var DaemonRows = []Row{
+	{Attempt: "write outside its own folders, in a folder whose mode lets everyone write", Make: at(OpCreateIn, func(c *Context, _ roles.Role) string { return c.OpenDir }), Want: refused},
+	{Attempt: "list a folder outside the places it reads", Make: at(OpList, func(c *Context, _ roles.Role) string { return c.OpenDir }), Want: refused},
+	{Attempt: "write its research folder", Make: at(OpCreateIn, func(c *Context, _ roles.Role) string { return c.ResearchRun }), Want: succeeds},
+	{Attempt: "write its own temp folder", Make: at(OpCreateIn, func(c *Context, r roles.Role) string { return tmpOf(c, r.Name) }), Want: succeeds},
+	{Attempt: "make a user namespace, as unshare -U does", Make: one(OpUnshare, ""), Want: notPerm},
+	{Attempt: "mount a file system", Make: at(OpMount, func(c *Context, r roles.Role) string { return tmpOf(c, r.Name) }), Want: notPerm},
+	{Attempt: "set up io_uring", Make: one(OpIOUring, ""), Want: notPerm},
+	{Attempt: "add a key to a kernel keyring", Make: one(OpAddKey, ""), Want: notPerm},
+	{Attempt: "open a netlink socket of a family other than NETLINK_ROUTE, such as uevents", Make: func(*Context, roles.Role) []Attempt {
+		return []Attempt{{Op: OpNetlink, Arg: strconv.Itoa(unix.NETLINK_KOBJECT_UEVENT)}}
+	}, Want: notPerm},
+	{Attempt: "open a NETLINK_ROUTE socket, as fetch's address lookup does", Make: func(*Context, roles.Role) []Attempt {
+		return []Attempt{{Op: OpNetlink, Arg: strconv.Itoa(unix.NETLINK_ROUTE)}}
+	}, Want: succeeds},
+	{Attempt: "connect to a TCP port, as fetch does", Make: func(c *Context, _ roles.Role) []Attempt {
+		return []Attempt{{Op: OpTCP, Arg: strconv.Itoa(c.TCPPort)}}
+	}, Want: succeeds},
+	{Attempt: "connect to the broker's abstract unix socket", Make: func(c *Context, _ roles.Role) []Attempt {
+		return []Attempt{{Op: OpAbstract, Arg: c.Abstract}}
+	}, Want: notPerm},
+	{Attempt: "reach the broker socket", Make: at(OpConnect, func(c *Context, _ roles.Role) string { return c.Cfg.BrokerSocket() }), Want: succeeds},
+	{Attempt: "make the broker its tracer with PTRACE_TRACEME", Make: one(OpTraceMe, ""), Want: notPerm, Alone: true},
+	{Attempt: "runs under a seccomp filter, Seccomp 2, with no_new_privs", Make: one(OpStatus, ""), Want: succeeds, Check: func(_ *Context, _ roles.Role, o Outcome) string {
+		return seccompFiltered(o.Detail)
+	}},
+	{Attempt: "runs inside the controller's cgroup", Make: func(c *Context, _ roles.Role) []Attempt {
+		if c.CtlCgroup == "" {
+			return nil
+		}
+		return []Attempt{{Op: OpCgroup}}
+	}, Want: succeeds, Check: func(c *Context, _ roles.Role, o Outcome) string {
+		if !strings.Contains(o.Detail, c.CtlCgroup) {
+			return fmt.Sprintf("not in %s: %s", c.CtlCgroup, strings.ReplaceAll(strings.TrimSpace(o.Detail), "\n", "; "))
+		}
+		return ""
+	}},
+}
+
+// seccompFiltered wants a status (as /proc/<pid>/status lists it) with
+// seccomp in filter mode and no_new_privs set.
+func seccompFiltered(status string) string {
+	var bad []string
+	if v := statusField(status, "Seccomp"); v != "2" {
+		bad = append(bad, "Seccomp "+v)
+	}
+	if v := statusField(status, "NoNewPrivs"); v != "1" {
+		bad = append(bad, "NoNewPrivs "+v)
+	}
+	return strings.Join(bad, ", ")
+}
+
+// controllerCgroupHolds checks the controller daemon's cgroup: its memory
+// limit and its pids limit as configured, in every hierarchy that has
+// them, and the running controller inside it.
+func controllerCgroupHolds(c *Context) string {
+	if c.CtlCgroup == "" {
+		return ""
+	}
+	var bad []string
+	mem, pids := false, false
+	for _, d := range c.CtlCgroupDirs {
+		for _, f := range []string{"memory.limit_in_bytes", "memory.max"} {
+			if data, err := os.ReadFile(filepath.Join(d, f)); err == nil {
+				mem = true
+				if got := strings.TrimSpace(string(data)); got != strconv.FormatInt(c.CtlMemory, 10) {
+					bad = append(bad, fmt.Sprintf("%s is %s, want %d", filepath.Join(d, f), got, c.CtlMemory))
+				}
+			}
+		}
+		if data, err := os.ReadFile(filepath.Join(d, "pids.max")); err == nil {
+			pids = true
+			if got := strings.TrimSpace(string(data)); got != strconv.FormatInt(c.CtlPids, 10) {
+				bad = append(bad, fmt.Sprintf("%s is %s, want %d", filepath.Join(d, "pids.max"), got, c.CtlPids))
+			}
+		}
+		if c.LiveController > 0 {
+			data, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+			if err != nil {
+				bad = append(bad, err.Error())
+			} else if !contains(strings.Fields(string(data)), strconv.Itoa(c.LiveController)) {
+				bad = append(bad, fmt.Sprintf("the controller (pid %d) is not in %s", c.LiveController, d))
+			}
+		}
+	}
+	if !mem {
+		bad = append(bad, "no memory limit file in "+strings.Join(c.CtlCgroupDirs, ", "))
+	}
+	if !pids {
+		bad = append(bad, "no pids.max in "+strings.Join(c.CtlCgroupDirs, ", "))
+	}
+	return strings.Join(bad, "; ")
+}
+
 // sysvKinds is one attempt of op for each kind of SysV IPC object.
 func sysvKinds(op string) func(*Context, roles.Role) []Attempt {
 	return func(*Context, roles.Role) []Attempt {
@@ -757,6 +866,17 @@ var RigChecks = []RigCheck{
 			ownerMode(c.Cfg.ResearchDir(), ctl.UID, ctl.GID, 0o755, unix.S_IFDIR))
 	}},
 	{"every timed run's folder is the controller's, open to one timing user's group alone", runFoldersClosed},
+	{"the running controller has a seccomp filter, Seccomp 2, and no_new_privs", func(c *Context) string {
+		if c.LiveController <= 0 {
+			return "" // not started yet: its probe's rows speak for it
+		}
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", c.LiveController))
+		if err != nil {
+			return err.Error()
+		}
+		return seccompFiltered(string(data))
+	}},
+	{"the controller's cgroup has its memory and pids limits, the running controller inside", controllerCgroupHolds},
 	{"every stored build holds plain files and folders only", func(c *Context) string {
 		return unplainStored(c.Cfg.StoreDir())
 	}},

@@ -354,12 +354,12 @@ func statusCmd() *cobra.Command {
 				printStatus(st)
 				if st.ControllerUp {
 					var ts []controller.TrialStatus
-					if err := ctlCall(cfg, "GET", "/v1/trials", nil, &ts); err == nil {
+					if err := ctlCallWithin(cfg, 5*time.Second, "GET", "/v1/trials", nil, &ts); err == nil {
 						fmt.Println(diskIntervals(ts, cfg.Trial.DiskCheck.Duration))
 						diskAlerts(os.Stdout, ts, cfg.Trial.DiskCheck.Duration)
 					}
 					var k controller.Kept
-					if err := ctlCall(cfg, "GET", "/v1/trials/kept", nil, &k); err == nil {
+					if err := ctlCallWithin(cfg, 5*time.Second, "GET", "/v1/trials/kept", nil, &k); err == nil {
 						fmt.Printf("ended trials kept: %d folders, %d MiB (trial.retain_ended %s; thermite trial prune removes them now)\n", k.Trials, k.Bytes>>20, cfg.Trial.RetainEnded)
 					}
 				}

@@ -12,6 +12,7 @@ import (
 	"thermite/internal/rpc"
 	"thermite/internal/testrig"
 	"thermite/internal/weaken"
+	"thermite/selftest"
 )
 
 func selftestJSON(t *testing.T, r *testrig.Rig, args ...string) (*rpc.SelftestResult, int) {
@@ -64,6 +65,10 @@ func TestSelftestHolds(t *testing.T) {
 		if seen[role.Name] < 20 {
 			t.Errorf("%s: only %d rows", role.Name, seen[role.Name])
 		}
+	}
+	// The controller daemon, confined as it runs, has rows of its own.
+	if seen[selftest.DaemonLabel] < 14 {
+		t.Errorf("%s: only %d rows", selftest.DaemonLabel, seen[selftest.DaemonLabel])
 	}
 	// The start-up self-test was recorded, and status shows the last one.
 	st := r.Status()
@@ -244,6 +249,25 @@ func TestSelftestCatchesBreakage(t *testing.T) {
 			roles: "rig",
 		},
 		{
+			// Issue 13: the controller daemon as it was before, with no rule
+			// set, no filter and no cgroup of its own. Its probe, confined
+			// by the same function, and the live controller both show it.
+			// (A plain user's mount the kernel refuses by itself.)
+			name: "the controller unconfined",
+			opts: testrig.Options{Tags: "thermite_weaken", Env: []string{"THERMITE_WEAKEN=" + weaken.ControllerBare}, Extra: `startup_selftest = "warn"`},
+			want: []string{
+				"write outside its own folders, in a folder whose mode lets everyone write",
+				"list a folder outside the places it reads",
+				"make a user namespace, as unshare -U does", "set up io_uring", "add a key to a kernel keyring",
+				"open a netlink socket of a family other than NETLINK_ROUTE, such as uevents",
+				"connect to the broker's abstract unix socket", "make the broker its tracer with PTRACE_TRACEME",
+				"runs under a seccomp filter, Seccomp 2, with no_new_privs", "runs inside the controller's cgroup",
+				"the running controller has a seccomp filter, Seccomp 2, and no_new_privs",
+				"the controller's cgroup has its memory and pids limits, the running controller inside",
+			},
+			roles: selftest.DaemonLabel,
+		},
+		{
 			name:  "an ambient capability",
 			opts:  testrig.Options{Tags: "thermite_weaken", Env: []string{"THERMITE_WEAKEN=cap-amb"}, Extra: `startup_selftest = "warn"`},
 			want:  []string{"CapEff, CapPrm, CapAmb and CapInh are 0"},
@@ -270,8 +294,13 @@ func TestSelftestCatchesBreakage(t *testing.T) {
 				names = append(names, a)
 			}
 			sort.Strings(names)
+			noCgroup := strings.HasPrefix(r.Status().Cgroup, "none")
 			var want []string
 			for _, w := range c.want {
+				if noCgroup && strings.Contains(w, "cgroup") {
+					t.Logf("%q: no writable cgroup tree here, so the row does not apply", w)
+					continue
+				}
 				if why, ok := kernelRefuses()[w]; ok {
 					t.Logf("%q holds here even without thermite (%s): not expected to fail", w, why)
 					continue

@@ -53,13 +53,22 @@ func ctlUnreachable(cfg config.Config, err error) error {
 // ctlCall posts (or gets, when body is nil) and decodes a JSON answer; a
 // non-200 answer is an error carrying the controller's one line.
 func ctlCall(cfg config.Config, method, path string, body, out any) error {
+	return ctlCallWithin(cfg, 0, method, path, body, out)
+}
+
+// ctlCallWithin is ctlCall, given up after limit (0: none): status must
+// answer even when the controller stops answering between the broker's
+// ping and this call.
+func ctlCallWithin(cfg config.Config, limit time.Duration, method, path string, body, out any) error {
 	var rd io.Reader
 	if body != nil {
 		b, _ := json.Marshal(body)
 		rd = bytes.NewReader(b)
 	}
 	req, _ := http.NewRequest(method, "http://controller"+path, rd)
-	resp, err := ctlClient(cfg).Do(req)
+	client := ctlClient(cfg)
+	client.Timeout = limit
+	resp, err := client.Do(req)
 	if err != nil {
 		return ctlUnreachable(cfg, err)
 	}

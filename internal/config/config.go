@@ -99,6 +99,11 @@ type Cgroup struct {
 	Enabled  bool  `toml:"enabled" json:"enabled"`
 	MemoryMB int64 `toml:"memory_mb" json:"memory_mb"` // a role's processes together, no swap
 	Pids     int64 `toml:"pids" json:"pids"`           // a role's tasks together
+	// ControllerMemoryMB and ControllerPids bound the controller daemon's
+	// own group (it and a kit's check): a flood it parses cannot take the
+	// host's memory or tasks.
+	ControllerMemoryMB int64 `toml:"controller_memory_mb" json:"controller_memory_mb"`
+	ControllerPids     int64 `toml:"controller_pids" json:"controller_pids"`
 }
 
 // Trial bounds a trial's disk.
@@ -232,7 +237,7 @@ func Default() Config {
 		},
 		Network: map[string]string{},
 		Perf:    []string{},
-		Cgroup:  Cgroup{Enabled: true, MemoryMB: 4096, Pids: 1024},
+		Cgroup:  Cgroup{Enabled: true, MemoryMB: 4096, Pids: 1024, ControllerMemoryMB: 2048, ControllerPids: 1024},
 		Trial:   Trial{DiskCapMB: 5120, DiskCheck: Duration{2 * time.Second}, RetainEnded: Duration{24 * time.Hour}, FetchArchiveMB: 256},
 		Agent:   Agent{WallTimeout: Duration{12 * time.Hour}},
 		Judge:   Judge{BuildDiskMB: 8192, RunOutMB: 2048, DiskCheck: Duration{500 * time.Millisecond}},
@@ -464,6 +469,12 @@ func (c *Config) Validate() error {
 	}
 	if c.Cgroup.MemoryMB < 0 || c.Cgroup.Pids < 0 {
 		return fmt.Errorf("cgroup.memory_mb and cgroup.pids: must be 0 (no limit) or more")
+	}
+	if c.Cgroup.ControllerMemoryMB < 64 {
+		return fmt.Errorf("cgroup.controller_memory_mb: %d must be at least 64 (the controller's own memory, no swap)", c.Cgroup.ControllerMemoryMB)
+	}
+	if c.Cgroup.ControllerPids < 64 {
+		return fmt.Errorf("cgroup.controller_pids: %d must be at least 64 (the controller's threads and a kit's check)", c.Cgroup.ControllerPids)
 	}
 	if c.Trial.DiskCapMB < 1 {
 		return fmt.Errorf("trial.disk_cap_mb: %d must be at least 1", c.Trial.DiskCapMB)

@@ -315,10 +315,12 @@ type Bootstrap struct {
 }
 
 // APIListenerFD is the controller's descriptor for the API's TCP listener.
-const APIListenerFD = 4
+// The controller starts through the shim, whose own descriptors are 3 to 6
+// (spawn.FDInherit is the first a command keeps).
+const APIListenerFD = 8
 
 // BootstrapFD is the controller's descriptor for its Bootstrap.
-const BootstrapFD = 3
+const BootstrapFD = 7
 
 // ControllerPing is the controller's liveness route on its socket.
 const ControllerPing = "/v1/ping"

@@ -30,6 +30,11 @@ type Options struct {
 	// __lanefs`), which needs its RESOLVE_BENEATH and checks every mode it
 	// is asked for itself. Every other command gets ENOSYS.
 	FileHelper bool `json:"file_helper,omitempty"`
+	// Controller selects the controller daemon's filter (ControllerOptions)
+	// instead of a role command's: its own sockets (restrictControllerSockets),
+	// no ptrace at all, and openat2 kept for the kit loader's
+	// RESOLVE_BENEATH. Network must then be empty.
+	Controller bool `json:"controller,omitempty"`
 	// Weakened names rules to leave out; only a thermite_weaken test build
 	// honours it.
 	Weakened []string `json:"weakened,omitempty"`
@@ -51,6 +56,12 @@ func (o Options) weakened(name string) bool {
 
 // Validate refuses options the filter cannot honour, naming the bad value.
 func (o Options) Validate() error {
+	if o.Controller {
+		if o.Network != "" || o.AllowPerf || o.FileHelper {
+			return fmt.Errorf("seccomp: the controller's filter takes no network policy, perf or file helper (got %q, %v, %v)", o.Network, o.AllowPerf, o.FileHelper)
+		}
+		return nil
+	}
 	switch o.Network {
 	case NetworkNone, NetworkAPI, NetworkOpen:
 		return nil
@@ -65,3 +76,8 @@ const (
 	WeakenSetIDOpenat2 = weaken.SetID   // denyOpenat2
 	WeakenAPITCP       = weaken.APITCP  // restrictSockets: TCP for api roles
 )
+
+// ControllerOptions are the controller daemon's filter: everything a role
+// command is refused, ptrace of any kind, and every socket but the ones it
+// serves and fetches with.
+func ControllerOptions() Options { return Options{Controller: true} }

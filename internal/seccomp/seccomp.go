@@ -67,13 +67,18 @@ func Program(o Options) ([]unix.SockFilter, error) {
 	denyTerminalInjection(a)
 	denySetIDModes(a)
 	if !o.weakened(WeakenSetIDOpenat2) {
-		denyOpenat2(a, o.FileHelper)
+		denyOpenat2(a, o.FileHelper || o.Controller)
 	}
 	if !o.weakened(WeakenSysVIPC) {
 		denySharedSysVIPC(a)
 	}
-	denyTraceMe(a)
-	restrictSockets(a, o)
+	if o.Controller {
+		denyPtrace(a)
+		restrictControllerSockets(a)
+	} else {
+		denyTraceMe(a)
+		restrictSockets(a, o)
+	}
 	a.ret(actionAllow)
 	return a.assemble()
 }
@@ -322,6 +327,14 @@ func denyTraceMe(a *assembler) {
 	})
 }
 
+// denyPtrace closes ptrace and the cross-process memory calls for the
+// controller daemon: it never debugs anything, and a flaw in its parsing
+// must not reach into the processes of its own user (a kit's check) or,
+// through PTRACE_TRACEME, hand the broker a tracee.
+func denyPtrace(a *assembler) {
+	a.denyCalls("ptrace", actionEPERM, unix.SYS_PTRACE, unix.SYS_PROCESS_VM_READV, unix.SYS_PROCESS_VM_WRITEV)
+}
+
 // denyOpenat2 answers openat2 with ENOSYS: its flags and mode sit in a
 // struct in memory, which a filter cannot read, so a role could make a
 // set-id file through it. glibc and Go fall back to openat on ENOSYS, whose
@@ -428,6 +441,49 @@ func restrictSockets(a *assembler, o Options) {
 		a.fail(fmt.Errorf("seccomp: no socket rules for network policy %q", policy))
 		return
 	}
+	a.syscallBlock("network", unix.SYS_SOCKETPAIR, func() {
+		a.loadArgLow(0) // domain, an int
+		a.decide(bpf.JumpEqual, unix.AF_UNIX, actionAllow, actionEPERM)
+	})
+}
+
+// restrictControllerSockets is the controller daemon's network: AF_UNIX
+// (its sockets, the broker's); TCP and UDP over IPv4 and IPv6 (the API's
+// TCP listener, fetch and its DNS lookups); and AF_NETLINK for
+// NETLINK_ROUTE alone, which Go's net package uses to list the host's
+// addresses. Raw and packet sockets, other IP protocols (ICMP, SCTP,
+// MPTCP) and every other netlink family (audit, uevents, netfilter...)
+// get EPERM; socketpair is AF_UNIX only.
+func restrictControllerSockets(a *assembler) {
+	a.syscallBlock("network", unix.SYS_SOCKET, func() {
+		notUnix, ipFamily, notIP, stream, dgram, allow, deny := a.newLabel(), a.newLabel(), a.newLabel(), a.newLabel(), a.newLabel(), a.newLabel(), a.newLabel()
+		a.loadArgLow(0) // domain, an int
+		a.jumpIf(bpf.JumpEqual, unix.AF_UNIX, allow, notUnix)
+		a.place(notUnix)
+		a.jumpIf(bpf.JumpEqual, unix.AF_INET, ipFamily, next)
+		a.jumpIf(bpf.JumpEqual, unix.AF_INET6, ipFamily, notIP)
+		a.place(ipFamily)
+		a.loadArgLow(1) // type, an int: the socket type plus creation flags
+		a.and(^uint32(unix.SOCK_NONBLOCK | unix.SOCK_CLOEXEC))
+		a.jumpIf(bpf.JumpEqual, unix.SOCK_STREAM, stream, next)
+		a.jumpIf(bpf.JumpEqual, unix.SOCK_DGRAM, dgram, deny)
+		a.place(stream)
+		a.loadArgLow(2) // protocol, an int; 0 picks TCP for a stream
+		a.jumpIf(bpf.JumpEqual, 0, allow, next)
+		a.jumpIf(bpf.JumpEqual, unix.IPPROTO_TCP, allow, deny)
+		a.place(dgram)
+		a.loadArgLow(2) // 0 picks UDP for a datagram socket
+		a.jumpIf(bpf.JumpEqual, 0, allow, next)
+		a.jumpIf(bpf.JumpEqual, unix.IPPROTO_UDP, allow, deny)
+		a.place(notIP)
+		a.jumpIf(bpf.JumpEqual, unix.AF_NETLINK, next, deny)
+		a.loadArgLow(2) // the netlink family
+		a.jumpIf(bpf.JumpEqual, unix.NETLINK_ROUTE, allow, deny)
+		a.place(allow)
+		a.ret(actionAllow)
+		a.place(deny)
+		a.ret(actionEPERM)
+	})
 	a.syscallBlock("network", unix.SYS_SOCKETPAIR, func() {
 		a.loadArgLow(0) // domain, an int
 		a.decide(bpf.JumpEqual, unix.AF_UNIX, actionAllow, actionEPERM)

@@ -34,6 +34,9 @@ const (
 	FDReport   = 4 // the shim writes a failure here; exec closes it on success
 	FDCwd      = 5 // the working folder, opened by the broker beneath scratch
 	FDLandlock = 6 // the role's Landlock rule set, when there is one
+	// FDInherit is the first descriptor a command may be handed to keep
+	// (Spec.Inherit): the controller's bootstrap and API listener.
+	FDInherit = 7
 )
 
 // Rlimit is one resource limit to set.
@@ -64,6 +67,9 @@ type Spec struct {
 	StopTimeoutMS int64 `json:"stop_timeout_ms,omitempty"`
 	// Seccomp is the command's system-call filter, installed last.
 	Seccomp *seccomp.Options `json:"seccomp,omitempty"`
+	// Inherit lists descriptors, each FDInherit or above, that the command
+	// keeps across the exec: the controller's bootstrap pipe and listener.
+	Inherit []int `json:"inherit,omitempty"`
 	// KeepFDs leaves a descriptor open across the exec; only a
 	// thermite_weaken test build honours it.
 	KeepFDs bool `json:"keep_fds,omitempty"`
@@ -250,6 +256,14 @@ func Main() {
 	// Nothing but stdio survives the exec, whatever the runtime opened.
 	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
 		fail("close_range", err)
+	}
+	for _, fd := range s.Inherit {
+		if fd < FDInherit {
+			fail("inherit", fmt.Errorf("descriptor %d is the shim's own", fd))
+		}
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, 0); err != nil {
+			fail("inherit", fmt.Errorf("descriptor %d: %w", fd, err))
+		}
 	}
 	if weaken.Enabled && s.KeepFDs {
 		// The test build's leak: the working folder's descriptor.

@@ -26,4 +26,7 @@ const (
 	// allows AF_INET and AF_INET6 stream sockets and Landlock the API's
 	// port, on any address.
 	APITCP = "api-tcp"
+	// ControllerBare starts the controller daemon as before issue 13: no
+	// rule set, no filter, no cgroup of its own.
+	ControllerBare = "controller-bare"
 )
