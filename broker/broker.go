@@ -80,6 +80,12 @@ type Broker struct {
 	// the role's (the shim closes all but stdio), so the unlinked-file
 	// measure passes over them.
 	ownExec map[int]bool
+	// runGen counts each role's command starts, handGen the changes to
+	// the folders handed to roles, and usage keeps each role's last disk
+	// measure for reuse while neither moves (usagecache.go).
+	runGen  map[int]uint64
+	handGen uint64
+	usage   map[int]keptUsage
 	// starting are shims forked but not yet exec'd: not dumpable until
 	// they exec, and holding nothing of the role's.
 	starting  map[int]bool
@@ -110,6 +116,8 @@ func New(cfg config.Config, log *slog.Logger) (*Broker, error) {
 		userLocks: map[int]*sync.Mutex{},
 		stopLocks: map[int]*sync.Mutex{},
 		ownExec:   map[int]bool{},
+		runGen:    map[int]uint64{},
+		usage:     map[int]keptUsage{},
 		starting:  map[int]bool{},
 		handed:    map[int]map[string]bool{},
 		cpuHolds:  map[string]cpuset.Set{},

@@ -107,6 +107,7 @@ func (b *Broker) handTop(top *os.File, r roles.Role, req *rpc.HandFolderRequest)
 func (b *Broker) recordHanded(r roles.Role, path string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.bumpAllLocked()
 	for _, m := range b.handed {
 		delete(m, path)
 	}
@@ -123,6 +124,7 @@ func (b *Broker) recordHanded(r roles.Role, path string) {
 func (b *Broker) forgetHanded(r roles.Role, path string) {
 	b.mu.Lock()
 	delete(b.handed[r.UID], path)
+	b.bumpAllLocked()
 	b.mu.Unlock()
 }
 
@@ -186,7 +188,11 @@ func (b *Broker) ClearSetID(r roles.Role) *rpc.SetIDReport {
 
 // DiskUsage measures a role's HOME, TMPDIR and the folders handed to it,
 // and what its processes keep in unlinked files.
-func (b *Broker) DiskUsage(r roles.Role) (*rpc.DiskUsage, error) {
+func (b *Broker) DiskUsage(r roles.Role, helperIdle bool) (*rpc.DiskUsage, error) {
+	gen, idle := b.roleGen(r.UID), b.roleIdle(r.UID)
+	if u, ok := b.reusableUsage(r.UID, gen, helperIdle && idle); ok {
+		return u, nil
+	}
 	u := &rpc.DiskUsage{}
 	var errs []error
 	b.eachOwnedFolder(r, func(top *os.File) {
@@ -205,6 +211,10 @@ func (b *Broker) DiskUsage(r roles.Role) (*rpc.DiskUsage, error) {
 	if err != nil {
 		errs = append(errs, err)
 	}
+	// Kept for reuse only when nothing of the role could change its files
+	// while they were walked: idle before and after, no command started.
+	keep := len(errs) == 0 && idle && b.roleIdle(r.UID) && b.roleGen(r.UID) == gen
+	b.keepUsage(r.UID, gen, u, keep)
 	// A walk that could not finish counts as too much: a tree built to
 	// defeat the measure is over every cap.
 	return u, errors.Join(errs...)

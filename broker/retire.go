@@ -88,5 +88,6 @@ func (b *Broker) forgetBeneath(p string) error {
 			}
 		}
 	}
+	b.bumpAllLocked()
 	return nil
 }

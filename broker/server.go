@@ -185,7 +185,7 @@ func (b *Broker) dispatch(c *rpc.Conn, req *rpc.Request, files []*os.File, cred 
 		if err != nil {
 			return fail(err)
 		}
-		u, err := b.DiskUsage(r)
+		u, err := b.DiskUsage(r, req.DiskUsage.HelperIdle)
 		if err != nil {
 			return fail(err)
 		}
@@ -231,6 +231,8 @@ func (b *Broker) cancelOr(c <-chan struct{}) <-chan struct{} {
 // StopUser ends every process of the role's user and says how many there
 // were when it began: the helper's kill(-1) loop, which nothing escapes.
 func (b *Broker) StopUser(r roles.Role) (int, error) {
+	// Stopping empties its HOME and TMPDIR: its last disk measure is old.
+	defer b.bumpRole(r.UID)
 	// The controller's user is the running controller: stopping it would
 	// end the controller (its supervisor would start another after
 	// stopping every role). Only the broker's own stop of the rig does that.

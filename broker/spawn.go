@@ -144,6 +144,11 @@ func (b *Broker) startShim(c *command, spec *spawn.Spec) (*child, error) {
 		return nil, fmt.Errorf("start %s: %w", c.role.Name, err)
 	}
 	ch := &child{pid: pid, pidfd: pidfd, started: started, exited: exited}
+	if spec.Mode != spawn.ModeHeld {
+		// Anything of the role may change what it holds: no disk measure
+		// of it taken before is reused.
+		b.bumpRole(c.role.UID)
+	}
 	b.mu.Lock()
 	b.starting[pid] = true
 	b.mu.Unlock()

@@ -80,8 +80,8 @@ func (b *brokerClient) status() (*rpc.Status, error) {
 
 // diskUsage is what a role holds: its folders, and the unlinked files its
 // processes keep open. The broker answers what it measured with its error.
-func (b *brokerClient) diskUsage(role string) (rpc.DiskUsage, error) {
-	resp, err := b.call(&rpc.Request{Op: rpc.OpDiskUsage, DiskUsage: &rpc.DiskUsageRequest{Role: role}})
+func (b *brokerClient) diskUsage(role string, helperIdle bool) (rpc.DiskUsage, error) {
+	resp, err := b.call(&rpc.Request{Op: rpc.OpDiskUsage, DiskUsage: &rpc.DiskUsageRequest{Role: role, HelperIdle: helperIdle}})
 	if err != nil {
 		if resp != nil && resp.DiskUsage != nil {
 			return *resp.DiskUsage, err

@@ -181,7 +181,24 @@ func (c *Controller) watchDisks() {
 // measurement over its cap, or a tree built so that it cannot be walked.
 func (c *Controller) checkDisk(rt *trialRT) int64 {
 	lane, _ := c.table.Lane(rt.t.Lane)
-	u, err := c.measureParts(rt.t.Lane)
+	// The file helper's changes are counted before the measure: one made
+	// while it runs shows at the next.
+	fsc := rt.files()
+	var changes uint64
+	if fsc != nil {
+		changes = fsc.Changes()
+	}
+	rt.mu.Lock()
+	idle := fsc != nil && rt.measuredFS == fsc && rt.measuredChanges == changes
+	rt.mu.Unlock()
+	u, err := c.measureRoles(rt.t.Lane, idle)
+	rt.mu.Lock()
+	if err == nil {
+		rt.measuredFS, rt.measuredChanges = fsc, changes
+	} else {
+		rt.measuredFS = nil
+	}
+	rt.mu.Unlock()
 	total := u.Bytes
 	capBytes := c.cfg.Trial.DiskCapMB << 20
 	switch verdict := diskVerdict(total, capBytes, err); verdict {
@@ -203,7 +220,7 @@ func (c *Controller) checkDisk(rt *trialRT) int64 {
 	case diskUnmeasured:
 		c.diskUnmeasured(rt, total, err)
 	default:
-		c.diskMeasured(rt, total)
+		c.diskMeasured(rt, total, u.Reused)
 	}
 	return total
 }
@@ -262,11 +279,11 @@ func (c *Controller) diskUnmeasured(rt *trialRT, total int64, err error) {
 
 // diskMeasured records a good measurement, and the end of a run of
 // failures.
-func (c *Controller) diskMeasured(rt *trialRT, total int64) {
+func (c *Controller) diskMeasured(rt *trialRT, total int64, reused bool) {
 	now := time.Now().UTC()
 	rt.mu.Lock()
 	was, n, prev := rt.disk.Error, rt.disk.Failures, rt.disk.Checked
-	rt.disk = DiskState{Bytes: total, Checked: now}
+	rt.disk = DiskState{Bytes: total, Checked: now, Reused: reused}
 	if !prev.IsZero() {
 		rt.disk.IntervalMS = now.Sub(prev).Milliseconds()
 	}
@@ -303,18 +320,30 @@ func (c *Controller) measure(lane int) (int64, error) {
 
 // measureParts is measure with the unlinked files' share apart.
 func (c *Controller) measureParts(lane int) (rpc.DiskUsage, error) {
+	return c.measureRoles(lane, false)
+}
+
+// measureRoles measures a lane's and its agent's folders. With laneIdle
+// (the lane's file helper changed nothing since its last measure) the
+// broker may reuse its last measure of a role that ran nothing since; the
+// agent has no file helper, so only its own commands change its folder.
+func (c *Controller) measureRoles(lane int, laneIdle bool) (rpc.DiskUsage, error) {
 	l, _ := c.table.Lane(lane)
 	a, _ := c.table.Agent(lane)
 	var total rpc.DiskUsage
 	var errs []error
-	for _, r := range []string{l.Name, a.Name} {
-		u, err := c.broker.diskUsage(r)
+	for _, r := range []struct {
+		name string
+		idle bool
+	}{{l.Name, laneIdle}, {a.Name, true}} {
+		u, err := c.broker.diskUsage(r.name, r.idle)
+		total.Reused = (r.name == l.Name || total.Reused) && u.Reused
 		total.Bytes += u.Bytes
 		total.Entries += u.Entries
 		total.Unlinked += u.Unlinked
 		total.UnlinkedFiles += u.UnlinkedFiles
 		if err != nil {
-			errs = append(errs, fmt.Errorf("disk usage of %s: %w", r, err))
+			errs = append(errs, fmt.Errorf("disk usage of %s: %w", r.name, err))
 		}
 	}
 	return total, errors.Join(errs...)

@@ -75,7 +75,7 @@ func (g *diskGuard) watch() {
 
 // check measures once and says whether the command is over its limit.
 func (g *diskGuard) check() bool {
-	u, err := g.c.broker.diskUsage(g.role)
+	u, err := g.c.broker.diskUsage(g.role, false)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if u.Bytes > g.limitMB<<20 || diskVerdict(u.Bytes, g.limitMB<<20, err) == diskUnwalkable {

@@ -29,14 +29,17 @@ const LaneFSArg = lanefs.Arg
 // its API accounting.
 type trialRT struct {
 	checking atomic.Bool // a disk check of it runs
-	t        ledger.Trial
-	fs       *lanefs.Client
-	stopFS   func()
-	inflight atomic.Int64 // API requests in flight on its token
-	recorded atomic.Int64 // bytes of steps and notes recorded
-	notes    atomic.Int64
-	archived atomic.Int64 // bytes its fetches archived (trial.fetch_archive_mb)
-	mu       sync.Mutex
+	// The file helper and its change count at the last good disk measure.
+	measuredFS      *lanefs.Client
+	measuredChanges uint64
+	t               ledger.Trial
+	fs              *lanefs.Client
+	stopFS          func()
+	inflight        atomic.Int64 // API requests in flight on its token
+	recorded        atomic.Int64 // bytes of steps and notes recorded
+	notes           atomic.Int64
+	archived        atomic.Int64 // bytes its fetches archived (trial.fetch_archive_mb)
+	mu              sync.Mutex
 	// closing is set, and ctx cancelled, when the trial begins to end: no
 	// request starts after it, and those in flight are cancelled, so no
 	// command of the lane starts after its processes are stopped.
@@ -69,6 +72,10 @@ type DiskState struct {
 	// IntervalMS is the real time between its last two measurements; more
 	// than twice disk_check is shown as an alert, never silently.
 	IntervalMS int64 `json:"interval_ms,omitempty"`
+	// Reused says the last check walked nothing: no command of the lane
+	// or agent ran and its file helper changed nothing since the walk
+	// before, so that walk's figure still held.
+	Reused bool `json:"reused,omitempty"`
 }
 
 // effect decides whether a request of the trial may still act: it runs f

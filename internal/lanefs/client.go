@@ -9,6 +9,7 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"sync/atomic"
 )
 
 // ErrConnection marks a failure of the connection to the helper, not of a
@@ -26,6 +27,10 @@ type Client struct {
 
 	wmu sync.Mutex // one frame written at a time
 
+	// changes counts the starts and ends of the calls that may change the
+	// workspace.
+	changes atomic.Uint64
+
 	mu      sync.Mutex
 	next    uint64
 	pending map[uint64]chan []byte
@@ -39,6 +44,9 @@ func NewClient(conn io.ReadWriteCloser) *Client {
 	go c.readLoop()
 	return c
 }
+
+// Changes counts the calls so far that may have changed the workspace.
+func (c *Client) Changes() uint64 { return c.changes.Load() }
 
 // Close closes the connection; calls in flight fail with ErrConnection.
 func (c *Client) Close() error {
@@ -101,6 +109,13 @@ func (c *Client) fail(err error) {
 func (c *Client) call(ctx context.Context, op string, args, out any) error {
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	switch op {
+	case opWrite, opEdit, opDelete, opMkdir:
+		// Counted as it is sent and again as it ends: a measure that ran
+		// while the change was under way always sees a newer count after.
+		c.changes.Add(1)
+		defer c.changes.Add(1)
 	}
 	c.mu.Lock()
 	if c.broken != nil {

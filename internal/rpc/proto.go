@@ -50,6 +50,12 @@ type Request struct {
 // folders handed to it.
 type DiskUsageRequest struct {
 	Role string `json:"role"`
+	// HelperIdle is the controller's word that the role's file helper
+	// changed nothing since the last measure of the role. The broker may
+	// then answer with that measure, when also no command of the role has
+	// started since and none but the broker's own helpers runs: nothing
+	// could have changed what the role holds.
+	HelperIdle bool `json:"helper_idle,omitempty"`
 }
 
 // DiskUsage is the bytes (allocated blocks) and entries it found.
@@ -60,6 +66,9 @@ type DiskUsage struct {
 	// the role's processes keep open or mapped, in UnlinkedFiles files.
 	Unlinked      int64 `json:"unlinked,omitempty"`
 	UnlinkedFiles int   `json:"unlinked_files,omitempty"`
+	// Reused says the answer is the last measure's: nothing of the role
+	// ran or changed since.
+	Reused bool `json:"reused,omitempty"`
 }
 
 // Response answers one Request. Error is one line naming what was wrong.
