@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"strings"
 
+	"thermite/fence"
 	"thermite/internal/cgroup"
+	"thermite/internal/hostpolicy"
 	"thermite/internal/weaken"
 	"thermite/roles"
 )
@@ -79,4 +81,31 @@ func (b *Broker) cgroupStatus() string {
 		return "none: " + b.cgWhy + " (rlimits only)"
 	}
 	return fmt.Sprintf("%s; per role: memory %d MiB (no swap), %d tasks", b.cg.String(), b.cfg.Cgroup.MemoryMB, b.cfg.Cgroup.Pids)
+}
+
+// decideKernelPolicy applies the kernel policy (internal/hostpolicy) to
+// this kernel's Landlock ABI and this cgroup tree: a protection lost here
+// and not named in host.accept_lost refuses the start.
+func (b *Broker) decideKernelPolicy() error {
+	b.kernel = hostpolicy.Host{ABI: landlockABI(), FenceABI: b.cfg.GPU.FenceMinABI, CgroupsOff: !b.cfg.Cgroup.Enabled}
+	if b.cg == nil {
+		b.kernel.Cgroups = b.cgWhy
+	}
+	if err := hostpolicy.Decide(b.kernel, b.cfg.Host.AcceptLost); err != nil {
+		if strings.Contains(err.Error(), "landlock") || b.kernel.ABI == 0 {
+			// internal/testrig matches these words to skip tests on such a kernel.
+			return fmt.Errorf("broker: %w; without it, the policy every role command runs under needs Landlock ABI %d", err, fence.PolicyABI)
+		}
+		return fmt.Errorf("broker: %w", err)
+	}
+	for _, w := range b.Without() {
+		b.log.Warn("running without a protection (host.accept_lost)", "protection", w)
+	}
+	return nil
+}
+
+// Without names the protections this rig runs without, accepted by the
+// operator: for the status and the self-test's verdict.
+func (b *Broker) Without() []string {
+	return hostpolicy.Without(b.kernel, b.cfg.Host.AcceptLost)
 }

@@ -15,6 +15,7 @@ import (
 
 	"thermite/fence"
 	"thermite/internal/config"
+	"thermite/internal/hostpolicy"
 	"thermite/internal/sysvipc"
 	"thermite/roles"
 )
@@ -58,6 +59,8 @@ type Context struct {
 	// file of the lane's own in its workspace (placeLeftovers).
 	IPCLeft     map[string]map[string]int32
 	LinkedSetID map[int]string
+	// Lost holds the protections the operator accepted losing here.
+	Lost map[string]bool
 }
 
 // Who says which roles a row applies to.
@@ -101,6 +104,10 @@ type Row struct {
 	Check func(c *Context, r roles.Role, o Outcome) string
 	// Alone runs the row's attempts each in a probe process of its own.
 	Alone bool
+	// Lost names the protection (internal/hostpolicy) the row proves: a
+	// failure where the operator accepted that protection's loss is
+	// recorded as such, and the verdict says "without" it.
+	Lost string
 }
 
 func one(op, path string) func(*Context, roles.Role) []Attempt {
@@ -207,7 +214,7 @@ var Policy = []Row{
 	// The hardening: only its own places are writable, namespaces, mounts,
 	// set-id modes, io_uring and terminal injection are refused, abstract
 	// sockets are scoped, and the network is the role's policy.
-	{Who: Every, Attempt: "write a folder whose mode lets everyone write", Make: at(OpCreateIn, func(c *Context, _ roles.Role) string { return c.OpenDir }), Want: refused},
+	{Who: Every, Attempt: "write a folder whose mode lets everyone write", Make: at(OpCreateIn, func(c *Context, _ roles.Role) string { return c.OpenDir }), Want: refused, Lost: hostpolicy.LandlockFS},
 	{Who: Every, Attempt: "make a user namespace, as unshare -U does", Make: one(OpUnshare, ""), Want: notPerm},
 	{Who: Every, Attempt: "mount a file system", Make: at(OpMount, func(c *Context, r roles.Role) string { return tmpOf(c, r.Name) }), Want: notPerm},
 	{Who: Every, Attempt: "chmod a file set-uid", Make: at(OpChmodSUID, func(c *Context, r roles.Role) string { return filepath.Join(tmpOf(c, r.Name), ".selftest-suid") }), Want: notPerm},
@@ -216,7 +223,7 @@ var Policy = []Row{
 	{Who: Every, Attempt: "inject terminal input with TIOCSTI", Make: one(OpTIOCSTI, ""), Want: notPerm},
 	{Who: Every, Attempt: "connect to the broker's abstract unix socket", Make: func(c *Context, _ roles.Role) []Attempt {
 		return []Attempt{{Op: OpAbstract, Arg: c.Abstract}}
-	}, Want: notPerm},
+	}, Want: notPerm, Lost: hostpolicy.LandlockScope},
 	{Who: Every, Attempt: "connect to a TCP port that is not the API's", Make: func(c *Context, r roles.Role) []Attempt {
 		return []Attempt{{Op: OpTCP, Arg: strconv.Itoa(c.TCPPort)}}
 	}, WantFor: func(c *Context, r roles.Role) []string {
@@ -229,7 +236,7 @@ var Policy = []Row{
 			return refused
 		}
 		return succeeds
-	}},
+	}, Lost: hostpolicy.LandlockNet},
 	{Who: Every, Attempt: "connect to the harness API's TCP port", Make: func(c *Context, r roles.Role) []Attempt {
 		if c.APIPort == 0 || c.Network[r.Name] == "none" {
 			return nil
@@ -322,7 +329,7 @@ var Policy = []Row{
 			}
 		}
 		return out
-	}, Want: refused},
+	}, Want: refused, Lost: hostpolicy.GPUIoctlFence},
 	{Who: Every, Attempt: "open a GPU control node without a card", Make: func(c *Context, r roles.Role) []Attempt {
 		if c.GPU == nil || len(c.Given[r.Name]) > 0 {
 			return nil

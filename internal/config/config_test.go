@@ -62,6 +62,7 @@ func TestBadInputNamesTheKey(t *testing.T) {
 		"[api]\nmax_inflight_bytes_per_token = 1024\n":      "api.max_inflight_bytes_per_token",
 		"[api]\nmax_inflight_bytes = 1048576\n":             "api.max_inflight_bytes:",
 		"[api]\nmax_connections = 3\n":                      `unknown key "api.max_connections"`,
+		"[host]\naccept_lost = [\"landlock-everything\"]\n": `host.accept_lost: "landlock-everything" is not a protection`,
 	}
 	for text, want := range cases {
 		p := write(t, text)

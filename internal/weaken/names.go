@@ -13,4 +13,7 @@ const (
 	// RunFolder0711 leaves a timed run's folder as it was before issue 12:
 	// the controller's, 0711, reachable by whoever knows its path.
 	RunFolder0711 = "run-folder-0711"
+	// LandlockABIPrefix, followed by a number, pretends the kernel has that
+	// Landlock ABI (when lower than its own).
+	LandlockABIPrefix = "landlock-abi-"
 )

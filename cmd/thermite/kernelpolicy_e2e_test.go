@@ -1,0 +1,129 @@
+package main
+
+import (
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"thermite/internal/testrig"
+)
+
+// oldKernel is a test build that pretends the kernel has Landlock ABI abi:
+// the broker builds that kernel's rule sets, for real, on this one.
+func oldKernel(abi int, extra string) testrig.Options {
+	return testrig.Options{Tags: "thermite_weaken", Env: []string{"THERMITE_WEAKEN=landlock-abi-" + strconv.Itoa(abi)}, Extra: extra, NoStart: true}
+}
+
+func listenTCP(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+}
+
+// Debian 12's 6.1 has Landlock ABI 2: no TCP rules, no scoping. The rig
+// refuses it in one line naming the ABI, the protection and the setting,
+// and undoes its start.
+func TestOldKernelRefusedUnlessItsLossesAreAccepted(t *testing.T) {
+	r := testrig.New(t, oldKernel(2, ""))
+	if err := r.Launch(); err != nil {
+		t.Fatal(err)
+	}
+	exitErr, done := r.WaitExit(20 * time.Second)
+	if !done || exitErr == nil {
+		t.Fatalf("broker on ABI 2 with nothing accepted: exit %v (done %v)\n%s", exitErr, done, r.LogText())
+	}
+	log := r.LogText()
+	for _, w := range []string{"landlock ABI 2 (needs 4): landlock-net is lost", `[host] accept_lost = [\"landlock-net\"]`} {
+		if !strings.Contains(log, w) {
+			t.Errorf("refusal lacks %q:\n%s", w, log)
+		}
+	}
+	if strings.Contains(log, "IOCTL_DEV") {
+		t.Errorf("refusal names the wrong feature:\n%s", log)
+	}
+	if modes := r.PlaceModes(); strings.Contains(strings.Join(modes, " "), "000") {
+		t.Errorf("a refused start left places closed: %v", modes)
+	}
+}
+
+// With the operator's word the rig runs on ABI 2 and says, in the status and
+// the verdict, exactly what it runs without; what it lost is really lost
+// (an api role reaches any TCP port), and what ABI 2 still has holds
+// (writes stay in the role's own places).
+func TestAcceptedLossesNamedInStatusAndVerdict(t *testing.T) {
+	r := testrig.New(t, oldKernel(2, "[host]\naccept_lost = [\"landlock-net\", \"landlock-scope\"]\n"))
+	if err := r.Start(); err != nil {
+		t.Fatal(err)
+	}
+	st := r.Status()
+	without := strings.Join(st.Without, "; ")
+	if without != "landlock-net (landlock ABI 2 (needs 4)); landlock-scope (landlock ABI 2 (needs 6))" {
+		t.Fatalf("status without: %q", without)
+	}
+	out, _, _ := r.Thermite("status")
+	if !strings.Contains(out, "without") || !strings.Contains(out, "landlock-net (landlock ABI 2 (needs 4))") {
+		t.Errorf("thermite status does not name the losses:\n%s", out)
+	}
+	res, code := selftestJSON(t, r)
+	if code != 0 || !strings.HasPrefix(res.Sentence, "isolation holds, without: landlock-net (landlock ABI 2 (needs 4)), landlock-scope") {
+		t.Fatalf("verdict (exit %d): %s", code, res.Sentence)
+	}
+	lostRows := 0
+	for _, p := range res.Probes {
+		if strings.Contains(p.Got, "lost, accepted") {
+			lostRows++
+		}
+	}
+	if lostRows == 0 {
+		t.Errorf("no self-test row says a protection was lost: the verdict would hide it")
+	}
+	port := listenTCP(t)
+	if got := r.Probe("lane-1", "tcp", port); got != "ok" {
+		t.Errorf("lane-1 to a TCP port not the API's on ABI 2: %s (the loss named is not the loss)", got)
+	}
+	if got := r.Probe("builder", "tcp", port); got != "EPERM" {
+		t.Errorf("builder (network none) on ABI 2: %s, want EPERM from seccomp", got)
+	}
+	open := filepath.Join(r.Dir, "open")
+	os.MkdirAll(open, 0o777)
+	os.Chmod(open, 0o777)
+	if got := r.Probe("lane-1", "create-in", open); got != "EACCES" {
+		t.Errorf("lane-1 writes a world-writable folder on ABI 2: %s", got)
+	}
+	if _, stderr, code := r.RunAs("lane-1", nil, "sh", "-c", "echo x > $TMPDIR/f && cat $TMPDIR/f"); code != 0 {
+		t.Errorf("lane-1 in its own TMPDIR on ABI 2: %q", stderr)
+	}
+}
+
+// A kernel without Landlock runs only with every loss accepted; file modes
+// and seccomp are then the whole line, and the verdict says so.
+func TestNoLandlockRunsOnlyWithEveryLossNamed(t *testing.T) {
+	r := testrig.New(t, oldKernel(0, "[host]\naccept_lost = [\"landlock-fs\", \"landlock-net\", \"landlock-scope\"]\n"))
+	if err := r.Start(); err != nil {
+		t.Fatal(err)
+	}
+	res, code := selftestJSON(t, r)
+	if code != 0 || !strings.Contains(res.Sentence, "isolation holds, without: landlock-fs (no Landlock") {
+		t.Fatalf("verdict (exit %d): %s", code, res.Sentence)
+	}
+	if got := r.Probe("builder", "unshare", ""); got != "EPERM" {
+		t.Errorf("builder makes a user namespace without Landlock: %s", got)
+	}
+}

@@ -1,0 +1,121 @@
+package hostpolicy
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func names(ms []Missing) string {
+	var out []string
+	for _, m := range ms {
+		out = append(out, m.Name)
+	}
+	return strings.Join(out, ",")
+}
+
+// The table per ABI: what is lost on each kernel an operator may meet.
+func TestEachABILosesExactlyWhatItLacks(t *testing.T) {
+	cases := map[int]struct{ covered, lost string }{
+		0: {"landlock-refer,landlock-truncate", "landlock-fs,landlock-net,gpu-ioctl-fence,landlock-scope"},
+		1: {"landlock-refer,landlock-truncate", "landlock-net,gpu-ioctl-fence,landlock-scope"},
+		2: {"landlock-truncate", "landlock-net,gpu-ioctl-fence,landlock-scope"}, // Debian 12's 6.1
+		4: {"", "gpu-ioctl-fence,landlock-scope"},                             // Ubuntu 24.04's 6.8
+		5: {"", "landlock-scope"},
+		6: {"", ""}, // 6.12
+		7: {"", ""},
+		9: {"", ""}, // newer than this table
+	}
+	for abi, want := range cases {
+		v := Evaluate(Host{ABI: abi, FenceABI: 5})
+		if got := names(v.Covered); got != want.covered {
+			t.Errorf("ABI %d covered: %q, want %q", abi, got, want.covered)
+		}
+		if got := names(v.Lost); got != want.lost {
+			t.Errorf("ABI %d lost: %q, want %q", abi, got, want.lost)
+		}
+	}
+}
+
+func TestOldKernelRefusedInOneLineNamingTheSetting(t *testing.T) {
+	err := Decide(Host{ABI: 2, FenceABI: 5}, nil)
+	if err == nil {
+		t.Fatal("ABI 2 with nothing accepted: started")
+	}
+	msg := err.Error()
+	for _, w := range []string{"landlock ABI 2 (needs 4)", "landlock-net is lost", `[host] accept_lost = ["landlock-net"]`} {
+		if !strings.Contains(msg, w) {
+			t.Errorf("refusal %q lacks %q", msg, w)
+		}
+	}
+	if strings.Contains(msg, "\n") || strings.Contains(msg, "IOCTL_DEV") {
+		t.Errorf("refusal is not one line naming the missing feature: %q", msg)
+	}
+	// Accepting one loss refuses for the next one.
+	if err := Decide(Host{ABI: 2, FenceABI: 5}, []string{LandlockNet}); err == nil || !strings.Contains(err.Error(), "landlock-scope") {
+		t.Errorf("ABI 2, landlock-net accepted: %v", err)
+	}
+	// Both accepted: it runs, the GPU lock being GPU work's own matter.
+	acc := []string{LandlockNet, LandlockScope}
+	if err := Decide(Host{ABI: 2, FenceABI: 5}, acc); err != nil {
+		t.Errorf("ABI 2, all accepted: %v", err)
+	}
+	w := strings.Join(Without(Host{ABI: 2, FenceABI: 5}, acc), "; ")
+	if w != "landlock-net (landlock ABI 2 (needs 4)); landlock-scope (landlock ABI 2 (needs 6))" {
+		t.Errorf("without: %q", w)
+	}
+}
+
+func TestReadOnlyCgroupTreeRefusedUnlessAccepted(t *testing.T) {
+	h := Host{ABI: 6, FenceABI: 5, Cgroups: "no writable cgroup tree: cgroup: /sys/fs/cgroup: cgroup v2 is mounted read-only"}
+	err := Decide(h, nil)
+	if err == nil || !strings.Contains(err.Error(), "cgroup-limits is lost") || !strings.Contains(err.Error(), "mounted read-only") {
+		t.Fatalf("read-only tree: %v", err)
+	}
+	if err := Decide(h, []string{CgroupLimits}); err != nil {
+		t.Fatalf("accepted: %v", err)
+	}
+	if w := Without(h, []string{CgroupLimits}); len(w) != 1 || !strings.HasPrefix(w[0], "cgroup-limits (no writable cgroup tree") {
+		t.Fatalf("without: %q", w)
+	}
+	// cgroup.enabled = false is the operator's own word: runs, named.
+	off := Host{ABI: 6, FenceABI: 5, Cgroups: "cgroups are off in the configuration", CgroupsOff: true}
+	if err := Decide(off, nil); err != nil {
+		t.Fatalf("cgroups off: %v", err)
+	}
+	if w := Without(off, nil); len(w) != 1 {
+		t.Fatalf("cgroups off not named: %q", w)
+	}
+}
+
+func TestGPUWorkRefusedOnlyWhereNeitherLockHolds(t *testing.T) {
+	noFence := errors.New("fence: landlock ABI 4 lacks IOCTL_DEV (need 5)")
+	if why := GPUDecision(true, "", nil, nil); why != "" {
+		t.Errorf("both locks: %q", why)
+	}
+	if why := GPUDecision(false, "not root", nil, nil); why != "" {
+		t.Errorf("fence alone: %q", why)
+	}
+	if why := GPUDecision(true, "", noFence, nil); !strings.Contains(why, `accept_lost = ["gpu-ioctl-fence"]`) {
+		t.Errorf("permissions alone, not accepted: %q", why)
+	}
+	if why := GPUDecision(true, "", noFence, []string{GPUIoctlFence}); why != "" {
+		t.Errorf("permissions alone, accepted: %q", why)
+	}
+	if why := GPUDecision(false, "not root", noFence, []string{GPUIoctlFence}); !strings.Contains(why, "neither GPU lock holds") {
+		t.Errorf("neither lock, accepted anyway: %q", why)
+	}
+	// A missing non-GPU feature never refuses GPU work by itself.
+	if err := Decide(Host{ABI: 4, FenceABI: 5}, []string{LandlockScope}); err != nil {
+		t.Errorf("ABI 4, scope accepted: %v", err)
+	}
+}
+
+func TestAcceptLostNamesAreChecked(t *testing.T) {
+	if err := Validate([]string{"landlock-net", "cgroup-limits"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := Validate([]string{"landlock"}); err == nil || !strings.Contains(err.Error(), "host.accept_lost") {
+		t.Fatalf("a wrong name: %v", err)
+	}
+}
