@@ -127,3 +127,29 @@ func TestNoLandlockRunsOnlyWithEveryLossNamed(t *testing.T) {
 		t.Errorf("builder makes a user namespace without Landlock: %s", got)
 	}
 }
+
+// A lane's fork loop cannot outrun its stop: the broker kills the role's
+// cgroup at once (cgroup.kill on v2, the freezer on v1), then the helper's
+// kill(-1) loop finds nothing; the lane runs again afterwards.
+func TestForkLoopStoppedThroughTheRolesCgroup(t *testing.T) {
+	r := testrig.New(t, testrig.Options{Extra: "[limits]\nprocesses = 2000\n[cgroup]\nenabled = true\npids = 300\n"})
+	requireCgroups(t, r)
+	go r.RunAs("lane-1", nil, "sh", "-c", "exec >/dev/null 2>&1 </dev/null; f() { while :; do setsid sh -c 'sleep 600' & done; }; f")
+	deadline := time.Now().Add(20 * time.Second)
+	for len(r.Procs("lane-1")) < 100 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := len(r.Procs("lane-1")); n < 100 {
+		t.Fatalf("the fork loop did not grow: %d processes", n)
+	}
+	out, stderr, code := r.Thermite("stop", "lane-1")
+	if code != 0 {
+		t.Fatalf("stop: exit %d: %s %s", code, out, stderr)
+	}
+	if left := r.Procs("lane-1"); len(left) != 0 {
+		t.Fatalf("%d processes of lane-1 left after stop", len(left))
+	}
+	if got, _, code := r.RunAs("lane-1", nil, "echo", "again"); code != 0 || strings.TrimSpace(got) != "again" {
+		t.Fatalf("lane-1 after stop: exit %d %q", code, got)
+	}
+}

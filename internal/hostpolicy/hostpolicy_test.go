@@ -20,7 +20,7 @@ func TestEachABILosesExactlyWhatItLacks(t *testing.T) {
 		0: {"landlock-refer,landlock-truncate", "landlock-fs,landlock-net,gpu-ioctl-fence,landlock-scope"},
 		1: {"landlock-refer,landlock-truncate", "landlock-net,gpu-ioctl-fence,landlock-scope"},
 		2: {"landlock-truncate", "landlock-net,gpu-ioctl-fence,landlock-scope"}, // Debian 12's 6.1
-		4: {"", "gpu-ioctl-fence,landlock-scope"},                             // Ubuntu 24.04's 6.8
+		4: {"", "gpu-ioctl-fence,landlock-scope"},                               // Ubuntu 24.04's 6.8
 		5: {"", "landlock-scope"},
 		6: {"", ""}, // 6.12
 		7: {"", ""},
