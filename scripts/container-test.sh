@@ -255,9 +255,15 @@ layout = "dedicated"'
 # the stand-in driver information (the runtime owns /proc, so it is mounted
 # elsewhere and proc_root names it).
 GPU_PROC=/run/thermite-stand-in/proc
+# podman here (cgroup v1, no writable-cgroup option) gives the container a
+# read-only cgroup tree: the rig runs there only with that loss accepted,
+# and names it (docs/container.md says how a host gives a writable one).
 RIG_RUN="$RIG_IMAGE
 dev_root = \"/dev\"
-proc_root = \"$GPU_PROC\""
+proc_root = \"$GPU_PROC\"
+
+[host]
+accept_lost = [\"cgroup-limits\"]"
 printf '%s\n' "$RIG_RUN" >"$WORK/rig.toml"
 # The one-container image is built with RIG_RUN itself: its own rig.toml
 # (RIG_RUN and the [image] table the Dockerfile adds) is what it runs with.
