@@ -48,7 +48,7 @@ var Protections = []Protection{
 		Lost: "writes wherever file modes let any user write (world-writable places that are not closed); GPU files are held by their modes alone"},
 	{Name: LandlockRefer, ABI: 2,
 		What:    "links and renames across folders only within what a role may write",
-		Covered: "ABI 1 refuses every link or rename into another folder under the rule set: stricter, nothing is lost"},
+		Covered: "ABI 1 refuses every link or rename into another folder under the rule set (stricter); without Landlock, file modes alone, as for landlock-fs"},
 	{Name: LandlockTruncate, ABI: 3,
 		What:    "truncating only files the role may write",
 		Covered: "truncate needs write permission on the file, and opening for write is Landlock's WRITE_FILE"},
@@ -194,13 +194,32 @@ func Validate(names []string) error {
 	return nil
 }
 
-// Table spells the policy per ABI for the documentation.
+// Table spells the policy for the documentation: every protection, what
+// it keeps a role from, and what is left without it; then, per Landlock
+// ABI, which hold, which are covered and which are lost.
 func Table() string {
 	var b strings.Builder
-	b.WriteString("| Landlock ABI | holds | covered by another mechanism | lost (needs accept_lost) |\n|---|---|---|---|\n")
+	b.WriteString("| protection (`accept_lost` name) | needs | keeps a role from | without it |\n|---|---|---|---|\n")
+	for _, p := range Protections {
+		need := fmt.Sprintf("Landlock ABI %d", p.ABI)
+		if p.ABI == 0 {
+			need = "a writable cgroup tree (memory, pids)"
+		}
+		without := "lost: " + p.Lost
+		if p.Covered != "" {
+			without = "covered: " + p.Covered
+		}
+		fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", p.Name, need, p.What, without)
+	}
+	b.WriteString("\n| Landlock ABI | holds | covered by another mechanism | lost (needs accept_lost) |\n|---|---|---|---|\n")
 	for abi := 0; abi <= 7; abi++ {
 		v := Evaluate(Host{ABI: abi, FenceABI: 5})
-		var cov, lost []string
+		var holds, cov, lost []string
+		for _, n := range v.Holds {
+			if n != CgroupLimits {
+				holds = append(holds, n)
+			}
+		}
 		for _, m := range v.Covered {
 			cov = append(cov, m.Name)
 		}
@@ -213,7 +232,7 @@ func Table() string {
 		} else if abi == 7 {
 			label = "7 and newer"
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", label, dash(v.Holds), dash(cov), dash(lost))
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", label, dash(holds), dash(cov), dash(lost))
 	}
 	return b.String()
 }

@@ -2,6 +2,7 @@ package hostpolicy
 
 import (
 	"errors"
+	"os"
 	"strings"
 	"testing"
 )
@@ -117,5 +118,16 @@ func TestAcceptLostNamesAreChecked(t *testing.T) {
 	}
 	if err := Validate([]string{"landlock"}); err == nil || !strings.Contains(err.Error(), "host.accept_lost") {
 		t.Fatalf("a wrong name: %v", err)
+	}
+}
+
+// The README's table is this table: an operator reads what the rig does.
+func TestREADMEKernelTableIsCurrent(t *testing.T) {
+	data, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(data), Table()) {
+		t.Errorf("README.md lacks the kernel policy table as it is now; paste this under \"Kernels, cgroups and what holds\":\n%s", Table())
 	}
 }
