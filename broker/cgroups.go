@@ -94,7 +94,7 @@ func (b *Broker) decideKernelPolicy() error {
 	if err := hostpolicy.Decide(b.kernel, b.cfg.Host.AcceptLost); err != nil {
 		if strings.Contains(err.Error(), "landlock") || b.kernel.ABI == 0 {
 			// internal/testrig matches these words to skip tests on such a kernel.
-			return fmt.Errorf("broker: %w; without it, the policy every role command runs under needs Landlock ABI %d", err, fence.PolicyABI)
+			return fmt.Errorf("broker: %w (in full, the policy every role command runs under needs Landlock ABI %d)", err, fence.PolicyABI)
 		}
 		return fmt.Errorf("broker: %w", err)
 	}
