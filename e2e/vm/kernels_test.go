@@ -38,8 +38,12 @@ type vmResult struct {
 	Seconds       float64  `json:"scenario_seconds"`
 }
 
-// pidsLimit and the memory limit are riginit's: 64 tasks, 128 MiB.
-const pidsLimit = 64
+// riginit's limits: 64 tasks and 128 MiB per role's cgroup, RLIMIT_NPROC
+// 512 per user.
+const (
+	pidsLimit  = 64
+	nprocLimit = 512
+)
 
 // TestRigOnKernelsAndCgroupSetups boots the rig on Debian's 6.12 with a
 // writable cgroup v2, 6.12 with a read-only one (a container's view) and
@@ -125,6 +129,12 @@ func TestRigOnKernelsAndCgroupSetups(t *testing.T) {
 		// (512 here) is all that holds the fork bomb.
 		if strings.Contains(r.MemoryBomb, "limit:memory") {
 			t.Errorf("memory bomb stopped by a limit that cannot be there: %s", r.MemoryBomb)
+		}
+		if r.ForkBombMax > nprocLimit {
+			t.Errorf("fork bomb reached %d processes, over RLIMIT_NPROC %d", r.ForkBombMax, nprocLimit)
+		}
+		if r.LaneCgroup != "0::/" {
+			t.Errorf("lane-1 in %q on a read-only tree", r.LaneCgroup)
 		}
 	})
 	check("6.1", func(t *testing.T, r vmResult) {

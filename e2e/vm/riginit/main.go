@@ -67,8 +67,10 @@ func main() {
 		os.Exit(membomb(os.Args[2]))
 	}
 	defer powerOff()
+	mountAll()
+	// The command line is read from /proc, mounted just now.
 	ro := param("thermite.cgroup", "rw") == "ro"
-	mountAll(ro)
+	mountCgroup(ro)
 	fmt.Printf("%s %s s after boot; kernel %s\n", markInit, uptime(), kernelRelease())
 	os.Setenv("PATH", "/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
 	os.Setenv("HOME", "/root")
@@ -344,9 +346,8 @@ func loopbackUp() error {
 	return nil
 }
 
-// mountAll mounts what the rig expects; cgroup2 read-only where asked, as
-// an unprivileged container gets it.
-func mountAll(ro bool) {
+// mountAll mounts what the rig expects but the cgroup tree.
+func mountAll() {
 	for _, m := range []struct{ dir, fstype string }{
 		{"/proc", "proc"}, {"/sys", "sysfs"}, {"/dev", "devtmpfs"}, {"/tmp", "tmpfs"}, {"/run", "tmpfs"}, {"/dev/shm", "tmpfs"}, {"/var/tmp", "tmpfs"},
 	} {
@@ -368,6 +369,11 @@ func mountAll(ro bool) {
 	}
 	os.MkdirAll("/dev/pts", 0o755)
 	unix.Mount("devpts", "/dev/pts", "devpts", 0, "ptmxmode=0666,mode=0620")
+}
+
+// mountCgroup mounts cgroup2, read-only where asked, as an unprivileged
+// container gets it.
+func mountCgroup(ro bool) {
 	var flags uintptr
 	if ro {
 		flags = unix.MS_RDONLY
