@@ -153,3 +153,23 @@ func TestForkLoopStoppedThroughTheRolesCgroup(t *testing.T) {
 		t.Fatalf("lane-1 after stop: exit %d %q", code, got)
 	}
 }
+
+// accept_lost names what the kernel lacks; on a kernel that has it, a
+// protection that breaks anyway (here: no rule set at all) is still a
+// failure: the acceptance never turns a broken row into "lost, accepted".
+func TestAcceptLostDoesNotHideABrokenProtection(t *testing.T) {
+	r := testrig.New(t, testrig.Options{Tags: "thermite_weaken", Env: []string{"THERMITE_WEAKEN=no-landlock"},
+		Extra: "startup_selftest = \"warn\"\n[host]\naccept_lost = [\"landlock-fs\", \"landlock-net\", \"landlock-scope\"]\n"})
+	if w := r.Status().Without; len(w) != 0 {
+		t.Fatalf("this kernel lacks nothing, yet the status says without %q", w)
+	}
+	res, _ := selftestJSON(t, r)
+	if res.Holds || !strings.HasPrefix(res.Sentence, "isolation does NOT hold") || !strings.Contains(res.Sentence, "abstract unix socket") {
+		t.Fatalf("verdict with Landlock broken on a kernel that has it: %s", res.Sentence)
+	}
+	for _, p := range res.Probes {
+		if strings.Contains(p.Got, "lost, accepted") {
+			t.Errorf("a row says its protection's loss was accepted: %+v", p)
+		}
+	}
+}
