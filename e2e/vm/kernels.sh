@@ -114,9 +114,9 @@ echo "vm: packed the root, thermite and /init in $(since "$t") s (initramfs $(du
 status=0
 for setup in $setups; do
 	case $setup in
-	6.12-rw) kdir=kernel cg=rw accept="" ;;
-	6.12-ro) kdir=kernel cg=ro accept="cgroup-limits" ;;
-	6.1) kdir=kernel61 cg=rw accept="landlock-net,landlock-scope" ;;
+	6.12-rw) kdir=kernel cg=rw accept="" extra="thermite.stopbench=1" ;;
+	6.12-ro) kdir=kernel cg=ro accept="cgroup-limits" extra="" ;;
+	6.1) kdir=kernel61 cg=rw accept="landlock-net,landlock-scope" extra="" ;;
 	*) fail "unknown setup $setup" ;;
 	esac
 	release=$(cat "$cache/$kdir/current")
@@ -126,7 +126,7 @@ for setup in $setups; do
 	set +e
 	timeout -k 10 "$boot_timeout" qemu-system-x86_64 -machine q35 -accel tcg -cpu max -smp "$smp" -m 2G \
 		-nographic -no-reboot -nic none -kernel "$cache/$kdir/vmlinuz-$release" -initrd "$work/initramfs.cpio" \
-		-append "console=ttyS0 panic=-1 quiet loglevel=3 thermite.cgroup=$cg ${accept:+thermite.accept=$accept}" </dev/null 2>&1 |
+		-append "console=ttyS0 panic=-1 quiet loglevel=3 thermite.cgroup=$cg ${accept:+thermite.accept=$accept} $extra" </dev/null 2>&1 |
 		while IFS= read -r line; do
 			printf 'vm: [%s] %s\n' "$setup" "${line%$'\r'}"
 		done | tee "$log"

@@ -20,22 +20,24 @@ import (
 
 // vmResult is what e2e/vm/riginit measured in one machine (its Result).
 type vmResult struct {
-	Kernel        string   `json:"kernel"`
-	Cgroup        string   `json:"cgroup"`
-	LandlockABI   int      `json:"landlock_abi"`
-	DefaultStart  string   `json:"default_start"`
-	AcceptedStart string   `json:"accepted_start"`
-	Without       []string `json:"without"`
-	CgroupStatus  string   `json:"cgroup_status"`
-	Sentence      string   `json:"sentence"`
-	LaneCgroup    string   `json:"lane_cgroup"`
-	MemoryBomb    string   `json:"memory_bomb"`
-	ForkBombMax   int      `json:"fork_bomb_max"`
-	StopSeconds   float64  `json:"stop_seconds"`
-	LeftAfterStop int      `json:"left_after_stop"`
-	Trial         string   `json:"trial"`
-	Errors        []string `json:"errors"`
-	Seconds       float64  `json:"scenario_seconds"`
+	Kernel        string    `json:"kernel"`
+	Cgroup        string    `json:"cgroup"`
+	LandlockABI   int       `json:"landlock_abi"`
+	DefaultStart  string    `json:"default_start"`
+	AcceptedStart string    `json:"accepted_start"`
+	Without       []string  `json:"without"`
+	CgroupStatus  string    `json:"cgroup_status"`
+	Sentence      string    `json:"sentence"`
+	LaneCgroup    string    `json:"lane_cgroup"`
+	MemoryBomb    string    `json:"memory_bomb"`
+	ForkBombMax   int       `json:"fork_bomb_max"`
+	StopSeconds   float64   `json:"stop_seconds"`
+	LeftAfterStop int       `json:"left_after_stop"`
+	Trial         string    `json:"trial"`
+	StopCgroupMS  []float64 `json:"stop_cgroup_ms"`
+	StopHelperMS  []float64 `json:"stop_helper_ms"`
+	Errors        []string  `json:"errors"`
+	Seconds       float64   `json:"scenario_seconds"`
 }
 
 // riginit's limits: 64 tasks and 128 MiB per role's cgroup, RLIMIT_NPROC
@@ -114,6 +116,12 @@ func TestRigOnKernelsAndCgroupSetups(t *testing.T) {
 			t.Errorf("verdict: %q", r.Sentence)
 		}
 		held(t, r)
+		// The stop with cgroup.kill beside the helper alone: figures, not
+		// an assertion on speed (software emulation on a shared machine).
+		if len(r.StopCgroupMS) == 0 || len(r.StopHelperMS) == 0 {
+			t.Errorf("no stop figures: cgroup %v, helper %v", r.StopCgroupMS, r.StopHelperMS)
+		}
+		t.Logf("stop of 50 sleepers: with the role's cgroup (cgroup.kill, then the helper) %v ms; the helper alone %v ms", r.StopCgroupMS, r.StopHelperMS)
 	})
 	check("6.12-ro", func(t *testing.T, r vmResult) {
 		if !strings.Contains(r.DefaultStart, "cgroup-limits is lost") || !strings.Contains(r.DefaultStart, "read-only") {

@@ -42,24 +42,29 @@ const (
 
 // Result is what one setup measured; kernels_test.go asserts on it.
 type Result struct {
-	Kernel         string   `json:"kernel"`
-	Cgroup         string   `json:"cgroup"` // rw or ro, as mounted
-	LandlockABI    int      `json:"landlock_abi"`
-	DefaultStart   string   `json:"default_start"` // "ready" or the refusal line
-	AcceptedStart  string   `json:"accepted_start,omitempty"`
-	StartSeconds   float64  `json:"start_seconds"`
-	Without        []string `json:"without"`
-	CgroupStatus   string   `json:"cgroup_status"`
-	Sentence       string   `json:"sentence"`
-	LaneCgroup     string   `json:"lane_cgroup"`
-	MemoryBomb     string   `json:"memory_bomb"` // the run's stop reason and exit code
-	ForkBombMax    int      `json:"fork_bomb_max"`
-	StopSeconds    float64  `json:"stop_seconds"`
-	StopOutput     string   `json:"stop_output"`
-	LeftAfterStop  int      `json:"left_after_stop"`
-	Trial          string   `json:"trial"`
-	Errors         []string `json:"errors,omitempty"`
-	ScenarioSecond float64  `json:"scenario_seconds"`
+	Kernel        string   `json:"kernel"`
+	Cgroup        string   `json:"cgroup"` // rw or ro, as mounted
+	LandlockABI   int      `json:"landlock_abi"`
+	DefaultStart  string   `json:"default_start"` // "ready" or the refusal line
+	AcceptedStart string   `json:"accepted_start,omitempty"`
+	StartSeconds  float64  `json:"start_seconds"`
+	Without       []string `json:"without"`
+	CgroupStatus  string   `json:"cgroup_status"`
+	Sentence      string   `json:"sentence"`
+	LaneCgroup    string   `json:"lane_cgroup"`
+	MemoryBomb    string   `json:"memory_bomb"` // the run's stop reason and exit code
+	ForkBombMax   int      `json:"fork_bomb_max"`
+	StopSeconds   float64  `json:"stop_seconds"`
+	StopOutput    string   `json:"stop_output"`
+	LeftAfterStop int      `json:"left_after_stop"`
+	Trial         string   `json:"trial"`
+	// StopCgroupMS and StopHelperMS are `thermite stop lane-1` of 50
+	// sleeping processes, with the role's cgroup (cgroup.kill, then the
+	// helper) and with cgroups off (the helper alone), in milliseconds.
+	StopCgroupMS   []float64 `json:"stop_cgroup_ms,omitempty"`
+	StopHelperMS   []float64 `json:"stop_helper_ms,omitempty"`
+	Errors         []string  `json:"errors,omitempty"`
+	ScenarioSecond float64   `json:"scenario_seconds"`
 }
 
 func main() {
@@ -235,7 +240,47 @@ func scenario(ro bool) *Result {
 	}
 	r.Trial = "ok"
 	fmt.Printf("RIG: trial %s: started, ran a command, ended\n", tr.ID)
+	if param("thermite.stopbench", "") == "1" {
+		r.StopCgroupMS = stopTimes(uid, errf)
+		broker.Process.Signal(unix.SIGTERM)
+		broker.Wait()
+		os.WriteFile(cfgPath, []byte(strings.Replace(base, "enabled = true", "enabled = false", 1)), 0o644)
+		if broker, state = startBroker(); state != "ready" {
+			errf("start with cgroups off: %s", state)
+			return r
+		}
+		r.StopHelperMS = stopTimes(uid, errf)
+		fmt.Printf("RIG: stop of 50 sleepers: with the role's cgroup %v ms, the helper alone %v ms\n", r.StopCgroupMS, r.StopHelperMS)
+	}
 	return r
+}
+
+// stopTimes times `thermite stop lane-1` of 50 sleeping processes, 5 times.
+func stopTimes(uid int, errf func(string, ...any)) []float64 {
+	var out []float64
+	for range 5 {
+		c := exec.Command(bin, "run-as", "lane-1", "--", "/bin/sh", "-c",
+			"exec >/dev/null 2>&1 </dev/null; i=0; while [ $i -lt 50 ]; do setsid sleep 600 & i=$((i+1)); done")
+		c.Start()
+		deadline := time.Now().Add(30 * time.Second)
+		for countUID(uid) < 50 && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		c.Wait()
+		if n := countUID(uid); n < 50 {
+			errf("only %d sleepers started", n)
+			return out
+		}
+		t0 := time.Now()
+		if o, err := run(bin, "stop", "lane-1"); err != nil {
+			errf("stop: %v: %s", err, o)
+		}
+		out = append(out, float64(time.Since(t0).Microseconds())/1000)
+		if n := countUID(uid); n != 0 {
+			errf("%d left after stop", n)
+		}
+	}
+	return out
 }
 
 // startBroker starts `thermite serve` and waits until it is ready or has
