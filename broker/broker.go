@@ -55,10 +55,12 @@ type Broker struct {
 
 	ctlKeyPath, ctlKeySHA string // control\'s key, when the launch names one
 
-	cg       *cgroup.Tree    // nil where no writable tree exists
-	cgWhy    string          // why there is none
-	kernel   hostpolicy.Host // what the kernel and the cgroup tree give
+	cg       *cgroup.Tree // nil where no writable tree exists
+	cgWhy    string       // why there is none
 	cgGroups map[int]*cgroup.Group
+
+	// kernel is what the kernel and the cgroup tree give (internal/hostpolicy).
+	kernel hostpolicy.Host
 
 	stopping atomic.Bool
 	stopCh   chan struct{}

@@ -221,24 +221,24 @@ const (
 
 // Status is the broker's view of the rig.
 type Status struct {
-	Phase          string `json:"phase"`
-	PhaseWhy       string `json:"phase_why,omitempty"`
-	BrokerPID      int    `json:"broker_pid"`
-	StartedAt      string `json:"started_at"`
-	ControllerPID  int    `json:"controller_pid"`
-	ControllerUp   bool   `json:"controller_answers"`
-	ControllerRuns int    `json:"controller_starts"`
-	StateDir       string `json:"state_dir"`
-	Socket         string `json:"socket"`
-	LandlockABI    int    `json:"landlock_abi"`
-	Cgroup         string `json:"cgroup"`
+	Phase          string          `json:"phase"`
+	PhaseWhy       string          `json:"phase_why,omitempty"`
+	BrokerPID      int             `json:"broker_pid"`
+	StartedAt      string          `json:"started_at"`
+	ControllerPID  int             `json:"controller_pid"`
+	ControllerUp   bool            `json:"controller_answers"`
+	ControllerRuns int             `json:"controller_starts"`
+	StateDir       string          `json:"state_dir"`
+	Socket         string          `json:"socket"`
+	LandlockABI    int             `json:"landlock_abi"`
+	Cgroup         string          `json:"cgroup"`
+	Roles          []RoleStatus    `json:"roles"`
+	Selftest       *SelftestResult `json:"selftest,omitempty"`
+	GPU            *GPUStatus      `json:"gpu,omitempty"`
+	Notes          []string        `json:"notes,omitempty"`
 	// Without names the protections this host lacks that the operator
 	// accepted (host.accept_lost), each with why it is missing.
-	Without  []string        `json:"without,omitempty"`
-	Roles    []RoleStatus    `json:"roles"`
-	Selftest *SelftestResult `json:"selftest,omitempty"`
-	GPU      *GPUStatus      `json:"gpu,omitempty"`
-	Notes    []string        `json:"notes,omitempty"`
+	Without []string `json:"without,omitempty"`
 }
 
 // RoleStatus is one role and how many processes its user runs now.
