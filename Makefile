@@ -4,7 +4,7 @@ BIN      := bin/thermite
 GOFLAGS_BUILD := -trimpath
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all build run test vet staticcheck unit bench soak gpu install clean vm-i386
+.PHONY: all build run test vet staticcheck unit bench soak gpu install clean vm-i386 vm-kernels
 
 all: build
 
@@ -41,6 +41,13 @@ unit:
 # minute on two cores once the kernel is in /var/cache/thermite-vm.
 vm-i386:
 	THERMITE_VM=1 $(GO) test -count=1 -v -run '^TestI386BothWays$$' ./e2e/vm
+
+# The rig on Debian's 6.12 (cgroup v2 writable and read-only) and 6.1
+# (Landlock ABI 2) under qemu, each with a debootstrap root as its
+# initramfs: the start, the self-test, the bombs, a stop and a trial.
+# The kernels and the root are kept in /var/cache/thermite-vm.
+vm-kernels:
+	THERMITE_VM=1 $(GO) test -count=1 -v -timeout 40m -run '^TestRigOnKernelsAndCgroupSetups$$' ./e2e/vm
 
 bench: build
 	./scripts/bench.sh

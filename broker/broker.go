@@ -18,11 +18,11 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"thermite/fence"
 	"thermite/internal/caps"
 	"thermite/internal/cgroup"
 	"thermite/internal/config"
 	"thermite/internal/cpuset"
+	"thermite/internal/hostpolicy"
 	"thermite/internal/procs"
 	"thermite/internal/rpc"
 	"thermite/internal/weaken"
@@ -60,6 +60,9 @@ type Broker struct {
 	cgWhy    string       // why there is none
 	cgGroups map[int]*cgroup.Group
 	ctlGroup *cgroup.Group // the controller daemon's own group, once made
+
+	// kernel is what the kernel and the cgroup tree give (internal/hostpolicy).
+	kernel hostpolicy.Host
 
 	stopping atomic.Bool
 	stopCh   chan struct{}
@@ -224,12 +227,11 @@ func (b *Broker) Serve() (err error) {
 	if err := b.initFence(); err != nil {
 		return err
 	}
-	if err := fence.CheckABI(fence.PolicyABI); err != nil {
-		// internal/testrig matches these words to skip tests on such a kernel.
-		return fmt.Errorf("broker: %w: the policy every role command runs under needs Landlock ABI %d", err, fence.PolicyABI)
-	}
 	b.initCgroups()
 	defer b.closeCgroups()
+	if err := b.decideKernelPolicy(); err != nil {
+		return err
+	}
 	if err := b.listenAPI(); err != nil {
 		return err
 	}
@@ -419,6 +421,7 @@ func (b *Broker) status() *rpc.Status {
 	b.mu.Unlock()
 	st.LandlockABI = landlockABI()
 	st.Cgroup = b.cgroupStatus()
+	st.Without = b.Without()
 	counts, _ := procs.CountByUID("/proc", b.uidSet())
 	for _, r := range b.table.Roles {
 		st.Roles = append(st.Roles, rpc.RoleStatus{Name: r.Name, User: r.User, UID: r.UID, Processes: len(counts[r.UID])})

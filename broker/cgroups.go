@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"strings"
 
+	"thermite/fence"
 	"thermite/internal/cgroup"
+	"thermite/internal/hostpolicy"
 	"thermite/internal/weaken"
 	"thermite/roles"
 )
@@ -101,4 +103,49 @@ func (b *Broker) cgroupStatus() string {
 	}
 	return fmt.Sprintf("%s; per role: memory %d MiB (no swap), %d tasks; controller: memory %d MiB, %d tasks; %s",
 		b.cg.String(), b.cfg.Cgroup.MemoryMB, b.cfg.Cgroup.Pids, b.cfg.Cgroup.ControllerMemoryMB, b.cfg.Cgroup.ControllerPids, judge)
+}
+
+// decideKernelPolicy applies the kernel policy (internal/hostpolicy) to
+// this kernel's Landlock ABI and this cgroup tree: a protection lost here
+// and not named in host.accept_lost refuses the start.
+func (b *Broker) decideKernelPolicy() error {
+	b.kernel = hostpolicy.Host{ABI: landlockABI(), FenceABI: b.cfg.GPU.FenceMinABI, CgroupsOff: !b.cfg.Cgroup.Enabled}
+	if b.cg == nil {
+		b.kernel.Cgroups = b.cgWhy
+	}
+	b.kernel.CPUSet = b.cpusetWhy()
+	if err := hostpolicy.Decide(b.kernel, b.cfg.Host.AcceptLost); err != nil {
+		if strings.Contains(err.Error(), "landlock") || b.kernel.ABI == 0 {
+			// internal/testrig matches these words to skip tests on such a kernel.
+			return fmt.Errorf("broker: %w (in full, the policy every role command runs under needs Landlock ABI %d)", err, fence.PolicyABI)
+		}
+		return fmt.Errorf("broker: %w", err)
+	}
+	for _, w := range b.Without() {
+		b.log.Warn("running without a protection (host.accept_lost)", "protection", w)
+	}
+	return nil
+}
+
+// Without names the protections this rig runs without, accepted by the
+// operator: for the status and the self-test's verdict.
+func (b *Broker) Without() []string {
+	return hostpolicy.Without(b.kernel, b.cfg.Host.AcceptLost)
+}
+
+// stopGroup kills every process in the role's cgroup, where it has one, and
+// says how many there were. A failure is logged, not returned: the helper
+// that runs next ends every process of the user either way.
+func (b *Broker) stopGroup(r roles.Role) int {
+	b.mu.Lock()
+	g := b.cgGroups[r.UID]
+	b.mu.Unlock()
+	if g == nil {
+		return 0
+	}
+	pids, _ := g.Procs()
+	if err := g.Kill(); err != nil {
+		b.log.Warn("stop a role's cgroup", "role", r.Name, "group", g.Path(), "err", err)
+	}
+	return len(pids)
 }

@@ -55,13 +55,23 @@ func (b *Broker) confineController(argv []string, stdio [3]*os.File) (*command, 
 		return nil, err
 	}
 	p := fence.ControllerPolicy(b.controllerSpec())
-	rs, err := p.Build(fence.PolicyABI)
-	if err != nil {
-		c.release()
-		return nil, fmt.Errorf("controller: landlock rule set (%s): %w", p.Describe(), err)
+	abi := fence.PolicyABI
+	if k := b.kernel.ABI; k < abi {
+		// The start got past the kernel policy, so the operator accepted
+		// what this kernel lacks: the controller's rule set keeps what the
+		// kernel has, as the roles' do, and there is none without Landlock.
+		abi = k
+		p.Fit(k)
 	}
-	c.landlock = rs
-	c.unland = func() { rs.Close() }
+	if abi > 0 {
+		rs, err := p.Build(abi)
+		if err != nil {
+			c.release()
+			return nil, fmt.Errorf("controller: landlock rule set (%s): %w", p.Describe(), err)
+		}
+		c.landlock = rs
+		c.unland = func() { rs.Close() }
+	}
 	o := seccomp.ControllerOptions()
 	if _, err := seccomp.Program(o); err != nil {
 		c.release()

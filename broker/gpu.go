@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"thermite/fence"
+	"thermite/internal/hostpolicy"
 	"thermite/internal/rpc"
 	"thermite/roles"
 )
@@ -78,10 +79,10 @@ func (b *Broker) refreshGPUs() {
 	} else {
 		l = fence.Plan(b.cfg.GPU.Layout, d, b.cfg.TimingUsers)
 	}
-	if l.Refused == "" && b.gpu.abiErr != nil && len(d.Cards) > 0 {
-		l.Refused = b.gpu.abiErr.Error()
-	}
 	fixed, note := fence.FixPermissions(b.heldCardWants(l, l.Wanted(b.groupGID)))
+	if l.Refused == "" && len(d.Cards) > 0 {
+		l.Refused = hostpolicy.GPUDecision(fixed, note, b.gpu.abiErr, b.cfg.Host.AcceptLost)
+	}
 	b.gpu.mu.Lock()
 	was := ""
 	if b.gpu.layout != nil {
@@ -174,6 +175,16 @@ func (b *Broker) ruleSet(spec fence.RoleSpec) (*os.File, func(), error) {
 	if spec.FenceOnly {
 		minABI = fence.FenceABI
 	}
+	if abi := b.kernel.ABI; abi < minABI && !spec.FenceOnly {
+		// The start got past the kernel policy, so the operator accepted
+		// every protection this kernel lacks: the rule set keeps what the
+		// kernel has, and none is built where Landlock is missing.
+		if abi == 0 {
+			return nil, func() {}, nil
+		}
+		p.Fit(abi)
+		minABI = abi
+	}
 	fd, err := p.Build(minABI)
 	if err != nil {
 		return nil, nil, err
@@ -220,10 +231,10 @@ func (b *Broker) gpuStatus() *rpc.GPUStatus {
 		Control: d.Control, FenceABI: fence.ABI(), PermsFixed: b.gpu.permsFixed, PermsNote: b.gpu.permsNote,
 		Discovery: d.Source + " (" + d.NVML + ")",
 	}
-	if b.gpu.abiErr != nil {
+	if why := hostpolicy.GPUDecision(b.gpu.permsFixed, b.gpu.permsNote, b.gpu.abiErr, b.cfg.Host.AcceptLost); why != "" {
 		st.Usable = false
 		if st.Refused == "" {
-			st.Refused = b.gpu.abiErr.Error()
+			st.Refused = why
 		}
 	}
 	for _, c := range d.Cards {

@@ -8,6 +8,7 @@ import (
 
 	"thermite/internal/cgroup"
 	"thermite/internal/cpuset"
+	"thermite/internal/hostpolicy"
 	"thermite/internal/weaken"
 	"thermite/roles"
 )
@@ -21,12 +22,16 @@ var holds atomic.Int64
 // kernel moves their tasks, those started before the hold too, and cuts
 // any sched_setaffinity of theirs to what is left), and the timing user's
 // group is exactly its CPUs, so the candidate cannot widen its own
-// affinity. Where no writable cpuset exists, the timed run is refused.
+// affinity. Where no writable cpuset exists, the timed run is refused,
+// unless host.accept_lost names judge-cpuset.
 func (b *Broker) hold(r roles.Role, cpus cpuset.Set, cards []int) (release func(), stopped []string, err error) {
 	advisory := advisoryCPUs()
 	if !advisory {
-		if why := b.cpusetWhy(); why != "" {
-			return nil, nil, fmt.Errorf("judge CPUs %s cannot be held in the kernel: %s; timed runs need a writable cpuset (a cgroup v1 cpuset hierarchy, or cgroup v2 with cpuset delegated to the broker's group)", cpus, why)
+		var err error
+		// Where no writable cpuset exists, the operator's accept_lost
+		// decides: refused, or held by affinity alone and named.
+		if advisory, err = hostpolicy.TimedRunDecision(b.kernel, b.cfg.Host.AcceptLost); err != nil {
+			return nil, nil, fmt.Errorf("judge CPUs %s: %w", cpus, err)
 		}
 	}
 	key := fmt.Sprintf("hold-%d", holds.Add(1))

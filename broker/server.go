@@ -229,7 +229,9 @@ func (b *Broker) cancelOr(c <-chan struct{}) <-chan struct{} {
 }
 
 // StopUser ends every process of the role's user and says how many there
-// were when it began: the helper's kill(-1) loop, which nothing escapes.
+// were when it began: first its cgroup at once (cgroup.kill on v2, which
+// takes forks in flight too), then the helper's kill(-1) loop, which
+// nothing of the user escapes and which removes its SysV IPC objects.
 func (b *Broker) StopUser(r roles.Role) (int, error) {
 	// Stopping empties its HOME and TMPDIR: its last disk measure is old.
 	defer b.bumpRole(r.UID)
@@ -239,12 +241,13 @@ func (b *Broker) StopUser(r roles.Role) (int, error) {
 	if r.Kind == roles.Controller && b.ControllerPID() != 0 {
 		return 0, fmt.Errorf("stop: %s is the controller's user and the controller runs: stop the rig instead", r.Name)
 	}
+	k := b.stopGroup(r)
 	n, err := b.stopHelper(r)
 	if err != nil {
-		return n, err
+		return max(n, k), err
 	}
 	b.resetOwnFolders(r)
-	return n, nil
+	return max(n, k), nil
 }
 
 // resetOwnFolders empties a role's HOME and TMPDIR once nothing of its user
@@ -281,6 +284,7 @@ func (b *Broker) stopAllRoles() error {
 		if len(counts[r.UID]) == 0 && !ipcOwners[r.UID] {
 			continue
 		}
+		b.stopGroup(r)
 		if _, err := b.stopHelper(r); err != nil {
 			errs = append(errs, err)
 		}

@@ -10,6 +10,8 @@ import (
 
 	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
 	"golang.org/x/sys/unix"
+
+	"thermite/internal/weaken"
 )
 
 // Landlock rights the fence handles: reading and writing files and, from
@@ -35,25 +37,70 @@ var abiRights = map[int]uint64{
 	7: (ll.AccessFSIoctlDev << 1) - 1,
 }
 
-// ABI is the kernel's Landlock ABI, 0 when Landlock is off.
+// ABI is the kernel's Landlock ABI, 0 when Landlock is off. A test build
+// may pretend an older one (weaken.LandlockABI).
 func ABI() int {
 	v, err := ll.LandlockGetABIVersion()
 	if err != nil {
-		return 0
+		v = 0
+	}
+	if weaken.Enabled {
+		if p := weaken.LandlockABI(); p >= 0 && p < v {
+			return p
+		}
 	}
 	return v
 }
 
-// CheckABI refuses a kernel older than need, naming what is missing.
+// abiFeature is what each ABI brought, for messages that name the first
+// thing an older kernel lacks.
+var abiFeature = map[int]string{
+	1: "file access rules",
+	2: "REFER (links and renames across folders)",
+	3: "TRUNCATE",
+	4: "TCP bind and connect rules",
+	5: "IOCTL_DEV",
+	6: "scoping of abstract unix sockets and signals",
+	7: "audit logging",
+}
+
+// CheckABI refuses a kernel older than need, naming the first feature it
+// lacks.
 func CheckABI(need int) error {
 	have := ABI()
 	if have >= need {
 		return nil
 	}
-	if have < FenceABI {
-		return fmt.Errorf("fence: landlock ABI %d lacks IOCTL_DEV (need %d)", have, need)
+	if f, ok := abiFeature[have+1]; ok {
+		return fmt.Errorf("fence: landlock ABI %d lacks %s (need %d)", have, f, need)
 	}
 	return fmt.Errorf("fence: landlock ABI %d is older than this rig requires (need %d)", have, need)
+}
+
+// Fit trims a rule set to what a kernel of this ABI knows: rights, network
+// rules and scopes it lacks are no longer handled. Only the broker's kernel
+// policy (internal/hostpolicy) may call it, once the operator has accepted
+// every protection it takes away.
+func (p *Policy) Fit(abi int) {
+	known, ok := abiRights[abi]
+	if !ok && abi > 7 {
+		known = abiRights[7]
+	}
+	p.HandledFS &= known
+	// A rule left with no right is refused by the kernel (ENOMSG): dropped.
+	rules := p.Rules[:0]
+	for _, r := range p.Rules {
+		if r.Access &= known; r.Access != 0 {
+			rules = append(rules, r)
+		}
+	}
+	p.Rules = rules
+	if abi < 4 {
+		p.HandledNet, p.TCPPorts = 0, nil
+	}
+	if abi < 6 {
+		p.Scoped = 0
+	}
 }
 
 // Rule grants rights beneath one path.

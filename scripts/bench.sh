@@ -39,7 +39,7 @@ END {
 	p50("API exec /bin/true, 1 client vs bare Run", "BenchmarkAPI/exec/api-1", "BenchmarkAPI/exec/bare-run", "<= 2x")
 	p50("API exec /bin/true, 16 lanes vs bare Run", "BenchmarkAPI/exec/api-16", "BenchmarkAPI/exec/bare-run", "")
 	p50("bare Run vs os/exec", "BenchmarkAPI/exec/bare-run", "BenchmarkAPI/exec/direct", "")
-	if ("BenchmarkStopUser500" in ns) printf "%-52s %12.3f ms\n", "StopUser of 500 processes (aim < 50 ms)", ns["BenchmarkStopUser500"]/1e6
+	row("StopUser of 500 processes, cgroup vs helper alone", "BenchmarkStopUser500/cgroup", "BenchmarkStopUser500/helper", "(v2: cgroup.kill)")
 	if ("BenchmarkSelftest" in ns) printf "%-52s %12.3f ms\n", "isolation self-test, 38 roles (aim < 2000 ms)", ns["BenchmarkSelftest"]/1e6
 	if (("BenchmarkTimingNoise", "cv%-pinned") in metric) printf "%-52s %11.2f %% pinned, %.2f %% unpinned\n", "timing noise: CV of 20 repeats, a lane loading", metric["BenchmarkTimingNoise", "cv%-pinned"], metric["BenchmarkTimingNoise", "cv%-unpinned"]
 }' "$out"

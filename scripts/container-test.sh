@@ -255,9 +255,17 @@ layout = "dedicated"'
 # the stand-in driver information (the runtime owns /proc, so it is mounted
 # elsewhere and proc_root names it).
 GPU_PROC=/run/thermite-stand-in/proc
+# podman here (cgroup v1, no writable-cgroup option) gives the container a
+# read-only cgroup tree: the rig runs there only with that loss accepted,
+# and names it (docs/container.md says how a host gives a writable one);
+# with no cpuset either, timed runs hold their CPUs by affinity alone, a
+# loss accepted and named the same way.
 RIG_RUN="$RIG_IMAGE
 dev_root = \"/dev\"
-proc_root = \"$GPU_PROC\""
+proc_root = \"$GPU_PROC\"
+
+[host]
+accept_lost = [\"cgroup-limits\", \"judge-cpuset\"]"
 printf '%s\n' "$RIG_RUN" >"$WORK/rig.toml"
 # The one-container image is built with RIG_RUN itself: its own rig.toml
 # (RIG_RUN and the [image] table the Dockerfile adds) is what it runs with.
@@ -413,7 +421,11 @@ st_holds() { # PASS when the last self-test holds, exited 0 and no row failed
 	n="$(jq '.probes | length' <<<"$ST")"
 	bad="$(jq -r '.probes[] | select(.ok | not) | "\(.role): \(.attempt): got \(.got), want \(.expect)"' <<<"$ST")"
 	if [ "$ST_RC" = 0 ] && [ "$(jq -r .holds <<<"$ST")" = true ] && [ -z "$bad" ] &&
-		[[ "$sentence" =~ ^isolation\ holds:\ every\ probe\ of\ [0-9]+\ roles\ came\ out\ as\ it\ must$ ]]; then
+		{ [[ "$sentence" =~ ^isolation\ holds:\ every\ probe\ of\ [0-9]+\ roles\ came\ out\ as\ it\ must$ ]] ||
+			# The losses rig.toml accepts here (podman's read-only cgroup
+			# tree, so no cpuset), named as the kernel policy names them,
+			# and no other.
+			[[ "$sentence" =~ ^isolation\ holds,\ without:\ cgroup-limits\ \([^\)]*\),\ judge-cpuset\ \([^\)]*\)\;\ every\ other\ probe\ of\ [0-9]+\ roles\ came\ out\ as\ it\ must$ ]]; }; then
 		pass "$what: $sentence ($n rows, exit 0)"
 	else
 		fail "$what (exit $ST_RC)" "$sentence

@@ -129,9 +129,9 @@ var HostChecks = []HostRow{
 	},
 	{
 		Name: "landlock", Severity: SevIsolation, Want: "",
-		Why: "the role policy (write places, TCP, scoped signals and sockets) is a Landlock rule set; without its ABI the broker refuses to start",
+		Why: "the role policy (write places, TCP, scoped signals and sockets) is a Landlock rule set; on an older ABI the broker refuses to start unless [host] accept_lost names each protection it lacks, and then names them in its status and verdict",
 		Check: func(e HostEnv) (string, bool, string) {
-			return fmt.Sprintf("ABI %d", e.LandlockABI), e.LandlockABI >= e.PolicyABI, fmt.Sprintf("a kernel with Landlock ABI %d or newer (Linux 6.12+), landlock in CONFIG_LSM or lsm= on the kernel command line", e.PolicyABI)
+			return fmt.Sprintf("ABI %d", e.LandlockABI), e.LandlockABI >= e.PolicyABI, fmt.Sprintf("a kernel with Landlock ABI %d or newer (Linux 6.12+), landlock in CONFIG_LSM or lsm= on the kernel command line; or run with less: [host] accept_lost (README: Kernels, cgroups and what holds)", e.PolicyABI)
 		},
 	},
 	{
@@ -142,7 +142,7 @@ var HostChecks = []HostRow{
 			case e.Cgroup == "":
 				return "unknown: no broker answers (the broker decides at its start)", true, ""
 			case strings.HasPrefix(e.Cgroup, "none"):
-				return e.Cgroup, false, "give the rig a writable cgroup tree (docs/container.md says how for Docker, podman and Kubernetes)"
+				return e.Cgroup, false, "give the rig a writable cgroup tree (docs/container.md says how for Docker, podman and Kubernetes); without one it runs only with [host] accept_lost = [\"cgroup-limits\"]"
 			}
 			return e.Cgroup, true, ""
 		},

@@ -16,6 +16,7 @@ import (
 
 	"thermite/fence"
 	"thermite/internal/config"
+	"thermite/internal/hostpolicy"
 	"thermite/internal/sysvipc"
 	"thermite/roles"
 )
@@ -76,6 +77,8 @@ type Context struct {
 	// CardCanaryPID is a process of lane-1 started with the card a timing
 	// user then held, 0 without one.
 	CardCanaryPID int
+	// Lost holds the protections the operator accepted losing here.
+	Lost map[string]bool
 }
 
 // Who says which roles a row applies to.
@@ -122,6 +125,10 @@ type Row struct {
 	// Held runs the row only while a timing user holds its judge CPUs
 	// (and card) as a timed run does, and only then.
 	Held bool
+	// Lost names the protection (internal/hostpolicy) the row proves: a
+	// failure where the operator accepted that protection's loss is
+	// recorded as such, and the verdict says "without" it.
+	Lost string
 }
 
 func one(op, path string) func(*Context, roles.Role) []Attempt {
@@ -173,7 +180,7 @@ var Policy = []Row{
 	// Judge CPUs, held in the kernel (cpuset), not by request.
 	{Who: Except(roles.Timing), Held: true, Attempt: "move onto a judge CPU a timed run holds", Make: func(c *Context, _ roles.Role) []Attempt {
 		return []Attempt{{Op: OpAffinity, Arg: c.HeldCPUs}}
-	}, Want: []string{"EINVAL"}},
+	}, Want: []string{"EINVAL"}, Lost: hostpolicy.JudgeCPUSet},
 	// A held card, the timed run's alone.
 	{Who: Only(roles.Lane), Held: true, Attempt: "keep a process given a card running through a timed run's hold on it", Make: func(c *Context, r roles.Role) []Attempt {
 		if r.Index != 1 || c.CardCanaryPID == 0 {
@@ -192,7 +199,7 @@ var Policy = []Row{
 			return fmt.Sprintf("runs on %s after asking for %s; want its judge CPUs %s only", o.Detail, c.Online, share)
 		}
 		return ""
-	}},
+	}, Lost: hostpolicy.JudgeCPUSet},
 	// What no role may do.
 	{Who: Except(roles.Controller), Attempt: "read the ledger", Make: at(OpRead, func(c *Context, _ roles.Role) string { return c.Ledger }), Want: refused},
 	{Who: Except(roles.Controller), Attempt: "read a kit", Make: at(OpRead, func(c *Context, _ roles.Role) string { return c.Kit }), Want: refused},
@@ -264,7 +271,7 @@ var Policy = []Row{
 	// The hardening: only its own places are writable, namespaces, mounts,
 	// set-id modes, io_uring and terminal injection are refused, abstract
 	// sockets are scoped, and the network is the role's policy.
-	{Who: Every, Attempt: "write a folder whose mode lets everyone write", Make: at(OpCreateIn, func(c *Context, _ roles.Role) string { return c.OpenDir }), Want: refused},
+	{Who: Every, Attempt: "write a folder whose mode lets everyone write", Make: at(OpCreateIn, func(c *Context, _ roles.Role) string { return c.OpenDir }), Want: refused, Lost: hostpolicy.LandlockFS},
 	{Who: Every, Attempt: "make a user namespace, as unshare -U does", Make: one(OpUnshare, ""), Want: notPerm},
 	{Who: Every, Attempt: "mount a file system", Make: at(OpMount, func(c *Context, r roles.Role) string { return tmpOf(c, r.Name) }), Want: notPerm},
 	{Who: Every, Attempt: "chmod a file set-uid", Make: at(OpChmodSUID, func(c *Context, r roles.Role) string { return filepath.Join(tmpOf(c, r.Name), ".selftest-suid") }), Want: notPerm},
@@ -273,7 +280,7 @@ var Policy = []Row{
 	{Who: Every, Attempt: "inject terminal input with TIOCSTI", Make: one(OpTIOCSTI, ""), Want: notPerm},
 	{Who: Every, Attempt: "connect to the broker's abstract unix socket", Make: func(c *Context, _ roles.Role) []Attempt {
 		return []Attempt{{Op: OpAbstract, Arg: c.Abstract}}
-	}, Want: notPerm},
+	}, Want: notPerm, Lost: hostpolicy.LandlockScope},
 	{Who: Every, Attempt: "connect to a TCP port that is not the API's", Make: func(c *Context, r roles.Role) []Attempt {
 		return []Attempt{{Op: OpTCP, Arg: strconv.Itoa(c.TCPPort)}}
 	}, WantFor: tcpWant},
@@ -384,7 +391,7 @@ var Policy = []Row{
 			}
 		}
 		return out
-	}, Want: refused},
+	}, Want: refused, Lost: hostpolicy.GPUIoctlFence},
 	{Who: Every, Attempt: "open a GPU control node without a card", Make: func(c *Context, r roles.Role) []Attempt {
 		if c.GPU == nil || len(c.Given[r.Name]) > 0 {
 			return nil
@@ -474,8 +481,8 @@ const DaemonLabel = "controller daemon"
 // DaemonRows are what the controller daemon must not do, and what it must
 // still do: a flaw in what it parses reaches no further than this.
 var DaemonRows = []Row{
-	{Attempt: "write outside its own folders, in a folder whose mode lets everyone write", Make: at(OpCreateIn, func(c *Context, _ roles.Role) string { return c.OpenDir }), Want: refused},
-	{Attempt: "list a folder outside the places it reads", Make: at(OpList, func(c *Context, _ roles.Role) string { return c.OpenDir }), Want: refused},
+	{Attempt: "write outside its own folders, in a folder whose mode lets everyone write", Make: at(OpCreateIn, func(c *Context, _ roles.Role) string { return c.OpenDir }), Want: refused, Lost: hostpolicy.LandlockFS},
+	{Attempt: "list a folder outside the places it reads", Make: at(OpList, func(c *Context, _ roles.Role) string { return c.OpenDir }), Want: refused, Lost: hostpolicy.LandlockFS},
 	{Attempt: "write its research folder", Make: at(OpCreateIn, func(c *Context, _ roles.Role) string { return c.ResearchRun }), Want: succeeds},
 	{Attempt: "write its own temp folder", Make: at(OpCreateIn, func(c *Context, r roles.Role) string { return tmpOf(c, r.Name) }), Want: succeeds},
 	{Attempt: "make a user namespace, as unshare -U does", Make: one(OpUnshare, ""), Want: notPerm},
@@ -493,7 +500,7 @@ var DaemonRows = []Row{
 	}, Want: succeeds},
 	{Attempt: "connect to the broker's abstract unix socket", Make: func(c *Context, _ roles.Role) []Attempt {
 		return []Attempt{{Op: OpAbstract, Arg: c.Abstract}}
-	}, Want: notPerm},
+	}, Want: notPerm, Lost: hostpolicy.LandlockScope},
 	{Attempt: "reach the broker socket", Make: at(OpConnect, func(c *Context, _ roles.Role) string { return c.Cfg.BrokerSocket() }), Want: succeeds},
 	{Attempt: "make the broker its tracer with PTRACE_TRACEME", Make: one(OpTraceMe, ""), Want: notPerm, Alone: true},
 	{Attempt: "runs under a seccomp filter, Seccomp 2, with no_new_privs", Make: one(OpStatus, ""), Want: succeeds, Check: func(_ *Context, _ roles.Role, o Outcome) string {

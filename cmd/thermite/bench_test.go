@@ -71,9 +71,28 @@ func BenchmarkRunTrue(b *testing.B) {
 	})
 }
 
-// BenchmarkStopUser500 is StopUser of a lane running 500 processes.
+// BenchmarkStopUser500 is StopUser of a lane running 500 processes: with
+// its cgroup (cgroup.kill on v2, the freezer on v1, then the helper finds
+// nothing left) beside the helper's kill(-1) loop alone (cgroups off), in
+// one run. scripts/bench.sh prints the ratio.
 func BenchmarkStopUser500(b *testing.B) {
-	r := testrig.New(b, testrig.Options{Extra: "[limits]\nprocesses = 2000\n"})
+	for _, c := range []struct{ name, cgroup string }{
+		{"helper", "[cgroup]\nenabled = false\n"},
+		{"cgroup", "[cgroup]\nenabled = true\npids = 4000\n"},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			r := testrig.New(b, testrig.Options{Extra: "[limits]\nprocesses = 2000\n" + c.cgroup})
+			if st := r.Status(); c.name == "cgroup" && strings.HasPrefix(st.Cgroup, "none") {
+				b.Skipf("needs a writable cgroup tree: %s", st.Cgroup)
+			} else {
+				b.Logf("cgroup: %s", st.Cgroup)
+			}
+			stopUser500(b, r)
+		})
+	}
+}
+
+func stopUser500(b *testing.B, r *testrig.Rig) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()

@@ -424,6 +424,9 @@ func printStatus(s *rpc.Status) {
 	fmt.Fprintf(w, "controller\t%s\n", ctl)
 	fmt.Fprintf(w, "landlock\tABI %d\n", s.LandlockABI)
 	fmt.Fprintf(w, "cgroup\t%s\n", s.Cgroup)
+	for _, l := range s.Without {
+		fmt.Fprintf(w, "without\t%s\n", l)
+	}
 	if s.Selftest != nil {
 		fmt.Fprintf(w, "self-test\t%s (at %s, %d ms, Landlock ABI %d)\n", s.Selftest.Sentence, s.Selftest.At, s.Selftest.WallMS, s.Selftest.LandlockV)
 		if s.Selftest.Controller != "" {

@@ -453,7 +453,7 @@ func TestNoCgroupsIsSaid(t *testing.T) {
 		t.Errorf("the self-test does not say timed runs are refused (%d rows)", refused)
 	}
 	b := sleepKit(t, r, "slow", "true", 0)
-	if _, stderr, code := r.Thermite("judge", "time", b.ID, "--kit", "slow"); code == 0 || !strings.Contains(stderr, "cannot be held in the kernel") {
+	if _, stderr, code := r.Thermite("judge", "time", b.ID, "--kit", "slow"); code == 0 || !strings.Contains(stderr, "cannot be held in the kernel") || !strings.Contains(stderr, `accept_lost = ["judge-cpuset"]`) {
 		t.Errorf("a timed run without a cpuset: exit %d %q", code, stderr)
 	}
 	for _, p := range res.Probes {
@@ -465,4 +465,32 @@ func TestNoCgroupsIsSaid(t *testing.T) {
 		}
 	}
 	t.Fatal("no cgroup row in the self-test")
+}
+
+// Where no writable cpuset exists, the operator may accept running timed
+// runs on affinity alone: they run, and the status and the verdict name the
+// loss, the judge CPU rows recording it as accepted, never as holding.
+func TestTimedRunsOnAffinityAloneOnlyWithTheLossAccepted(t *testing.T) {
+	r := testrig.New(t, testrig.Options{Extra: "[cgroup]\nenabled = false\n[host]\naccept_lost = [\"judge-cpuset\"]\n"})
+	st := r.Status()
+	if w := strings.Join(st.Without, "; "); !strings.Contains(w, "judge-cpuset (") {
+		t.Fatalf("status without: %q", w)
+	}
+	res, code := selftestJSON(t, r)
+	if code != 0 || !strings.HasPrefix(res.Sentence, "isolation holds, without: ") || !strings.Contains(res.Sentence, "judge-cpuset (") {
+		t.Fatalf("verdict (exit %d): %s", code, res.Sentence)
+	}
+	accepted := 0
+	for _, p := range res.Probes {
+		if strings.Contains(p.Got, "lost, accepted (host.accept_lost has judge-cpuset)") {
+			accepted++
+		}
+	}
+	if accepted == 0 {
+		t.Errorf("no judge CPU row records the accepted loss: the verdict would hide it")
+	}
+	b := sleepKit(t, r, "slow", "true", 0)
+	if out, stderr, code := r.Thermite("judge", "time", b.ID, "--kit", "slow"); code != 0 {
+		t.Fatalf("a timed run with judge-cpuset accepted: exit %d %s %s", code, out, stderr)
+	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"thermite/internal/cpuset"
+	"thermite/internal/hostpolicy"
 )
 
 // DefaultPath is read when no --config is given and the file exists.
@@ -171,6 +172,10 @@ type Host struct {
 	// SetIDDirs are the folders searched (two levels deep) for set-id
 	// files that roles could run.
 	SetIDDirs []string `toml:"setid_dirs" json:"setid_dirs"`
+	// AcceptLost names the protections this host lacks that the rig may
+	// run without (internal/hostpolicy); each is named in the status and
+	// the self-test's verdict. Empty: a host that lacks one is refused.
+	AcceptLost []string `toml:"accept_lost" json:"accept_lost"`
 }
 
 // Config is the whole effective configuration.
@@ -466,6 +471,9 @@ func (c *Config) Validate() error {
 		if !kinds[k] {
 			return fmt.Errorf("perf: %q is no kind of role", k)
 		}
+	}
+	if err := hostpolicy.Validate(c.Host.AcceptLost); err != nil {
+		return err
 	}
 	if c.Cgroup.MemoryMB < 0 || c.Cgroup.Pids < 0 {
 		return fmt.Errorf("cgroup.memory_mb and cgroup.pids: must be 0 (no limit) or more")

@@ -273,6 +273,9 @@ type Status struct {
 	Selftest       *SelftestResult `json:"selftest,omitempty"`
 	GPU            *GPUStatus      `json:"gpu,omitempty"`
 	Notes          []string        `json:"notes,omitempty"`
+	// Without names the protections this host lacks that the operator
+	// accepted (host.accept_lost), each with why it is missing.
+	Without []string `json:"without,omitempty"`
 }
 
 // RoleStatus is one role and how many processes its user runs now.

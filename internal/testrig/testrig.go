@@ -278,6 +278,12 @@ func (r *Rig) Start() error {
 				line, _, _ := strings.Cut(log[strings.LastIndex(log[:i], "\n")+1:], "\n")
 				r.T.Skipf("this kernel lacks the Landlock ABI the broker needs, so no rig can start here: %s", line)
 			}
+			// The same for a machine with no writable cgroup tree, which the
+			// kernel policy refuses unless the test accepts the loss.
+			if i := strings.Index(log, cgroupRefusal); i >= 0 {
+				line, _, _ := strings.Cut(log[strings.LastIndex(log[:i], "\n")+1:], "\n")
+				r.T.Skipf("this machine has no writable cgroup tree, so no rig starts here without accept_lost: %s", line)
+			}
 			return fmt.Errorf("broker exited at start: %v\n%s", r.exitErr, log)
 		default:
 		}
@@ -348,8 +354,12 @@ func (r *Rig) PlaceModes() []string {
 }
 
 // landlockRefusal is part of the broker's error when the kernel's Landlock
-// ABI is older than its policy needs (broker.go, after fence.CheckABI).
+// ABI is older than its policy needs (broker/cgroups.go, decideKernelPolicy).
 const landlockRefusal = "the policy every role command runs under needs Landlock ABI"
+
+// cgroupRefusal is part of the broker's error when it finds no writable
+// cgroup tree (internal/hostpolicy.Decide).
+const cgroupRefusal = "cgroup-limits is lost"
 
 // WaitExit waits for the broker to exit and returns its exit error.
 func (r *Rig) WaitExit(d time.Duration) (error, bool) {

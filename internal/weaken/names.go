@@ -29,4 +29,7 @@ const (
 	// ControllerBare starts the controller daemon as before issue 13: no
 	// rule set, no filter, no cgroup of its own.
 	ControllerBare = "controller-bare"
+	// LandlockABIPrefix, followed by a number, pretends the kernel has that
+	// Landlock ABI (when lower than its own).
+	LandlockABIPrefix = "landlock-abi-"
 )

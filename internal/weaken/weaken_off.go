@@ -11,3 +11,7 @@ const Enabled = false
 
 // Has reports whether the named protection is switched off.
 func Has(string) bool { return false }
+
+// LandlockABI is the Landlock ABI a test build pretends the kernel has;
+// -1 in every other build: the kernel's own.
+func LandlockABI() int { return -1 }

@@ -4,6 +4,7 @@ package weaken
 
 import (
 	"os"
+	"strconv"
 	"strings"
 )
 
@@ -19,4 +20,18 @@ func Has(name string) bool {
 		}
 	}
 	return false
+}
+
+// LandlockABI is the Landlock ABI the broker pretends the kernel has, from
+// a switch landlock-abi-N in THERMITE_WEAKEN (N from 0), or -1 for none:
+// the kernel policy's tests run an older kernel's rule sets on this one.
+func LandlockABI() int {
+	for _, w := range strings.Split(os.Getenv("THERMITE_WEAKEN"), ",") {
+		if n, ok := strings.CutPrefix(w, LandlockABIPrefix); ok {
+			if v, err := strconv.Atoi(n); err == nil && v >= 0 {
+				return v
+			}
+		}
+	}
+	return -1
 }

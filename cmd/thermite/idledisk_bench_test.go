@@ -1,0 +1,77 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"thermite/internal/testrig"
+)
+
+// BenchmarkIdleTrialsDiskCheck is the rig's CPU per disk_check interval
+// (the broker's and the controller's together) with 1, 4 and 16 open,
+// idle trials of IDLE_FILES files each (default 10,000), against one
+// `du -s` of one such workspace: an idle trial's check reuses its last
+// walk, so the aim is that 16 idle trials cost less than one du.
+//
+//	go test ./cmd/thermite -run '^$' -bench IdleTrialsDiskCheck -benchtime 1x -timeout 30m
+func BenchmarkIdleTrialsDiskCheck(b *testing.B) {
+	files := 10000
+	if v := os.Getenv("IDLE_FILES"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			b.Fatalf("IDLE_FILES: %q is not a count", v)
+		}
+		files = n
+	}
+	r := testrig.New(b, testrig.Options{Lanes: 16, Extra: "[trial]\ndisk_check = \"1s\"\n"})
+	project := filepath.Join(r.Dir, "project")
+	for i := 0; i < files; i++ {
+		d := filepath.Join(project, fmt.Sprintf("d%03d", i/100))
+		if i%100 == 0 {
+			os.MkdirAll(d, 0o755)
+		}
+		os.WriteFile(filepath.Join(d, fmt.Sprintf("f%03d", i%100)), []byte("x"), 0o644)
+	}
+	var du time.Duration
+	var ws string
+	rigCPU := func() time.Duration {
+		st := r.Status()
+		a, _ := procUsage(st.BrokerPID)
+		c, _ := procUsage(st.ControllerPID)
+		return a + c
+	}
+	open := 0
+	b.ResetTimer()
+	for _, n := range []int{1, 4, 16} {
+		for ; open < n; open++ {
+			info := benchTrial(b, r, open+1, project)
+			ws = info.Workspace
+		}
+		// Let every trial have its first walks, then measure 10 intervals.
+		time.Sleep(3 * time.Second)
+		before := rigCPU()
+		time.Sleep(10 * time.Second)
+		per := (rigCPU() - before) / 10
+		if du == 0 {
+			var ru0, ru1 unix.Rusage
+			unix.Getrusage(unix.RUSAGE_CHILDREN, &ru0)
+			for i := 0; i < 3; i++ {
+				if err := exec.Command("du", "-s", ws).Run(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			unix.Getrusage(unix.RUSAGE_CHILDREN, &ru1)
+			du = time.Duration(ru1.Utime.Nano()+ru1.Stime.Nano()-ru0.Utime.Nano()-ru0.Stime.Nano()) / 3
+		}
+		fmt.Printf("%2d idle trials of %d files: rig CPU per 1s interval %6.1f ms; one du -s of one workspace %6.1f ms; ratio %.2f\n",
+			n, files, float64(per.Microseconds())/1000, float64(du.Microseconds())/1000, float64(per)/float64(du))
+		b.ReportMetric(float64(per)/float64(du), fmt.Sprintf("cpu-per-interval/du-%dtrials", n))
+	}
+}

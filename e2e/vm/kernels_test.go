@@ -1,0 +1,197 @@
+package vm
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"thermite/internal/testrig"
+)
+
+// vmResult is what e2e/vm/riginit measured in one machine (its Result).
+type vmResult struct {
+	Kernel        string    `json:"kernel"`
+	Cgroup        string    `json:"cgroup"`
+	LandlockABI   int       `json:"landlock_abi"`
+	DefaultStart  string    `json:"default_start"`
+	AcceptedStart string    `json:"accepted_start"`
+	Without       []string  `json:"without"`
+	CgroupStatus  string    `json:"cgroup_status"`
+	Sentence      string    `json:"sentence"`
+	LaneCgroup    string    `json:"lane_cgroup"`
+	MemoryBomb    string    `json:"memory_bomb"`
+	ForkBombMax   int       `json:"fork_bomb_max"`
+	StopSeconds   float64   `json:"stop_seconds"`
+	LeftAfterStop int       `json:"left_after_stop"`
+	Trial         string    `json:"trial"`
+	StopCgroupMS  []float64 `json:"stop_cgroup_ms"`
+	StopHelperMS  []float64 `json:"stop_helper_ms"`
+	Errors        []string  `json:"errors"`
+	Seconds       float64   `json:"scenario_seconds"`
+}
+
+// riginit's limits: 64 tasks and 128 MiB per role's cgroup, RLIMIT_NPROC
+// 512 per user.
+const (
+	pidsLimit  = 64
+	nprocLimit = 512
+)
+
+// TestRigOnKernelsAndCgroupSetups boots the rig on Debian's 6.12 with a
+// writable cgroup v2, 6.12 with a read-only one (a container's view) and
+// Debian 12's 6.1 (Landlock ABI 2), and checks on each what the kernel
+// policy promises: a start refused in one line where a protection is
+// missing and not accepted, the losses named in the status and the verdict
+// once accepted, and the memory and fork bombs held where cgroups are in
+// force.
+func TestRigOnKernelsAndCgroupSetups(t *testing.T) {
+	if os.Getenv(envRun) != "1" {
+		t.Skipf("boots three Debian kernels under qemu with the rig (a few minutes): set %s=1 or run make vm-kernels", envRun)
+	}
+	testrig.RequireRoot(t)
+	out := runScript(t, "kernels.sh", 30*time.Minute)
+	results := map[string]vmResult{}
+	for line := range strings.Lines(out) {
+		setup, rest, ok := strings.Cut(strings.TrimPrefix(line, "vm: ["), "] ")
+		if !ok || !strings.HasPrefix(line, "vm: [") {
+			continue
+		}
+		if i := strings.Index(rest, "THERMITE-VM: RESULT "); i >= 0 {
+			var r vmResult
+			if err := json.Unmarshal([]byte(strings.TrimSpace(rest[i+len("THERMITE-VM: RESULT "):])), &r); err != nil {
+				t.Fatalf("%s: result: %v\n%s", setup, err, rest)
+			}
+			results[setup] = r
+		}
+		if strings.Contains(line, "took") || strings.HasPrefix(line, "vm: whole run") {
+			t.Log(strings.TrimSpace(line))
+		}
+	}
+	check := func(setup string, f func(t *testing.T, r vmResult)) {
+		t.Run(setup, func(t *testing.T) {
+			r, ok := results[setup]
+			if !ok {
+				t.Fatalf("no result from setup %s", setup)
+			}
+			for _, e := range r.Errors {
+				t.Errorf("in the VM: %s", e)
+			}
+			if r.LeftAfterStop != 0 {
+				t.Errorf("%d processes of lane-1 left after its stop", r.LeftAfterStop)
+			}
+			if r.Trial != "ok" {
+				t.Errorf("trial: %s", r.Trial)
+			}
+			f(t, r)
+			t.Logf("%s, cgroup %s, ABI %d: %q; memory bomb %s; fork bomb %d; stop %.2f s", r.Kernel, r.Cgroup, r.LandlockABI, r.Sentence, r.MemoryBomb, r.ForkBombMax, r.StopSeconds)
+		})
+	}
+	held := func(t *testing.T, r vmResult) {
+		t.Helper()
+		if !strings.Contains(r.LaneCgroup, "/lane-1") {
+			t.Errorf("lane-1 runs in %q, not its cgroup", r.LaneCgroup)
+		}
+		if !strings.Contains(r.MemoryBomb, "stopped=limit:memory") {
+			t.Errorf("memory bomb: %s, want stopped by the memory limit", r.MemoryBomb)
+		}
+		if r.ForkBombMax > pidsLimit {
+			t.Errorf("fork bomb reached %d processes, over the pids limit %d", r.ForkBombMax, pidsLimit)
+		}
+	}
+	check("6.12-rw", func(t *testing.T, r vmResult) {
+		if r.DefaultStart != "ready" || len(r.Without) != 0 {
+			t.Errorf("default start %q, without %q: want ready with nothing lost", r.DefaultStart, r.Without)
+		}
+		if !strings.HasPrefix(r.Sentence, "isolation holds: ") {
+			t.Errorf("verdict: %q", r.Sentence)
+		}
+		held(t, r)
+		// The stop with cgroup.kill beside the helper alone: figures, not
+		// an assertion on speed (software emulation on a shared machine).
+		if len(r.StopCgroupMS) == 0 || len(r.StopHelperMS) == 0 {
+			t.Errorf("no stop figures: cgroup %v, helper %v", r.StopCgroupMS, r.StopHelperMS)
+		}
+		t.Logf("stop of 50 sleepers: with the role's cgroup (cgroup.kill, then the helper) %v ms; the helper alone %v ms", r.StopCgroupMS, r.StopHelperMS)
+	})
+	check("6.12-ro", func(t *testing.T, r vmResult) {
+		if !strings.Contains(r.DefaultStart, "cgroup-limits is lost") || !strings.Contains(r.DefaultStart, "read-only") {
+			t.Errorf("default start on a read-only tree: %q, want refused naming cgroup-limits and the read-only mount", r.DefaultStart)
+		}
+		if r.AcceptedStart != "ready" || len(r.Without) != 1 || !strings.HasPrefix(r.Without[0], "cgroup-limits") {
+			t.Errorf("accepted start %q, without %q", r.AcceptedStart, r.Without)
+		}
+		if !strings.HasPrefix(r.Sentence, "isolation holds, without: cgroup-limits") {
+			t.Errorf("verdict does not name the loss: %q", r.Sentence)
+		}
+		// What is lost is lost: the memory bomb runs to its end; RLIMIT_NPROC
+		// (512 here) is all that holds the fork bomb.
+		if strings.Contains(r.MemoryBomb, "limit:memory") {
+			t.Errorf("memory bomb stopped by a limit that cannot be there: %s", r.MemoryBomb)
+		}
+		if r.ForkBombMax > nprocLimit {
+			t.Errorf("fork bomb reached %d processes, over RLIMIT_NPROC %d", r.ForkBombMax, nprocLimit)
+		}
+		if r.LaneCgroup != "0::/" {
+			t.Errorf("lane-1 in %q on a read-only tree", r.LaneCgroup)
+		}
+	})
+	check("6.1", func(t *testing.T, r vmResult) {
+		if r.LandlockABI != 2 {
+			t.Errorf("Landlock ABI %d, want 2", r.LandlockABI)
+		}
+		if !strings.Contains(r.DefaultStart, "landlock ABI 2 (needs 6): landlock-scope is lost") || strings.Contains(r.DefaultStart, "IOCTL_DEV") {
+			t.Errorf("default start on ABI 2: %q, want refused naming landlock-scope (landlock-net is covered by seccomp)", r.DefaultStart)
+		}
+		if r.AcceptedStart != "ready" || strings.Join(r.Without, "; ") != "landlock-scope (landlock ABI 2 (needs 6))" {
+			t.Errorf("accepted start %q, without %q", r.AcceptedStart, r.Without)
+		}
+		if !strings.HasPrefix(r.Sentence, "isolation holds, without: landlock-scope") {
+			t.Errorf("verdict does not name the losses: %q", r.Sentence)
+		}
+		held(t, r)
+	})
+}
+
+// runScript runs a script of this folder as root under a deadline and
+// returns its output; exit 77 skips the test with its last line.
+func runScript(t *testing.T, name string, limit time.Duration) string {
+	t.Helper()
+	if d, ok := t.Deadline(); ok && time.Until(d)-30*time.Second < limit {
+		limit = time.Until(d) - 30*time.Second
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	root := testrig.ModuleRoot()
+	cmd := exec.CommandContext(ctx, filepath.Join(root, "e2e", "vm", name))
+	cmd.Dir = root
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 30 * time.Second
+	var out bytes.Buffer
+	w := io.Writer(&out)
+	if testing.Verbose() {
+		w = io.MultiWriter(&out, os.Stdout)
+	}
+	cmd.Stdout, cmd.Stderr = w, w
+	err := cmd.Run()
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &exit) && exit.ExitCode() == 77:
+		t.Skip(lastLine(out.String()))
+	case ctx.Err() != nil:
+		t.Fatalf("e2e/vm/%s: no verdict in %s\n%s", name, limit.Round(time.Second), out.String())
+	default:
+		t.Fatalf("e2e/vm/%s: %v\n%s", name, err, fmt.Sprint(out.String()))
+	}
+	return out.String()
+}
