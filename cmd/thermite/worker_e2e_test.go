@@ -587,4 +587,3 @@ func TestEgressProxyToListedProviderOnly(t *testing.T) {
 		}
 	})
 }
-
