@@ -246,8 +246,10 @@ say "base images $BASE_IMAGE ($(mb "$BASE_IMAGE")), $CC_BASE_IMAGE ($(mb "$CC_BA
 # it: RIG_TOML gives the layout, so the image's users include the second
 # timing user run-2 and its groups gpu, gpu-0 and gpu-1 (a rig.toml mounted
 # at run time cannot add them: the broker refuses to start without them).
-RIG_IMAGE='# the container test: two dedicated cards, one timing user each
+RIG_IMAGE='# the container test: two dedicated cards, one timing user each, and a
+# judge CPU each (this machine has two)
 timing_users = 2
+judge_cpus = "0-1"
 
 [gpu]
 layout = "dedicated"'

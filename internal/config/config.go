@@ -528,8 +528,10 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// JudgeCPUSet is the CPUs reserved for timed runs. "auto" is the highest CPU
-// this process may run on.
+// JudgeCPUSet is the CPUs reserved for timed runs. "auto" is the highest
+// CPUs this process may run on, one per timing user, always leaving at
+// least one CPU to the other roles (so on a machine with too few CPUs the
+// last cards have none, and their timed runs are refused, saying so).
 func (c *Config) JudgeCPUSet() (cpuset.Set, error) {
 	if c.JudgeCPUs == "auto" {
 		online, err := cpuset.Online()
@@ -539,7 +541,8 @@ func (c *Config) JudgeCPUSet() (cpuset.Set, error) {
 		if len(online) == 0 {
 			return nil, fmt.Errorf("no CPU is online")
 		}
-		return cpuset.Set{online[len(online)-1]}, nil
+		n := max(1, min(max(1, c.TimingUsers), len(online)-1))
+		return append(cpuset.Set(nil), online[len(online)-n:]...), nil
 	}
 	s, err := cpuset.Parse(c.JudgeCPUs)
 	if err != nil {
