@@ -46,7 +46,19 @@ func (b *Broker) roleGen(uid int) usageGen {
 // roleIdle says whether no process of the role runs but the broker's own
 // helpers (the thermite commands it started itself: a lane's file helper).
 func (b *Broker) roleIdle(uid int) bool {
-	pids, err := procs.ByUID("/proc", uid)
+	// Every process of a role runs in its cgroup (placed before the
+	// command exists, and no role can leave it): one read there instead of
+	// a walk of /proc, where the role has a group.
+	b.mu.Lock()
+	g := b.cgGroups[uid]
+	b.mu.Unlock()
+	var pids []int
+	var err error
+	if g != nil {
+		pids, err = g.Procs()
+	} else {
+		pids, err = procs.ByUID("/proc", uid)
+	}
 	if err != nil {
 		return false
 	}
