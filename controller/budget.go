@@ -9,9 +9,8 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"thermite/internal/peercred"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // The harness API's budgets: what one peer, one token and the whole API
@@ -187,13 +186,8 @@ func (b *connBudget) release(peer string) {
 func peerKey(conn net.Conn) string {
 	switch c := conn.(type) {
 	case *net.UnixConn:
-		raw, err := c.SyscallConn()
+		cred, err := peercred.Of(c)
 		if err != nil {
-			return ""
-		}
-		var cred *unix.Ucred
-		var cerr error
-		if err := raw.Control(func(fd uintptr) { cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) }); err != nil || cerr != nil || cred == nil {
 			return ""
 		}
 		return fmt.Sprintf("uid %d", cred.Uid)

@@ -16,6 +16,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"sync"
+	"thermite/internal/peercred"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -245,12 +246,8 @@ func (l *peerListener) Accept() (net.Conn, error) {
 			conn.Close()
 			continue
 		}
-		raw, err := uc.SyscallConn()
-		var cred *unix.Ucred
-		if err == nil {
-			raw.Control(func(fd uintptr) { cred, err = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) })
-		}
-		if err != nil || cred == nil || !l.allow(cred) {
+		cred, err := peercred.Of(uc)
+		if err != nil || !l.allow(cred) {
 			if cred != nil {
 				l.log.Warn("refused a peer on the operator socket", "uid", cred.Uid, "pid", cred.Pid)
 			}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"thermite/internal/peercred"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -143,20 +144,7 @@ func parseFDs(oob []byte) ([]*os.File, error) {
 
 // PeerCred is the uid, gid and pid of the process at the other end, as the
 // kernel recorded them at connect time.
-func (c *Conn) PeerCred() (*unix.Ucred, error) {
-	raw, err := c.c.SyscallConn()
-	if err != nil {
-		return nil, err
-	}
-	var cred *unix.Ucred
-	var cerr error
-	if err := raw.Control(func(fd uintptr) {
-		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	}); err != nil {
-		return nil, err
-	}
-	return cred, cerr
-}
+func (c *Conn) PeerCred() (*unix.Ucred, error) { return peercred.Of(c.c) }
 
 // SendResponse sends an answer, in parts when it is larger than a frame.
 func (c *Conn) SendResponse(resp *Response) error {
