@@ -93,8 +93,102 @@ func (b *Broker) handle(c *rpc.Conn) {
 	}
 }
 
-// dispatch answers one request. keep says whether the connection may carry
-// another: a Run takes its connection, whose closing cancels the command.
+// rpcOp is one operation of the broker's closed RPC: whether it is
+// answered while the start-up self-test runs, whether it takes descriptors
+// and whether only root may ask, whether its connection may carry another
+// request, and how it is served.
+type rpcOp struct {
+	beforeReady bool
+	takesFiles  bool
+	rootOnly    bool
+	keep        bool
+	serve       func(b *Broker, c *rpc.Conn, req *rpc.Request, files []*os.File) (*rpc.Response, error)
+}
+
+// rpcOps is the broker's whole RPC, one row per operation: anything else
+// is refused.
+var rpcOps = map[string]rpcOp{
+	rpc.OpPing: {beforeReady: true, keep: true, serve: func(*Broker, *rpc.Conn, *rpc.Request, []*os.File) (*rpc.Response, error) {
+		return &rpc.Response{}, nil
+	}},
+	rpc.OpStatus: {beforeReady: true, keep: true, serve: func(b *Broker, _ *rpc.Conn, _ *rpc.Request, _ []*os.File) (*rpc.Response, error) {
+		return &rpc.Response{Status: b.status()}, nil
+	}},
+	// A Run takes its connection, whose closing cancels the command.
+	rpc.OpRun: {takesFiles: true, serve: func(b *Broker, c *rpc.Conn, req *rpc.Request, files []*os.File) (*rpc.Response, error) {
+		if req.Run == nil {
+			return nil, fmt.Errorf("run: missing run field")
+		}
+		res, err := b.Run(c, req.Run, files)
+		return &rpc.Response{Run: res}, err
+	}},
+	rpc.OpStopUser: {keep: true, serve: func(b *Broker, _ *rpc.Conn, req *rpc.Request, _ []*os.File) (*rpc.Response, error) {
+		if req.StopUser == nil {
+			return nil, fmt.Errorf("stop_user: missing stop_user field")
+		}
+		r, err := b.role(req.StopUser.Role)
+		if err != nil {
+			return nil, err
+		}
+		n, err := b.StopUser(r)
+		if err != nil {
+			return nil, err
+		}
+		return &rpc.Response{StopUser: &rpc.StopUserResult{Stopped: n}}, nil
+	}},
+	rpc.OpHandFolder: {keep: true, serve: func(b *Broker, _ *rpc.Conn, req *rpc.Request, _ []*os.File) (*rpc.Response, error) {
+		if req.HandFolder == nil {
+			return nil, fmt.Errorf("hand_folder: missing hand_folder field")
+		}
+		res, err := b.HandFolder(req.HandFolder)
+		return &rpc.Response{HandFolder: res}, err
+	}},
+	rpc.OpRunFolder: {keep: true, serve: func(b *Broker, _ *rpc.Conn, req *rpc.Request, _ []*os.File) (*rpc.Response, error) {
+		if req.RunFolder == nil {
+			return nil, fmt.Errorf("run_folder: missing run_folder field")
+		}
+		return &rpc.Response{}, b.RunFolder(req.RunFolder)
+	}},
+	rpc.OpRetire: {keep: true, serve: func(b *Broker, _ *rpc.Conn, req *rpc.Request, _ []*os.File) (*rpc.Response, error) {
+		if req.Retire == nil {
+			return nil, fmt.Errorf("retire_folder: missing retire_folder field")
+		}
+		res, err := b.RetireFolder(req.Retire)
+		return &rpc.Response{Retire: res}, err
+	}},
+	rpc.OpClearSetID: {keep: true, serve: func(b *Broker, _ *rpc.Conn, req *rpc.Request, _ []*os.File) (*rpc.Response, error) {
+		if req.ClearSetID == nil {
+			return nil, fmt.Errorf("clear_setid: missing clear_setid field")
+		}
+		r, err := b.role(req.ClearSetID.Role)
+		if err != nil {
+			return nil, err
+		}
+		return &rpc.Response{ClearSetID: b.ClearSetID(r)}, nil
+	}},
+	rpc.OpDiskUsage: {keep: true, serve: func(b *Broker, _ *rpc.Conn, req *rpc.Request, _ []*os.File) (*rpc.Response, error) {
+		if req.DiskUsage == nil {
+			return nil, fmt.Errorf("disk_usage: missing disk_usage field")
+		}
+		r, err := b.role(req.DiskUsage.Role)
+		if err != nil {
+			return nil, err
+		}
+		u, err := b.DiskUsage(r, req.DiskUsage.HelperIdle)
+		return &rpc.Response{DiskUsage: u}, err
+	}},
+	// The self-test places canaries as root; only the operator starts it.
+	rpc.OpSelftest: {keep: true, rootOnly: true, serve: func(b *Broker, _ *rpc.Conn, req *rpc.Request, _ []*os.File) (*rpc.Response, error) {
+		if req.Selftest == nil {
+			return nil, fmt.Errorf("selftest: missing selftest field")
+		}
+		res, err := b.Selftest(req.Selftest.Force, false)
+		return &rpc.Response{Selftest: res}, err
+	}},
+}
+
+// dispatch answers one request from its row in rpcOps. keep says whether
+// the connection may carry another.
 func (b *Broker) dispatch(c *rpc.Conn, req *rpc.Request, files []*os.File, cred *unix.Ucred) (resp *rpc.Response, keep bool) {
 	fail := func(err error) (*rpc.Response, bool) {
 		b.log.Info("request refused", "op", req.Op, "uid", cred.Uid, "err", err)
@@ -103,108 +197,32 @@ func (b *Broker) dispatch(c *rpc.Conn, req *rpc.Request, files []*os.File, cred 
 	if req.V != rpc.Version {
 		return fail(fmt.Errorf("broker: protocol version %d, this broker speaks %d", req.V, rpc.Version))
 	}
-	if req.Op != rpc.OpRun && len(files) > 0 {
+	op, ok := rpcOps[req.Op]
+	if !ok {
+		return fail(fmt.Errorf("broker: unknown request %q", req.Op))
+	}
+	if !op.takesFiles && len(files) > 0 {
 		return fail(fmt.Errorf("broker: %s takes no descriptors", req.Op))
 	}
-	if req.Op != rpc.OpPing && req.Op != rpc.OpStatus {
+	if !op.beforeReady {
 		if err := b.servingRoles(); err != nil {
 			return fail(err)
 		}
 	}
-	switch req.Op {
-	case rpc.OpPing:
-		return &rpc.Response{}, true
-	case rpc.OpStatus:
-		return &rpc.Response{Status: b.status()}, true
-	case rpc.OpRun:
-		if req.Run == nil {
-			return fail(fmt.Errorf("run: missing run field"))
-		}
-		res, err := b.Run(c, req.Run, files)
-		if err != nil {
-			var ee *execError
-			if errors.As(err, &ee) && res != nil {
-				return &rpc.Response{Run: res, Error: ee.msg}, false
-			}
-			return fail(err)
-		}
-		return &rpc.Response{Run: res}, false
-	case rpc.OpStopUser:
-		if req.StopUser == nil {
-			return fail(fmt.Errorf("stop_user: missing stop_user field"))
-		}
-		r, err := b.role(req.StopUser.Role)
-		if err != nil {
-			return fail(err)
-		}
-		n, err := b.StopUser(r)
-		if err != nil {
-			return fail(err)
-		}
-		return &rpc.Response{StopUser: &rpc.StopUserResult{Stopped: n}}, true
-	case rpc.OpHandFolder:
-		if req.HandFolder == nil {
-			return fail(fmt.Errorf("hand_folder: missing hand_folder field"))
-		}
-		res, err := b.HandFolder(req.HandFolder)
-		if err != nil {
-			return fail(err)
-		}
-		return &rpc.Response{HandFolder: res}, true
-	case rpc.OpRunFolder:
-		if req.RunFolder == nil {
-			return fail(fmt.Errorf("run_folder: missing run_folder field"))
-		}
-		if err := b.RunFolder(req.RunFolder); err != nil {
-			return fail(err)
-		}
-		return &rpc.Response{}, true
-	case rpc.OpRetire:
-		if req.Retire == nil {
-			return fail(fmt.Errorf("retire_folder: missing retire_folder field"))
-		}
-		res, err := b.RetireFolder(req.Retire)
-		if err != nil {
-			return fail(err)
-		}
-		return &rpc.Response{Retire: res}, true
-	case rpc.OpClearSetID:
-		if req.ClearSetID == nil {
-			return fail(fmt.Errorf("clear_setid: missing clear_setid field"))
-		}
-		r, err := b.role(req.ClearSetID.Role)
-		if err != nil {
-			return fail(err)
-		}
-		return &rpc.Response{ClearSetID: b.ClearSetID(r)}, true
-	case rpc.OpDiskUsage:
-		if req.DiskUsage == nil {
-			return fail(fmt.Errorf("disk_usage: missing disk_usage field"))
-		}
-		r, err := b.role(req.DiskUsage.Role)
-		if err != nil {
-			return fail(err)
-		}
-		u, err := b.DiskUsage(r, req.DiskUsage.HelperIdle)
-		if err != nil {
-			return fail(err)
-		}
-		return &rpc.Response{DiskUsage: u}, true
-	case rpc.OpSelftest:
-		// The self-test places canaries as root; only the operator starts it.
-		if cred.Uid != 0 {
-			return fail(fmt.Errorf("selftest: only root may run the self-test"))
-		}
-		if req.Selftest == nil {
-			return fail(fmt.Errorf("selftest: missing selftest field"))
-		}
-		res, err := b.Selftest(req.Selftest.Force, false)
-		if err != nil {
-			return fail(err)
-		}
-		return &rpc.Response{Selftest: res}, true
+	if op.rootOnly && cred.Uid != 0 {
+		return fail(fmt.Errorf("%s: only root may run the self-test", req.Op))
 	}
-	return fail(fmt.Errorf("broker: unknown request %q", req.Op))
+	resp, err := op.serve(b, c, req, files)
+	if err != nil {
+		// A command that ran and failed to exec answers with its result.
+		var ee *execError
+		if errors.As(err, &ee) && resp != nil && resp.Run != nil {
+			resp.Error = ee.msg
+			return resp, false
+		}
+		return fail(err)
+	}
+	return resp, op.keep
 }
 
 func (b *Broker) role(name string) (roles.Role, error) {
