@@ -116,29 +116,7 @@ func (c *Controller) operatorRoutes() http.Handler {
 		}
 		writeJSON(w, 200, k)
 	})
-	trialCommand := func(run func(http.ResponseWriter, *http.Request, *trialRT, ExecRequest)) http.HandlerFunc {
-		return func(w http.ResponseWriter, r *http.Request) {
-			var req ExecRequest
-			if !decode(w, r, 1<<20, &req) {
-				return
-			}
-			rt, err := c.trial(r.PathValue("id"))
-			if err != nil {
-				writeError(w, http.StatusNotFound, err.Error())
-				return
-			}
-			rt.inflight.Add(1)
-			defer rt.inflight.Add(-1)
-			if rt.closing.Load() {
-				writeError(w, http.StatusConflict, "trial: "+rt.t.ID+" is ending")
-				return
-			}
-			ctx, cancel := rt.within(r.Context())
-			defer cancel()
-			run(w, r.WithContext(ctx), rt, req)
-		}
-	}
-	mux.HandleFunc("POST /v1/trials/{id}/exec", trialCommand(func(w http.ResponseWriter, r *http.Request, rt *trialRT, req ExecRequest) {
+	mux.HandleFunc("POST /v1/trials/{id}/exec", trialRequest(c, func(w http.ResponseWriter, r *http.Request, rt *trialRT, req ExecRequest) {
 		c.execInTrial(w, r, rt, req)
 	}))
 	mux.HandleFunc("POST /v1/trials/{id}/agent", trialRequest(c, c.runAgent))

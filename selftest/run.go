@@ -337,24 +337,20 @@ func probeRows(c *Context, r roles.Role, who string, table []Row, run func(plan 
 		}
 		row.Got = o.Got
 		row.OK = contains(want, o.Got)
+		wantMet := row.OK
+		if row.OK && p.row.Check != nil {
+			if bad := p.row.Check(c, r, o); bad != "" {
+				row.OK, row.Got = false, bad
+			}
+		}
 		if !row.OK && p.row.Lost != "" && c.Lost[p.row.Lost] {
 			// The operator accepted this host's lack of the protection the
 			// row proves; the verdict names it, the row says what it saw.
 			row.OK = true
-			row.Got = fmt.Sprintf("%s: lost, accepted (host.accept_lost has %s)", o.Got, p.row.Lost)
+			row.Got = fmt.Sprintf("%s: lost, accepted (host.accept_lost has %s)", row.Got, p.row.Lost)
 		}
-		if !row.OK && o.Got == "ENOENT" {
+		if !row.OK && !wantMet && o.Got == "ENOENT" {
 			row.Got = "ENOENT: the target was not there, so nothing was tried"
-		}
-		if row.OK && p.row.Check != nil && !strings.Contains(row.Got, "lost, accepted") {
-			if bad := p.row.Check(c, r, o); bad != "" {
-				row.OK = false
-				row.Got = bad
-				if p.row.Lost != "" && c.Lost[p.row.Lost] {
-					row.OK = true
-					row.Got = fmt.Sprintf("%s: lost, accepted (host.accept_lost has %s)", bad, p.row.Lost)
-				}
-			}
 		}
 		out = append(out, row)
 	}
@@ -375,25 +371,18 @@ func runProbe(h Host, c *Context, r roles.Role, plan []Attempt) ([]Outcome, stri
 	if r.Kind != roles.Controller {
 		h.StopUser(r)
 	}
-	if err != nil || run == nil || run.ExitCode != 0 {
-		why := fmt.Sprintf("%v", err)
-		if run != nil {
-			why = fmt.Sprintf("%v, exit %d (%s), %s", err, run.ExitCode, run.Stopped, strings.TrimSpace(string(stderr)))
-		}
-		return nil, "the probe could not run: " + why
-	}
-	var outs []Outcome
-	if err := json.Unmarshal(stdout, &outs); err != nil {
-		return nil, "the probe's answer is unreadable: " + err.Error()
-	}
-	return outs, ""
+	return probeOutcomes(stdout, stderr, run, err)
 }
 
 // runControllerProbe runs one probe confined as the controller daemon.
 // Nothing is stopped after it: its user is the controller's.
 func runControllerProbe(h Host, plan []Attempt) ([]Outcome, string) {
 	data, _ := json.Marshal(plan)
-	stdout, stderr, run, err := h.RunControllerProbe(data)
+	return probeOutcomes(h.RunControllerProbe(data))
+}
+
+// probeOutcomes reads a probe's answer, or says why there is none.
+func probeOutcomes(stdout, stderr []byte, run *rpc.RunResult, err error) ([]Outcome, string) {
 	if err != nil || run == nil || run.ExitCode != 0 {
 		why := fmt.Sprintf("%v", err)
 		if run != nil {

@@ -200,22 +200,11 @@ func (l *Ledger) EndTrial(id, reason string, at time.Time) error {
 	if at.IsZero() {
 		at = now()
 	}
-	return l.update(op, func(tx *bolt.Tx) error {
-		var t Trial
-		ok, err := getJSON(tx, tTrials, id, &t)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			return fmt.Errorf("trial %s: %w", id, ErrNotFound)
-		}
+	return l.changeTrial(op, id, func(tx *bolt.Tx, t *Trial) error {
 		if t.State != TrialOpen {
 			return fmt.Errorf("%w at %s (%s)", ErrTrialEnded, t.Ended.Format(time.RFC3339), t.EndReason)
 		}
 		t.State, t.Ended, t.EndReason = TrialEnded, utc(at), reason
-		if err := putJSON(tx, tTrials, []byte(id), t); err != nil {
-			return err
-		}
 		lanes := tx.Bucket(tOpenLanes.bucket)
 		if string(lanes.Get(laneKey(t.Lane))) == id {
 			return lanes.Delete(laneKey(t.Lane))
@@ -226,7 +215,7 @@ func (l *Ledger) EndTrial(id, reason string, at time.Time) error {
 
 // SetTrialDisk records what a trial's folders held when last measured.
 func (l *Ledger) SetTrialDisk(id string, bytes int64) error {
-	return l.changeTrial("measure trial "+id, id, func(t *Trial) error {
+	return l.changeTrial("measure trial "+id, id, func(_ *bolt.Tx, t *Trial) error {
 		t.DiskBytes = bytes
 		return nil
 	})
@@ -234,7 +223,7 @@ func (l *Ledger) SetTrialDisk(id string, bytes int64) error {
 
 // TrialRemoved records that an ended trial's folder is gone.
 func (l *Ledger) TrialRemoved(id string, at time.Time) error {
-	return l.changeTrial("remove trial "+id, id, func(t *Trial) error {
+	return l.changeTrial("remove trial "+id, id, func(_ *bolt.Tx, t *Trial) error {
 		if t.State == TrialOpen {
 			return fmt.Errorf("%w: trial %s is open", ErrInvalid, id)
 		}
@@ -243,7 +232,9 @@ func (l *Ledger) TrialRemoved(id string, at time.Time) error {
 	})
 }
 
-func (l *Ledger) changeTrial(op, id string, f func(t *Trial) error) error {
+// changeTrial reads a trial, lets f change it (and what else its
+// transaction must), and writes it back, all in one transaction.
+func (l *Ledger) changeTrial(op, id string, f func(tx *bolt.Tx, t *Trial) error) error {
 	return l.update(op, func(tx *bolt.Tx) error {
 		var t Trial
 		ok, err := getJSON(tx, tTrials, id, &t)
@@ -253,7 +244,7 @@ func (l *Ledger) changeTrial(op, id string, f func(t *Trial) error) error {
 		if !ok {
 			return fmt.Errorf("trial %s: %w", id, ErrNotFound)
 		}
-		if err := f(&t); err != nil {
+		if err := f(tx, &t); err != nil {
 			return err
 		}
 		return putJSON(tx, tTrials, []byte(id), t)

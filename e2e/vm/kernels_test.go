@@ -1,17 +1,9 @@
 package vm
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
-	"io"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -160,38 +152,4 @@ func TestRigOnKernelsAndCgroupSetups(t *testing.T) {
 		}
 		held(t, r)
 	})
-}
-
-// runScript runs a script of this folder as root under a deadline and
-// returns its output; exit 77 skips the test with its last line.
-func runScript(t *testing.T, name string, limit time.Duration) string {
-	t.Helper()
-	if d, ok := t.Deadline(); ok && time.Until(d)-30*time.Second < limit {
-		limit = time.Until(d) - 30*time.Second
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), limit)
-	defer cancel()
-	root := testrig.ModuleRoot()
-	cmd := exec.CommandContext(ctx, filepath.Join(root, "e2e", "vm", name))
-	cmd.Dir = root
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
-	cmd.WaitDelay = 30 * time.Second
-	var out bytes.Buffer
-	w := io.Writer(&out)
-	if testing.Verbose() {
-		w = io.MultiWriter(&out, os.Stdout)
-	}
-	cmd.Stdout, cmd.Stderr = w, w
-	err := cmd.Run()
-	var exit *exec.ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &exit) && exit.ExitCode() == 77:
-		t.Skip(lastLine(out.String()))
-	case ctx.Err() != nil:
-		t.Fatalf("e2e/vm/%s: no verdict in %s\n%s", name, limit.Round(time.Second), out.String())
-	default:
-		t.Fatalf("e2e/vm/%s: %v\n%s", name, err, fmt.Sprint(out.String()))
-	}
-	return out.String()
 }

@@ -30,14 +30,25 @@ func TestI386BothWays(t *testing.T) {
 		t.Skipf("boots Debian's 6.12 kernel under qemu twice (about a minute): set %s=1 or run make vm-i386", envRun)
 	}
 	testrig.RequireRoot(t)
-	timeout := 20 * time.Minute
-	if d, ok := t.Deadline(); ok && time.Until(d)-30*time.Second < timeout {
-		timeout = time.Until(d) - 30*time.Second
+	out := runScript(t, "run.sh", 20*time.Minute)
+	for line := range strings.Lines(out) {
+		if strings.HasPrefix(line, "vm: ok: ") || strings.HasPrefix(line, "vm: whole run") {
+			t.Log(strings.TrimSpace(line))
+		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+}
+
+// runScript runs a script of this folder as root under a deadline and
+// returns its output; exit 77 skips the test with its last line.
+func runScript(t *testing.T, name string, limit time.Duration) string {
+	t.Helper()
+	if d, ok := t.Deadline(); ok && time.Until(d)-30*time.Second < limit {
+		limit = time.Until(d) - 30*time.Second
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	root := testrig.ModuleRoot()
-	cmd := exec.CommandContext(ctx, filepath.Join(root, "e2e", "vm", "run.sh"))
+	cmd := exec.CommandContext(ctx, filepath.Join(root, "e2e", "vm", name))
 	cmd.Dir = root
 	// SIGTERM first, so that the script's trap removes its work folder.
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
@@ -55,15 +66,11 @@ func TestI386BothWays(t *testing.T) {
 	case errors.As(err, &exit) && exit.ExitCode() == 77:
 		t.Skip(lastLine(out.String()))
 	case ctx.Err() != nil:
-		t.Fatalf("e2e/vm/run.sh: no verdict in %s\n%s", timeout.Round(time.Second), out.String())
+		t.Fatalf("e2e/vm/%s: no verdict in %s\n%s", name, limit.Round(time.Second), out.String())
 	default:
-		t.Fatalf("e2e/vm/run.sh: %v\n%s", err, out.String())
+		t.Fatalf("e2e/vm/%s: %v\n%s", name, err, out.String())
 	}
-	for line := range strings.Lines(out.String()) {
-		if strings.HasPrefix(line, "vm: ok: ") || strings.HasPrefix(line, "vm: whole run") {
-			t.Log(strings.TrimSpace(line))
-		}
-	}
+	return out.String()
 }
 
 func lastLine(s string) string {

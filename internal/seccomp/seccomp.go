@@ -441,6 +441,12 @@ func restrictSockets(a *assembler, o Options) {
 		a.fail(fmt.Errorf("seccomp: no socket rules for network policy %q", policy))
 		return
 	}
+	unixSocketPairsOnly(a)
+}
+
+// unixSocketPairsOnly lets socketpair make AF_UNIX pairs alone, for roles
+// and the controller alike.
+func unixSocketPairsOnly(a *assembler) {
 	a.syscallBlock("network", unix.SYS_SOCKETPAIR, func() {
 		a.loadArgLow(0) // domain, an int
 		a.decide(bpf.JumpEqual, unix.AF_UNIX, actionAllow, actionEPERM)
@@ -484,8 +490,5 @@ func restrictControllerSockets(a *assembler) {
 		a.place(deny)
 		a.ret(actionEPERM)
 	})
-	a.syscallBlock("network", unix.SYS_SOCKETPAIR, func() {
-		a.loadArgLow(0) // domain, an int
-		a.decide(bpf.JumpEqual, unix.AF_UNIX, actionAllow, actionEPERM)
-	})
+	unixSocketPairsOnly(a)
 }

@@ -171,14 +171,8 @@ func Main() {
 		if err := caps.ClearInheritable(); err != nil {
 			fail("held", err)
 		}
-		if len(s.CPUs) > 0 {
-			var set unix.CPUSet
-			for _, c := range s.CPUs {
-				set.Set(c)
-			}
-			if err := unix.SchedSetaffinity(0, &set); err != nil {
-				fail("affinity", err)
-			}
+		if err := pinCPUs(s.CPUs); err != nil {
+			fail("affinity", err)
 		}
 		if err := unprivileged(); err != nil {
 			fail("held", err)
@@ -200,14 +194,8 @@ func Main() {
 	if len(s.Argv) == 0 {
 		fail("spec", fmt.Errorf("empty argv"))
 	}
-	if len(s.CPUs) > 0 {
-		var set unix.CPUSet
-		for _, c := range s.CPUs {
-			set.Set(c)
-		}
-		if err := unix.SchedSetaffinity(0, &set); err != nil {
-			fail("affinity", err)
-		}
+	if err := pinCPUs(s.CPUs); err != nil {
+		fail("affinity", err)
 	}
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		fail("no_new_privs", err)
@@ -380,4 +368,17 @@ func stopAll(limit time.Duration) (int, error) {
 			pause *= 2
 		}
 	}
+}
+
+// pinCPUs keeps this thread, and what it execs, on cpus; none leaves the
+// affinity as it is.
+func pinCPUs(cpus []int) error {
+	if len(cpus) == 0 {
+		return nil
+	}
+	var set unix.CPUSet
+	for _, c := range cpus {
+		set.Set(c)
+	}
+	return unix.SchedSetaffinity(0, &set)
 }
