@@ -103,3 +103,16 @@ func (b *brokerClient) handTop(path, role string) error {
 	_, err := b.call(&rpc.Request{Op: rpc.OpHandFolder, HandFolder: &rpc.HandFolderRequest{Path: path, Role: role, Mode: 0o700, TopOnly: true}})
 	return err
 }
+
+// retire asks the broker to take a trial's folder from every role, and
+// with remove to remove it.
+func (b *brokerClient) retire(path string, remove bool) (int64, error) {
+	resp, err := b.call(&rpc.Request{Op: rpc.OpRetire, Retire: &rpc.RetireRequest{Path: path, Remove: remove}})
+	if err != nil {
+		return 0, err
+	}
+	if resp.Retire == nil {
+		return 0, nil
+	}
+	return resp.Retire.Removed, nil
+}

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"thermite/controller/ledger"
-	"thermite/internal/rpc"
 )
 
 // PruneRequest removes the folders of trials that ended at least OlderThan
@@ -113,17 +112,4 @@ func (c *Controller) watchRetention() {
 			c.log.Error("removing an ended trial", "err", e)
 		}
 	}
-}
-
-// retire asks the broker to take a trial's folder from every role, and
-// with remove to remove it.
-func (b *brokerClient) retire(path string, remove bool) (int64, error) {
-	resp, err := b.call(&rpc.Request{Op: rpc.OpRetire, Retire: &rpc.RetireRequest{Path: path, Remove: remove}})
-	if err != nil {
-		return 0, err
-	}
-	if resp.Retire == nil {
-		return 0, nil
-	}
-	return resp.Retire.Removed, nil
 }
