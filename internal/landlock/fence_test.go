@@ -3,7 +3,9 @@ package landlock
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +16,8 @@ import (
 
 	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
 	"golang.org/x/sys/unix"
+
+	"thermite/internal/netpolicy"
 )
 
 func requireRoot(t testing.TB) {
@@ -54,11 +58,11 @@ func TestMain(m *testing.M) {
 }
 
 type childSpec struct {
-	Deny    []string `json:"deny"`
-	Always  []string `json:"always"`
-	MinABI  int      `json:"min_abi"`
-	Try     []string `json:"try"`      // "open:PATH", "ioctl3:PATH", "mknod:PATH", "sleep"
-	BuildIn bool     `json:"build_in"` // build in the child (else in the parent, fd 3)
+	Deny   []string  `json:"deny"`
+	Always []string  `json:"always"`
+	MinABI int       `json:"min_abi"`
+	Try    []string  `json:"try"`  // "open:PATH", "ioctl3:PATH", "create:PATH", "tcp:ADDR", "wait"
+	Role   *RoleSpec `json:"role"` // build a role's rule set (RolePolicy) instead of the fence alone
 }
 
 func fenceChild(raw string) int {
@@ -66,11 +70,14 @@ func fenceChild(raw string) int {
 	json.Unmarshal([]byte(raw), &s)
 	runtime.LockOSThread()
 	rules, _, err := GrantAllExcept(FenceRights, s.Deny, s.Always)
+	p := &Policy{HandledFS: FenceRights, Rules: rules}
+	if s.Role != nil {
+		p, _, err = RolePolicy(*s.Role)
+	}
 	if err != nil {
 		fmt.Println("build:", err)
 		return 3
 	}
-	p := &Policy{HandledFS: FenceRights, Rules: rules}
 	f, err := p.Build(s.MinABI)
 	if err != nil {
 		fmt.Println("build:", err)
@@ -96,6 +103,22 @@ func fenceChild(raw string) int {
 			if err == nil {
 				unix.Close(fd)
 			}
+		case "create":
+			var fd int
+			fd, err = unix.Open(path, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0o600)
+			if err == nil {
+				unix.Close(fd)
+				unix.Unlink(path)
+			}
+		case "tcp":
+			var c net.Conn
+			if c, err = net.Dial("tcp", path); err == nil {
+				c.Close()
+			}
+			var errno syscall.Errno
+			if errors.As(err, &errno) {
+				err = errno
+			}
 		case "ioctl3":
 			var fd int
 			fd, err = unix.Open(path, 3|unix.O_CLOEXEC, 0)
@@ -110,7 +133,12 @@ func fenceChild(raw string) int {
 		if err == nil {
 			fmt.Println(t, "ok")
 		} else {
-			fmt.Println(t, unix.ErrnoName(err.(syscall.Errno)))
+			var errno syscall.Errno
+			if errors.As(err, &errno) {
+				fmt.Println(t, unix.ErrnoName(errno))
+			} else {
+				fmt.Println(t, "error:"+strings.ReplaceAll(err.Error(), " ", "_"))
+			}
 		}
 	}
 	return 0
@@ -216,5 +244,82 @@ func TestStaleWhenAFolderChanges(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, "x"), nil, 0o644)
 	if s := Stale(st); s != dir {
 		t.Fatalf("a new entry did not make %s stale (%q)", dir, s)
+	}
+}
+
+// A role's rule set in force: the command writes only in its own places
+// and on the safe devices, reads the rest, and reaches no TCP port at all
+// under none and api (Landlock pins ports, not addresses); open reaches
+// it.
+func TestRoleWritesOnlyItsOwnPlacesAndTCPOnlyWhenOpen(t *testing.T) {
+	if err := CheckABI(PolicyABI); err != nil {
+		t.Skipf("needs Landlock ABI %d for a role's rule set: %v", PolicyABI, err)
+	}
+	own, other := t.TempDir(), t.TempDir()
+	theirs := filepath.Join(other, "theirs")
+	if err := os.WriteFile(theirs, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	tcp := "tcp:" + ln.Addr().String()
+	for _, n := range netpolicy.All {
+		got := runChild(t, childSpec{
+			MinABI: PolicyABI,
+			Role:   &RoleSpec{DevRoot: "/dev", Network: n, Writable: []string{own}},
+			Try:    []string{"create:" + filepath.Join(own, "f"), "create:" + filepath.Join(other, "f"), "open:" + theirs, "open:/dev/null", tcp},
+		}, nil)
+		want := map[string]string{
+			"create:" + filepath.Join(own, "f"):   "ok",
+			"create:" + filepath.Join(other, "f"): "EACCES",
+			"open:" + theirs:                      "EACCES", // read and write: the write is refused
+			"open:/dev/null":                      "ok",
+			tcp:                                   "EACCES",
+		}
+		if n.AllowsInet() {
+			want[tcp] = "ok"
+		}
+		for k, w := range want {
+			if got[k] != w {
+				t.Errorf("network %s: %s: got %q, want %q", n, k, got[k], w)
+			}
+		}
+	}
+}
+
+// Fit keeps what an older kernel knows and drops the rest, never leaving a
+// rule with no right (which the kernel refuses).
+func TestFitTrimsToTheKernelsABI(t *testing.T) {
+	p := &Policy{
+		HandledFS: RoleRights,
+		Rules: []Rule{
+			{Path: "/dev/nvidia0", Access: ll.AccessFSIoctlDev},
+			{Path: "/home", Access: ll.AccessFSReadFile | ll.AccessFSTruncate},
+		},
+		HandledNet: ll.AccessNetConnectTCP,
+		TCPPorts:   map[uint16]uint64{80: ll.AccessNetConnectTCP},
+		Scoped:     ll.ScopeSignal,
+	}
+	p.Fit(3)
+	if p.HandledFS&ll.AccessFSIoctlDev != 0 || p.HandledFS&ll.AccessFSTruncate == 0 {
+		t.Errorf("handled %#x after Fit(3)", p.HandledFS)
+	}
+	if len(p.Rules) != 1 || p.Rules[0].Path != "/home" {
+		t.Errorf("rules %+v: the IOCTL_DEV-only rule should be gone, /home kept", p.Rules)
+	}
+	if p.HandledNet != 0 || p.TCPPorts != nil || p.Scoped != 0 {
+		t.Errorf("ABI 3 has no network rules or scoping: net %#x ports %v scoped %#x", p.HandledNet, p.TCPPorts, p.Scoped)
 	}
 }
