@@ -19,7 +19,6 @@ import (
 	"thermite/fence"
 	"thermite/internal/config"
 	"thermite/internal/cpuset"
-	"thermite/internal/netpolicy"
 	"thermite/internal/procs"
 	"thermite/internal/rpc"
 	"thermite/roles"
@@ -109,7 +108,7 @@ func Run(h Host) *rpc.SelftestResult {
 	givenCards(c)
 	c.APIPort = h.APIPort()
 	c.ControlKeySHA = h.ControlKeySHA256()
-	c.Network, c.Cgroup = map[string]netpolicy.Network{}, map[string]string{}
+	c.Network, c.Cgroup = roleNetworks{}, map[string]string{}
 	for _, r := range c.Table.Roles {
 		pol, _ := roles.PolicyFor(r, c.Cfg.Network, c.Cfg.Perf)
 		c.Network[r.Name] = pol.Network

@@ -41,30 +41,30 @@ type Context struct {
 	Kit                string
 	Secret             string
 	SecretValues       []string
-	BuildDir           string                       // a build folder handed to the builder
-	StoredFile         string                       // a file of a stored build
-	OtherPID           map[string]int               // role name -> a process of another role
-	Workspace          map[int]string               // lane number -> a workspace handed to it
-	RunKit             map[int]string               // timing card -> a file of its run's kit copy
-	RunOut             map[int]string               // timing card -> its run's out/
-	RunDir             map[int]string               // timing card -> its run's folder
-	RunBuild           map[int]string               // timing card -> its run's link to the stored build
-	EnvAllowed         map[string]bool              // the variables a role's command may have
-	AgentDir           map[int]string               // agent number -> an agent folder (with a token) handed to it
-	LaneArea           map[int]string               // lane number -> a research area handed to it
-	ResearchRun        string                       // a run\'s research folder, the controller\'s
-	EndedToken         string                       // a token of an ended trial, when one exists
-	OpenDir            string                       // a folder every user may write by its mode (0777)
-	Abstract           string                       // an abstract unix socket the broker listens on
-	TCPPort            int                          // a TCP port on 127.0.0.1 that is not the API's
-	APIPort            int                          // the harness API's TCP port (0: none)
-	OtherLoopback      string                       // ADDRESS:PORT of a canary on another loopback address at the API's port ("": no TCP API)
-	Network            map[string]netpolicy.Network // role name -> its network policy
-	Cgroup             map[string]string            // role name -> its cgroup's path, "" without cgroups
-	ControlKeySHA      string                       // the SHA-256 the launch named for control's key
-	GPU                *fence.Layout                // nil without a GPU layout
-	BrokerCapBnd       string                       // the broker's own bounding set, as /proc shows it
-	Given              map[string][]int             // role name -> the cards its probe runs with
+	BuildDir           string            // a build folder handed to the builder
+	StoredFile         string            // a file of a stored build
+	OtherPID           map[string]int    // role name -> a process of another role
+	Workspace          map[int]string    // lane number -> a workspace handed to it
+	RunKit             map[int]string    // timing card -> a file of its run's kit copy
+	RunOut             map[int]string    // timing card -> its run's out/
+	RunDir             map[int]string    // timing card -> its run's folder
+	RunBuild           map[int]string    // timing card -> its run's link to the stored build
+	EnvAllowed         map[string]bool   // the variables a role's command may have
+	AgentDir           map[int]string    // agent number -> an agent folder (with a token) handed to it
+	LaneArea           map[int]string    // lane number -> a research area handed to it
+	ResearchRun        string            // a run\'s research folder, the controller\'s
+	EndedToken         string            // a token of an ended trial, when one exists
+	OpenDir            string            // a folder every user may write by its mode (0777)
+	Abstract           string            // an abstract unix socket the broker listens on
+	TCPPort            int               // a TCP port on 127.0.0.1 that is not the API's
+	APIPort            int               // the harness API's TCP port (0: none)
+	OtherLoopback      string            // ADDRESS:PORT of a canary on another loopback address at the API's port ("": no TCP API)
+	Network            roleNetworks      // role name -> its network policy
+	Cgroup             map[string]string // role name -> its cgroup's path, "" without cgroups
+	ControlKeySHA      string            // the SHA-256 the launch named for control's key
+	GPU                *fence.Layout     // nil without a GPU layout
+	BrokerCapBnd       string            // the broker's own bounding set, as /proc shows it
+	Given              map[string][]int  // role name -> the cards its probe runs with
 	// IPCLeft is, per role name, the key of a SysV object of each kind its
 	// user owned when it was stopped; LinkedSetID, per lane number, a set-id
 	// file of the lane's own in its workspace (placeLeftovers).
@@ -159,6 +159,9 @@ func pid(op string, p func(c *Context, r roles.Role) int) func(*Context, roles.R
 // BeyondHost is an address no host holds (TEST-NET-3): what a probe that
 // reaches it would reach is the world beyond the rig.
 const BeyondHost = "203.0.113.1"
+
+// roleNetworks is each role's network policy, by role name.
+type roleNetworks map[string]netpolicy.Network
 
 // tcpWant is what a TCP connect must come to: EPERM for none and api
 // (seccomp makes no AF_INET or AF_INET6 socket), through for open.
