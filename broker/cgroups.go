@@ -4,9 +4,9 @@ import (
 	"fmt"
 	"strings"
 
-	"thermite/fence"
 	"thermite/internal/cgroup"
 	"thermite/internal/hostpolicy"
+	"thermite/internal/landlock"
 	"thermite/internal/weaken"
 	"thermite/roles"
 )
@@ -117,7 +117,7 @@ func (b *Broker) decideKernelPolicy() error {
 	if err := hostpolicy.Decide(b.kernel, b.cfg.Host.AcceptLost); err != nil {
 		if strings.Contains(err.Error(), "landlock") || b.kernel.ABI == 0 {
 			// internal/testrig matches these words to skip tests on such a kernel.
-			return fmt.Errorf("broker: %w (in full, the policy every role command runs under needs Landlock ABI %d)", err, fence.PolicyABI)
+			return fmt.Errorf("broker: %w (in full, the policy every role command runs under needs Landlock ABI %d)", err, landlock.PolicyABI)
 		}
 		return fmt.Errorf("broker: %w", err)
 	}

@@ -5,7 +5,7 @@ import (
 	"os"
 	"sort"
 
-	"thermite/fence"
+	"thermite/internal/landlock"
 	"thermite/internal/lanefs"
 	"thermite/internal/seccomp"
 	"thermite/internal/weaken"
@@ -61,7 +61,7 @@ func (b *Broker) ConfineFor(r roles.Role, argv []string, requested []int, home s
 		}
 		gpu = append(gpu, l.Control...)
 	}
-	spec := fence.RoleSpec{
+	spec := landlock.RoleSpec{
 		DenyGPU: l.Deny(cards), GPU: gpu, Writable: b.writableFor(r, home),
 		DevRoot: b.cfg.GPU.DevRoot, Network: pol.Network,
 	}
@@ -69,7 +69,7 @@ func (b *Broker) ConfineFor(r roles.Role, argv []string, requested []int, home s
 		spec.APIPort = b.apiPort
 	}
 	if weaken.Enabled && weaken.Has("fence-only") {
-		spec = fence.RoleSpec{DenyGPU: l.Deny(cards), DevRoot: b.cfg.GPU.DevRoot, FenceOnly: true}
+		spec = landlock.RoleSpec{DenyGPU: l.Deny(cards), DevRoot: b.cfg.GPU.DevRoot, FenceOnly: true}
 		c.seccomp = nil
 	}
 	if c.ruleSet, c.release, err = b.ruleSet(spec); err != nil {

@@ -9,8 +9,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"thermite/fence"
 	"thermite/internal/cgroup"
+	"thermite/internal/landlock"
 	"thermite/internal/seccomp"
 	"thermite/internal/weaken"
 )
@@ -54,8 +54,8 @@ func (b *Broker) confineController(argv []string, stdio [3]*os.File) (*command, 
 		c.release()
 		return nil, err
 	}
-	p := fence.ControllerPolicy(b.controllerSpec())
-	abi := fence.PolicyABI
+	p := landlock.ControllerPolicy(b.controllerSpec())
+	abi := landlock.PolicyABI
 	if k := b.kernel.ABI; k < abi {
 		// The start got past the kernel policy, so the operator accepted
 		// what this kernel lacks: the controller's rule set keeps what the
@@ -93,10 +93,10 @@ func (b *Broker) confineController(argv []string, stdio [3]*os.File) (*command, 
 // writes its ledger and nothing else: it reads the kits the operator's
 // commands import there, and moves the projects they import out. Likewise it only makes the API's
 // socket in that socket's folder.
-func (b *Broker) controllerSpec() fence.ControllerSpec {
+func (b *Broker) controllerSpec() landlock.ControllerSpec {
 	ctl := b.table.Controller()
 	s := b.cfg.ScratchDir()
-	spec := fence.ControllerSpec{
+	spec := landlock.ControllerSpec{
 		Read:   append([]string(nil), systemReadable...),
 		Exec:   append(append([]string(nil), systemPrograms...), filepath.Join(b.cfg.ControllerDir(), "kits")),
 		Binary: b.exe,

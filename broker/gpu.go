@@ -7,10 +7,9 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"thermite/fence"
 	"thermite/internal/hostpolicy"
+	"thermite/internal/landlock"
 	"thermite/internal/rpc"
 	"thermite/roles"
 )
@@ -24,34 +23,16 @@ type gpuState struct {
 	abiErr     error // the kernel lacks the Landlock rights the fence needs
 	permsFixed bool
 	permsNote  string
-	built      map[string]*builtFence
-}
-
-// builtFence is one rule set, kept and handed to every shim that needs it.
-// Commands hold it from their preparation until their shim has started;
-// an evicted one is closed when the last of them lets go, never while a
-// command may still hand its descriptor number to a shim.
-type builtFence struct {
-	fd      *os.File
-	stamps  []fence.Stamp
-	refs    int
-	evicted bool
-}
-
-// evictLocked takes a rule set out of the cache; it closes once unheld.
-func (bf *builtFence) evictLocked() {
-	bf.evicted = true
-	if bf.refs == 0 {
-		bf.fd.Close()
-	}
+	// rules are the built rule sets; a command holds its own until its
+	// shim has started.
+	rules landlock.Cache
 }
 
 // initFence discovers the GPUs, places them in the layout, fixes their
 // device files and keeps doing so on a timer. GPU trouble never stops the
 // broker: it refuses GPU work, with the reason, in FenceFor.
 func (b *Broker) initFence() error {
-	b.gpu.built = map[string]*builtFence{}
-	b.gpu.abiErr = fence.CheckABI(b.cfg.GPU.FenceMinABI)
+	b.gpu.abiErr = landlock.CheckABI(b.cfg.GPU.FenceMinABI)
 	b.refreshGPUs()
 	go func() {
 		t := time.NewTicker(b.cfg.GPU.FixInterval.Duration)
@@ -143,80 +124,10 @@ func (b *Broker) gpuFor(r roles.Role, requested []int) (l *fence.Layout, cards [
 	return l, cards, uniqueInts(groups), l.Env(cards), nil
 }
 
-// ruleSet returns the built rule set for a spec, building it the first
-// time and again whenever a folder it was built from has changed (a node
-// appeared in /dev), and a release the caller calls once its shim has
-// started (or will not start).
-func (b *Broker) ruleSet(spec fence.RoleSpec) (*os.File, func(), error) {
-	// Landlock rules hold the inodes of their paths: a writable place made
-	// anew at the same path (a timed run's fresh out/) is another rule set.
-	key := fmt.Sprintf("%v", spec)
-	for _, w := range spec.Writable {
-		var st unix.Stat_t
-		if unix.Lstat(w, &st) == nil {
-			key += fmt.Sprintf(":%d/%d", st.Dev, st.Ino)
-		}
-	}
-	b.gpu.mu.Lock()
-	defer b.gpu.mu.Unlock()
-	if bf, ok := b.gpu.built[key]; ok {
-		if fence.Stale(bf.stamps) == "" {
-			return bf.fd, b.holdRuleSetLocked(bf), nil
-		}
-		delete(b.gpu.built, key)
-		bf.evictLocked()
-	}
-	p, walked, err := fence.RolePolicy(spec)
-	if err != nil {
-		return nil, nil, err
-	}
-	stamps := fence.Stamps(walked)
-	minABI := fence.PolicyABI
-	if spec.FenceOnly {
-		minABI = fence.FenceABI
-	}
-	if abi := b.kernel.ABI; abi < minABI && !spec.FenceOnly {
-		// The start got past the kernel policy, so the operator accepted
-		// every protection this kernel lacks: the rule set keeps what the
-		// kernel has, and none is built where Landlock is missing.
-		if abi == 0 {
-			return nil, func() {}, nil
-		}
-		p.Fit(abi)
-		minABI = abi
-	}
-	fd, err := p.Build(minABI)
-	if err != nil {
-		return nil, nil, err
-	}
-	if len(b.gpu.built) >= 256 {
-		// Rule sets of places long gone (every timed run has its own out/):
-		// let them go once no command holds them.
-		for k, old := range b.gpu.built {
-			delete(b.gpu.built, k)
-			old.evictLocked()
-		}
-	}
-	bf := &builtFence{fd: fd, stamps: stamps}
-	b.gpu.built[key] = bf
-	return fd, b.holdRuleSetLocked(bf), nil
-}
-
-// holdRuleSetLocked counts one more holder of bf and returns its release,
-// which is safe to call more than once.
-func (b *Broker) holdRuleSetLocked(bf *builtFence) func() {
-	bf.refs++
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			b.gpu.mu.Lock()
-			defer b.gpu.mu.Unlock()
-			bf.refs--
-			if bf.evicted && bf.refs == 0 {
-				bf.fd.Close()
-			}
-		})
-	}
+// ruleSet returns the built rule set for a spec and a release the caller
+// calls once its shim has started (or will not start); see landlock.Cache.
+func (b *Broker) ruleSet(spec landlock.RoleSpec) (*os.File, func(), error) {
+	return b.gpu.rules.Get(spec, b.kernel.ABI)
 }
 
 func (b *Broker) gpuStatus() *rpc.GPUStatus {
@@ -228,7 +139,7 @@ func (b *Broker) gpuStatus() *rpc.GPUStatus {
 	}
 	st := &rpc.GPUStatus{
 		Layout: l.Kind, Usable: l.Refused == "", Refused: l.Refused,
-		Control: d.Control, FenceABI: fence.ABI(), PermsFixed: b.gpu.permsFixed, PermsNote: b.gpu.permsNote,
+		Control: d.Control, FenceABI: landlock.ABI(), PermsFixed: b.gpu.permsFixed, PermsNote: b.gpu.permsNote,
 		Discovery: d.Source + " (" + d.NVML + ")",
 	}
 	if why := hostpolicy.GPUDecision(b.gpu.permsFixed, b.gpu.permsNote, b.gpu.abiErr, b.cfg.Host.AcceptLost); why != "" {
@@ -253,7 +164,7 @@ func (b *Broker) GPULayout() *fence.Layout {
 	return b.gpu.layout
 }
 
-func landlockABI() int { return fence.ABI() }
+func landlockABI() int { return landlock.ABI() }
 
 func uniqueInts(in []int) []int {
 	sort.Ints(in)

@@ -1,6 +1,7 @@
 // Package fence knows the rig's GPUs: which cards and control nodes exist,
-// the layout that gives each card its place, and the Landlock rule set that
-// keeps a role's command off every device file it may not open.
+// the layout that gives each card its place (and so the device files each
+// command may not open, which internal/landlock's rule set leaves out),
+// and the device files' owners and modes.
 package fence
 
 import (

@@ -108,7 +108,7 @@ func Run(h Host) *rpc.SelftestResult {
 	givenCards(c)
 	c.APIPort = h.APIPort()
 	c.ControlKeySHA = h.ControlKeySHA256()
-	c.Network, c.Cgroup = map[string]string{}, map[string]string{}
+	c.Network, c.Cgroup = roleNetworks{}, map[string]string{}
 	for _, r := range c.Table.Roles {
 		pol, _ := roles.PolicyFor(r, c.Cfg.Network, c.Cfg.Perf)
 		c.Network[r.Name] = pol.Network

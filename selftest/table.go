@@ -17,6 +17,7 @@ import (
 	"thermite/fence"
 	"thermite/internal/config"
 	"thermite/internal/hostpolicy"
+	"thermite/internal/netpolicy"
 	"thermite/internal/sysvipc"
 	"thermite/roles"
 )
@@ -58,7 +59,7 @@ type Context struct {
 	TCPPort            int               // a TCP port on 127.0.0.1 that is not the API's
 	APIPort            int               // the harness API's TCP port (0: none)
 	OtherLoopback      string            // ADDRESS:PORT of a canary on another loopback address at the API's port ("": no TCP API)
-	Network            map[string]string // role name -> its network policy
+	Network            roleNetworks      // role name -> its network policy
 	Cgroup             map[string]string // role name -> its cgroup's path, "" without cgroups
 	ControlKeySHA      string            // the SHA-256 the launch named for control's key
 	GPU                *fence.Layout     // nil without a GPU layout
@@ -159,10 +160,13 @@ func pid(op string, p func(c *Context, r roles.Role) int) func(*Context, roles.R
 // reaches it would reach is the world beyond the rig.
 const BeyondHost = "203.0.113.1"
 
+// roleNetworks is each role's network policy, by role name.
+type roleNetworks map[string]netpolicy.Network
+
 // tcpWant is what a TCP connect must come to: EPERM for none and api
 // (seccomp makes no AF_INET or AF_INET6 socket), through for open.
 func tcpWant(c *Context, r roles.Role) []string {
-	if c.Network[r.Name] == "open" {
+	if c.Network[r.Name].AllowsInet() {
 		return succeeds
 	}
 	return notPerm
@@ -300,7 +304,7 @@ var Policy = []Row{
 		return []Attempt{{Op: OpTCP, Arg: c.OtherLoopback}}
 	}, WantFor: tcpWant},
 	{Who: Every, Attempt: "connect to an address beyond this host on the API's port", Make: func(c *Context, r roles.Role) []Attempt {
-		if c.APIPort == 0 || c.Network[r.Name] == "open" {
+		if c.APIPort == 0 || c.Network[r.Name].AllowsInet() {
 			return nil
 		}
 		return []Attempt{{Op: OpTCP, Arg: net.JoinHostPort(BeyondHost, strconv.Itoa(c.APIPort))}}

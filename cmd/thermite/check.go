@@ -7,8 +7,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"thermite/fence"
 	"thermite/internal/config"
+	"thermite/internal/landlock"
 	"thermite/internal/rpc"
 	"thermite/selftest"
 )
@@ -20,7 +20,7 @@ func hostCheck(cfg config.Config, st *rpc.Status) selftest.HostVerdict {
 	e := selftest.HostEnv{
 		ProcRoot: cfg.Host.ProcRoot, SysRoot: cfg.Host.SysRoot,
 		JudgeCPUs: judge, SetIDDirs: cfg.Host.SetIDDirs,
-		LandlockABI: fence.ABI(), PolicyABI: fence.PolicyABI,
+		LandlockABI: landlock.ABI(), PolicyABI: landlock.PolicyABI,
 	}
 	if st != nil {
 		e.Cgroup = st.Cgroup

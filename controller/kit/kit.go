@@ -104,6 +104,7 @@ import (
 	"github.com/BurntSushi/toml"
 	"golang.org/x/sys/unix"
 
+	"thermite/internal/confined"
 	"thermite/internal/rpc"
 )
 
@@ -307,10 +308,7 @@ func Parse(data []byte, name string) (*Kit, error) {
 
 // readManifest reads kit.toml: a regular file of the kit, not a symlink.
 func readManifest(rootfd int) ([]byte, error) {
-	fd, err := unix.Openat2(rootfd, File, &unix.OpenHow{
-		Flags:   unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
-	})
+	fd, err := confined.OpenBeneath(rootfd, File, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0, confined.NoSymlinks)
 	if err != nil {
 		if errors.Is(err, unix.ELOOP) {
 			return nil, errors.New("is a symlink")
@@ -770,10 +768,7 @@ func checkFiles(rootfd int, k *Kit) error {
 	sort.Strings(linkNames) // so that the first problem reported is always the same
 	for i, c := range k.Run.Copy {
 		name := fmt.Sprintf("run.copy[%d]", i)
-		fd, err := unix.Openat2(rootfd, c, &unix.OpenHow{
-			Flags:   unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
-			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
-		})
+		fd, err := confined.OpenBeneath(rootfd, c, unix.O_PATH|unix.O_NOFOLLOW, 0, confined.NoSymlinks)
 		switch {
 		case errors.Is(err, unix.ENOENT):
 			return fmt.Errorf("%s: %q is not in the kit", name, c)
@@ -800,10 +795,7 @@ func checkFiles(rootfd int, k *Kit) error {
 		if !filepath.IsLocal(clean) {
 			return fmt.Errorf("check.command[0]: %q leaves the kit", prog)
 		}
-		fd, err := unix.Openat2(rootfd, clean, &unix.OpenHow{
-			Flags:   unix.O_PATH | unix.O_CLOEXEC,
-			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS,
-		})
+		fd, err := confined.OpenBeneath(rootfd, clean, unix.O_PATH, 0, confined.FollowInside)
 		if err != nil {
 			return fmt.Errorf("check.command[0]: %q is not in the kit", prog)
 		}
@@ -825,10 +817,7 @@ func checkFiles(rootfd int, k *Kit) error {
 // resolve follows the symlink rel beneath the kit, as the kernel would with
 // the kit as its root, and returns where it leads, relative to the kit.
 func resolve(rootfd int, realRoot, rel string) (string, error) {
-	fd, err := unix.Openat2(rootfd, rel, &unix.OpenHow{
-		Flags:   unix.O_PATH | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS,
-	})
+	fd, err := confined.OpenBeneath(rootfd, rel, unix.O_PATH, 0, confined.FollowInside)
 	switch {
 	case errors.Is(err, unix.EXDEV):
 		return "", errors.New("leads out of the kit")

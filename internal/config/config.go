@@ -18,6 +18,7 @@ import (
 
 	"thermite/internal/cpuset"
 	"thermite/internal/hostpolicy"
+	"thermite/internal/netpolicy"
 )
 
 // DefaultPath is read when no --config is given and the file exists.
@@ -193,7 +194,7 @@ type Config struct {
 	GPU             GPU      `toml:"gpu" json:"gpu"`
 	API             API      `toml:"api" json:"api"`
 	// Network overrides a kind of role's network policy (none, api, open).
-	Network map[string]string `toml:"network" json:"network"`
+	Network map[string]netpolicy.Network `toml:"network" json:"network"`
 	// Perf lists the kinds of role that may use perf_event_open.
 	Perf   []string `toml:"perf" json:"perf"`
 	Cgroup Cgroup   `toml:"cgroup" json:"cgroup"`
@@ -240,7 +241,7 @@ func Default() Config {
 			SysRoot:   "/sys",
 			SetIDDirs: []string{"/usr/bin", "/usr/sbin", "/bin", "/sbin", "/usr/lib", "/usr/libexec", "/usr/local/bin", "/usr/local/sbin"},
 		},
-		Network: map[string]string{},
+		Network: map[string]netpolicy.Network{},
 		Perf:    []string{},
 		Cgroup:  Cgroup{Enabled: true, MemoryMB: 4096, Pids: 1024, ControllerMemoryMB: 2048, ControllerPids: 1024},
 		Trial:   Trial{DiskCapMB: 5120, DiskCheck: Duration{2 * time.Second}, RetainEnded: Duration{24 * time.Hour}, FetchArchiveMB: 256},
@@ -463,8 +464,8 @@ func (c *Config) Validate() error {
 		if !kinds[k] {
 			return fmt.Errorf("network.%s: no such kind of role (controller, builder, timing, planner, model-check, lane, agent, supervisor)", k)
 		}
-		if v != "none" && v != "api" && v != "open" {
-			return fmt.Errorf("network.%s: %q is not one of none, api, open", k, v)
+		if err := v.Check("network." + k); err != nil {
+			return err
 		}
 	}
 	for _, k := range c.Perf {

@@ -1,5 +1,6 @@
 // Package confined does path operations that cannot leave a root folder:
-// every lookup is openat2 with RESOLVE_BENEATH and RESOLVE_NO_SYMLINKS, and
+// every lookup is openat2 with RESOLVE_BENEATH and RESOLVE_NO_SYMLINKS
+// (OpenBeneath, the one confined open every package uses), and
 // every change is made through a descriptor of the very file that was
 // checked, so a role that swaps names for symlinks or hard links while the
 // broker works cannot point it anywhere else.
@@ -17,10 +18,6 @@ import (
 
 	"thermite/internal/weaken"
 )
-
-// resolve is what every lookup beneath a root refuses: leaving the root,
-// any symlink, /proc's magic links, and other mounts.
-const resolve = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV
 
 // Rel turns path, absolute or relative, into a path relative to root. It
 // refuses an absolute path outside root; ".." and symlinks are left for
@@ -66,10 +63,11 @@ func Open(root, path string, flags int) (*os.File, error) {
 	return OpenAt(r, rel, flags, path)
 }
 
-// OpenAt opens rel beneath the folder dir. name is what errors call it.
+// OpenAt opens rel beneath the folder dir, refusing leaving it, any
+// symlink, /proc's magic links and other mounts. name is what errors call
+// it.
 func OpenAt(dir *os.File, rel string, flags int, name string) (*os.File, error) {
-	how := unix.OpenHow{Flags: uint64(flags | unix.O_CLOEXEC), Resolve: resolve}
-	fd, err := unix.Openat2(int(dir.Fd()), rel, &how)
+	fd, err := OpenBeneath(int(dir.Fd()), rel, flags, 0, Strict)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, explain(err))
 	}

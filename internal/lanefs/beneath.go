@@ -5,38 +5,21 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
-)
 
-// resolveBeneath is how every path a request names is resolved: never
-// above the folder it starts from (so "..", absolute paths and symlinks
-// that lead out fail with EXDEV), never through /proc's magic links.
-// Symlinks that stay beneath are followed.
-const resolveBeneath = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS
+	"thermite/internal/confined"
+)
 
 // openBeneath is the confinement: the one function that turns a path from
 // a request into a descriptor. It opens path relative to dirfd (a root's
-// descriptor, or a folder's that was itself opened here) with openat2 and
-// resolveBeneath, so the kernel refuses anything that would leave dirfd's
-// folder. Everything else in this package works on the descriptors it
+// descriptor, or a folder's that was itself opened here) with
+// confined.OpenBeneath, so the kernel refuses anything that would leave
+// dirfd's folder: "..", absolute paths and symlinks that lead out fail with
+// EXDEV, /proc's magic links with ELOOP. Symlinks that stay beneath are
+// followed. Everything else in this package works on the descriptors it
 // returns, with the *at calls and a single final name. mode counts only
 // with O_CREAT.
 func openBeneath(dirfd int, path string, flags int, mode uint32) (int, error) {
-	if strings.IndexByte(path, 0) >= 0 {
-		return -1, unix.EINVAL
-	}
-	how := unix.OpenHow{Flags: uint64(flags | unix.O_CLOEXEC), Resolve: resolveBeneath}
-	if flags&unix.O_CREAT != 0 {
-		how.Mode = uint64(mode)
-	}
-	for tries := 0; ; tries++ {
-		fd, err := unix.Openat2(dirfd, path, &how)
-		// EAGAIN: a rename raced the resolution of ".."; the kernel asks
-		// for a retry rather than risk a wrong answer.
-		if (err == unix.EAGAIN && tries < 64) || err == unix.EINTR {
-			continue
-		}
-		return fd, err
-	}
+	return confined.OpenBeneath(dirfd, path, flags, mode, confined.FollowInside)
 }
 
 // root is one folder the helper serves, open for its whole life.

@@ -3,6 +3,7 @@ package seccomp
 import (
 	"fmt"
 
+	"thermite/internal/netpolicy"
 	"thermite/internal/weaken"
 )
 
@@ -10,22 +11,22 @@ import (
 const (
 	// NetworkNone allows local sockets only: socket and socketpair for
 	// AF_UNIX; every other family fails with EPERM.
-	NetworkNone = "none"
+	NetworkNone = netpolicy.None
 	// NetworkAPI is NetworkNone for the filter: the harness API is
 	// reached through its unix socket, and no TCP socket can be made.
-	NetworkAPI = "api"
+	NetworkAPI = netpolicy.API
 	// NetworkOpen filters no socket call.
-	NetworkOpen = "open"
+	NetworkOpen = netpolicy.Open
 	// networkAPITCP is api as it was before issue 13 (TCP allowed, the
 	// port left to Landlock), for the WeakenAPITCP test build only.
-	networkAPITCP = "api-tcp"
+	networkAPITCP netpolicy.Network = "api-tcp"
 )
 
 // Options select the variable parts of a role command's filter; everything
 // else is denied for every role.
 type Options struct {
-	Network   string // "none", "api" or "open"
-	AllowPerf bool   // perf_event_open allowed
+	Network   netpolicy.Network
+	AllowPerf bool // perf_event_open allowed
 	// FileHelper keeps openat2 for the lane's file helper (`thermite
 	// __lanefs`), which needs its RESOLVE_BENEATH and checks every mode it
 	// is asked for itself. Every other command gets ENOSYS.
@@ -62,12 +63,7 @@ func (o Options) Validate() error {
 		}
 		return nil
 	}
-	switch o.Network {
-	case NetworkNone, NetworkAPI, NetworkOpen:
-		return nil
-	}
-	return fmt.Errorf("seccomp: network policy %q is not one of %s, %s, %s",
-		o.Network, NetworkNone, NetworkAPI, NetworkOpen)
+	return o.Network.Check("seccomp: network policy")
 }
 
 // The rules a thermite_weaken test build can leave out (Options.Weakened).

@@ -11,6 +11,8 @@ import (
 
 	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
+
+	"thermite/internal/netpolicy"
 )
 
 // These tests run the built program in x/net/bpf's virtual machine on
@@ -333,16 +335,16 @@ func TestProgramSockets(t *testing.T) {
 		{socketCall{0xffffffff00000000 | unix.AF_PACKET, stream, 0}, "EPERM", "allow"},
 		{socketCall{unix.AF_INET, 0xffffffff00000000 | dgram, 0}, "EPERM", "allow"},
 	}
-	for _, policy := range []string{NetworkNone, NetworkAPI, NetworkOpen} {
+	for _, policy := range []netpolicy.Network{NetworkNone, NetworkAPI, NetworkOpen} {
 		m := vm(t, Options{Network: policy})
 		for _, tc := range cases {
 			// api is none for the filter (issue 13): no TCP socket either.
-			want := map[string]string{NetworkNone: tc.none, NetworkAPI: tc.none, NetworkOpen: tc.open_}[policy]
+			want := map[netpolicy.Network]string{NetworkNone: tc.none, NetworkAPI: tc.none, NetworkOpen: tc.open_}[policy]
 			if got := verdict(t, m, sys(unix.SYS_SOCKET, tc.c.domain, tc.c.typ, tc.c.protocol)); got != want {
 				t.Errorf("%s: socket(%#x, %#x, %d): %s, want %s", policy, tc.c.domain, tc.c.typ, tc.c.protocol, got, want)
 			}
 		}
-		wantPair := map[string]string{NetworkNone: "EPERM", NetworkAPI: "EPERM", NetworkOpen: "allow"}[policy]
+		wantPair := map[netpolicy.Network]string{NetworkNone: "EPERM", NetworkAPI: "EPERM", NetworkOpen: "allow"}[policy]
 		for _, domain := range []uint64{unix.AF_INET, unix.AF_INET6, unix.AF_NETLINK} {
 			if got := verdict(t, m, sys(unix.SYS_SOCKETPAIR, domain, unix.SOCK_STREAM, 0, 0)); got != wantPair {
 				t.Errorf("%s: socketpair(%d): %s, want %s", policy, domain, got, wantPair)
@@ -374,9 +376,9 @@ func TestProgramLength(t *testing.T) {
 }
 
 func TestProgramRefusesUnknownNetwork(t *testing.T) {
-	for _, network := range []string{"foo", "", "None", "tcp"} {
+	for _, network := range []netpolicy.Network{"foo", "", "None", "tcp"} {
 		_, err := Program(Options{Network: network})
-		want := fmt.Sprintf("seccomp: network policy %q is not one of none, api, open", network)
+		want := fmt.Sprintf("seccomp: network policy: %q is not one of none, api, open", network)
 		if err == nil || err.Error() != want {
 			t.Errorf("network %q: error %v, want %q", network, err, want)
 		}

@@ -19,6 +19,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"thermite/internal/netpolicy"
 )
 
 // The attacks run for real: the test binary re-executes itself as a child
@@ -197,7 +199,7 @@ func socketAttacks() []attack {
 	}
 	var list []attack
 	for _, p := range []struct {
-		policy string
+		policy netpolicy.Network
 		want   map[string]string // the outcome under the policy; "ok" when absent
 	}{
 		{NetworkNone, map[string]string{
@@ -231,7 +233,7 @@ func socketAttacks() []attack {
 				}
 				return rawFD(unix.SYS_SOCKET, s.domain, s.typ, s.protocol)
 			}
-			list = append(list, attack{name: "socket-" + name + "/" + p.policy, run: run, want: want})
+			list = append(list, attack{name: "socket-" + name + "/" + string(p.policy), run: run, want: want})
 		}
 	}
 	return list
@@ -372,7 +374,7 @@ func child(name string) int {
 	if run == nil {
 		return say("unknown scenario %q", name)
 	}
-	o := Options{Network: os.Getenv(envNetwork), AllowPerf: os.Getenv(envAllowPerf) == "1", FileHelper: os.Getenv(envHelper) == "1"}
+	o := Options{Network: netpolicy.Network(os.Getenv(envNetwork)), AllowPerf: os.Getenv(envAllowPerf) == "1", FileHelper: os.Getenv(envHelper) == "1"}
 	var witness *otherThread
 	if name == "thread-only" {
 		witness = startOtherThread() // exists before the filter, so has none
@@ -457,7 +459,7 @@ func runChild(t *testing.T, scenario, mode string, o Options, dir string) outcom
 	defer cancel()
 	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestHelperProcess$", "-test.count=1")
 	cmd.Env = append(os.Environ(),
-		envScenario+"="+scenario, envMode+"="+mode, envNetwork+"="+o.Network,
+		envScenario+"="+scenario, envMode+"="+mode, envNetwork+"="+string(o.Network),
 		envAllowPerf+"="+map[bool]string{true: "1", false: "0"}[o.AllowPerf], envDir+"="+dir,
 		envHelper+"="+map[bool]string{true: "1", false: "0"}[o.FileHelper])
 	out, err := cmd.CombinedOutput()
@@ -500,7 +502,7 @@ func TestAttacks(t *testing.T) {
 			t.Parallel()
 			o := Options{Network: NetworkOpen}
 			if _, policy, ok := strings.Cut(a.name, "/"); ok {
-				o.Network = policy
+				o.Network = netpolicy.Network(policy)
 			}
 			got := runChild(t, a.name, modeFiltered, o, scratchDir(t))
 			base := runChild(t, a.name, modeBaseline, o, scratchDir(t))
