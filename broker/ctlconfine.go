@@ -39,7 +39,7 @@ var systemReadable = []string{"/etc", "/proc", "/sys"}
 func (b *Broker) confineController(argv []string, stdio [3]*os.File) (*command, error) {
 	ctl := b.table.Controller()
 	home := b.homeOf(ctl)
-	env, err := b.EnvFor(ctl, home, nil)
+	env, err := planEnv(&b.cfg, ctl, home, nil, nil)
 	if err != nil {
 		return nil, err
 	}
