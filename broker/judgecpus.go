@@ -101,7 +101,7 @@ func (b *Broker) cpusetFor(r roles.Role) cpuset.Set {
 
 // setGroupCPUs gives a role's group the CPUs cpusetFor decides. A timing
 // user with no judge CPU of its own keeps its group's CPUs as they are: it
-// runs nothing (CPUsFor refuses it).
+// runs nothing (planCPUs refuses it).
 func (b *Broker) setGroupCPUs(r roles.Role, g *cgroup.Group) error {
 	s := b.cpusetFor(r)
 	if r.Kind == roles.Timing && len(s) == 0 {
@@ -109,7 +109,7 @@ func (b *Broker) setGroupCPUs(r roles.Role, g *cgroup.Group) error {
 	}
 	if len(s) == 0 {
 		// cgroup v1 takes an empty cpuset for a group with no tasks (its
-		// commands are refused meanwhile: CPUsFor finds no CPU free).
+		// commands are refused meanwhile: planCPUs finds no CPU free).
 		if procs, err := g.Procs(); err == nil && len(procs) == 0 && b.cg.Version == 1 {
 			return g.SetCPUs(nil)
 		}

@@ -82,6 +82,9 @@ type Plan struct {
 	// Landlock is the rule set's spec (carryOut drops writable places
 	// that do not exist); nil only in a weakened test build.
 	Landlock *fence.RoleSpec
+	// Controller is the controller daemon's rule set's spec, in place of
+	// Landlock; nil for every role command.
+	Controller *fence.ControllerSpec
 	// Seccomp is the filter's options; nil only in a weakened test build.
 	Seccomp *seccomp.Options
 	Network string // none, api or open
@@ -599,6 +602,94 @@ func advisoryWeakened(w map[string]bool) bool {
 	return w[weaken.AdvisoryCPUs] || w[weakFenceOnly] || w[weakNoLandlock]
 }
 
+// controllerGroup is the controller daemon's cgroup, beside the roles'
+// groups: no role's name holds a dot, so none can be called the same.
+const controllerGroup = "controller.daemon"
+
+// systemPrograms are the folders whose programs the controller (a kit's
+// check: sh, awk, python) may run and whose libraries it loads.
+var systemPrograms = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt"}
+
+// systemReadable are the folders it reads besides: /etc for resolv.conf,
+// hosts and certificates, /proc and /sys for the Go runtime and fetch's
+// view of the host's addresses.
+var systemReadable = []string{"/etc", "/proc", "/sys"}
+
+// PlanController decides the controller daemon's command, and the
+// self-test's probe of it gets the very same plan: its HOME as working
+// folder, the environment of a role command without a request's, its
+// Landlock rule set (controllerSpec), its seccomp filter
+// (seccomp.ControllerOptions) and its own cgroup (controllerCgroup).
+// resolved are the folders of the resolver files that are symlinks out
+// of /etc, which the broker looks up (their rules need the real folder).
+func PlanController(cfg *config.Config, table *roles.Table, argv []string, exe string, resolved []string, hasTree bool, weakened map[string]bool) (*Plan, error) {
+	ctl := table.Controller()
+	home := roleHome(cfg, ctl)
+	env, err := planEnv(cfg, ctl, home, nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	p := &Plan{Role: ctl, Argv: argv, Env: env, Cwd: home, Home: home, UID: ctl.UID, GID: ctl.GID, Groups: ctl.Groups}
+	if weakened[weaken.ControllerBare] {
+		return p, nil
+	}
+	spec := controllerSpec(cfg, ctl, exe, resolved)
+	o := seccomp.ControllerOptions()
+	p.Controller, p.Seccomp = &spec, &o
+	if hasTree {
+		p.Cgroup = controllerCgroup(cfg)
+	}
+	return p, nil
+}
+
+// controllerSpec is where the controller may read, run programs and
+// write: the system's programs and configuration, its own binary, the kits
+// (a kit's check may be a program of the kit), and as its own folders
+// the store, the research folder, scratch's trials, runs and builds, its
+// HOME and TMPDIR, and the image's outbox where there is one. In its
+// private folder it makes its socket, and writes its ledger and nothing
+// else: it reads the kits the operator's commands import there, and moves
+// the projects they import out. Likewise it only makes the API's socket in
+// that socket's folder.
+func controllerSpec(cfg *config.Config, ctl roles.Role, exe string, resolved []string) fence.ControllerSpec {
+	s := cfg.ScratchDir()
+	spec := fence.ControllerSpec{
+		Read:   append([]string(nil), systemReadable...),
+		Exec:   append(append([]string(nil), systemPrograms...), filepath.Join(cfg.ControllerDir(), "kits")),
+		Binary: exe,
+		Writable: []string{
+			cfg.StoreDir(), cfg.ResearchDir(),
+			filepath.Join(s, "trials"), filepath.Join(s, "runs"), filepath.Join(s, "builds"),
+			roleHome(cfg, ctl), roleTmp(cfg, ctl),
+			// A trial's import is moved from here into its workspace:
+			// Landlock lets a rename through only with REFER on both
+			// sides and no right gained at the destination.
+			filepath.Join(cfg.ControllerDir(), "projects"),
+		},
+		Sockets: []string{cfg.ControllerDir(), cfg.APIDir(), filepath.Dir(cfg.APISocket())},
+		Files:   []string{ledgerPath(cfg)},
+	}
+	// The one-container image's exchange folders (docs/container.md): the
+	// controller reads the inbox and fills the outbox.
+	if cfg.Image.Inbox != "" {
+		spec.Read = append(spec.Read, cfg.Image.Inbox)
+	}
+	if cfg.Image.Outbox != "" {
+		spec.Writable = append(spec.Writable, cfg.Image.Outbox)
+	}
+	spec.Read = append(spec.Read, resolved...)
+	sort.Strings(spec.Sockets)
+	return spec
+}
+
+// controllerCgroup is the controller daemon's cgroup, beside the roles'
+// groups, with cgroup.controller_memory_mb and cgroup.controller_pids.
+func controllerCgroup(cfg *config.Config) *CgroupPlan {
+	return &CgroupPlan{Name: controllerGroup, Limits: cgroup.Limits{MemoryBytes: cfg.Cgroup.ControllerMemoryMB << 20, Pids: cfg.Cgroup.ControllerPids}}
+}
+
+func ledgerPath(cfg *config.Config) string { return filepath.Join(cfg.ControllerDir(), "ledger.db") }
+
 // The switches of a thermite_weaken build that only the broker reads.
 const (
 	weakNoLandlock = "no-landlock"
@@ -608,7 +699,7 @@ const (
 // policySwitches are every switch the policy reads.
 var policySwitches = []string{
 	seccomp.WeakenSysVIPC, seccomp.WeakenSetIDOpenat2, seccomp.WeakenAPITCP,
-	weaken.APITCP, weaken.AdvisoryCPUs, weakNoLandlock, weakFenceOnly,
+	weaken.APITCP, weaken.AdvisoryCPUs, weaken.ControllerBare, weakNoLandlock, weakFenceOnly,
 }
 
 // weakenedNow are the switches this build was started with: none outside

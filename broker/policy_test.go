@@ -417,3 +417,47 @@ func samePlan(t *testing.T, got, want *Plan) {
 		}
 	}
 }
+
+// The controller daemon's plan: its HOME, a role's environment without a
+// request's, its own filter and cgroup, and a rule set that writes only
+// its own folders, none of a role's.
+func TestPlanController(t *testing.T) {
+	cfg, table := rig(t)
+	argv := []string{"/proc/self/exe", ControllerArg}
+	p, err := PlanController(cfg, table, argv, "/proc/self/exe", []string{"/run/systemd/resolve"}, true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctl := table.Controller()
+	home := scratch + "/home/thermite"
+	wantEnv := []string{"PATH=" + DefaultPath, "HOME=" + home, "TMPDIR=" + scratch + "/tmp/thermite", "USER=thermite", "LOGNAME=thermite"}
+	if p.Role.UID != ctl.UID || p.Cwd != home || !reflect.DeepEqual(p.Env, wantEnv) || !reflect.DeepEqual(p.Argv, argv) {
+		t.Errorf("uid %d cwd %s env %q argv %q", p.Role.UID, p.Cwd, p.Env, p.Argv)
+	}
+	if p.Seccomp == nil || !p.Seccomp.Controller || p.Landlock != nil || p.Hold != nil {
+		t.Errorf("seccomp %+v landlock %+v hold %+v", p.Seccomp, p.Landlock, p.Hold)
+	}
+	if want := (&CgroupPlan{Name: controllerGroup, Limits: cgroup.Limits{MemoryBytes: 2048 << 20, Pids: 1024}}); !reflect.DeepEqual(p.Cgroup, want) {
+		t.Errorf("cgroup %+v, want %+v", p.Cgroup, want)
+	}
+	s := p.Controller
+	if s == nil {
+		t.Fatal("no rule set spec")
+	}
+	for _, w := range s.Writable {
+		for _, r := range []string{scratch + "/home/lane-1", scratch + "/tmp/lane-1", "/etc", scratch} {
+			if w == r {
+				t.Errorf("writable %s", w)
+			}
+		}
+	}
+	if want := []string{"/srv/rig/store", "/srv/rig/research", scratch + "/trials", scratch + "/runs", scratch + "/builds", home, scratch + "/tmp/thermite", "/srv/rig/controller/projects", cfg.Image.Outbox}; !reflect.DeepEqual(s.Writable, want) {
+		t.Errorf("writable %v, want %v", s.Writable, want)
+	}
+	if s.Read[len(s.Read)-1] != "/run/systemd/resolve" || !reflect.DeepEqual(s.Files, []string{"/srv/rig/controller/ledger.db"}) {
+		t.Errorf("read %v files %v", s.Read, s.Files)
+	}
+	if p, _ := PlanController(cfg, table, argv, "/proc/self/exe", nil, false, nil); p.Cgroup != nil {
+		t.Errorf("no cgroup tree: cgroup %+v", p.Cgroup)
+	}
+}
