@@ -461,3 +461,22 @@ func TestPlanController(t *testing.T) {
 		t.Errorf("no cgroup tree: cgroup %+v", p.Cgroup)
 	}
 }
+
+// A name cannot say whether it is a symlink: the plan takes a cwd inside
+// the role's own HOME as it is, and carryOut opens it beneath scratch with
+// RESOLVE_NO_SYMLINKS, where the kernel refuses a symlink a lane planted
+// (TestBrokerAsOperator asserts that refusal end to end). A relative cwd
+// is taken from scratch.
+func TestPlanLeavesSymlinksToTheKernel(t *testing.T) {
+	cfg, table := rig(t)
+	for cwd, want := range map[string]string{
+		scratch + "/home/lane-1/escape": scratch + "/home/lane-1/escape",
+		"home/lane-1/src":               scratch + "/home/lane-1/src",
+		scratch:                         scratch,
+	} {
+		p, err := PlanRun(cfg, table, &rpc.RunRequest{Role: "lane-1", Argv: []string{"pwd"}, Cwd: cwd}, held(t, table))
+		if err != nil || p.Cwd != want {
+			t.Errorf("cwd %s: %v %+v, want %s", cwd, err, p, want)
+		}
+	}
+}

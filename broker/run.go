@@ -116,7 +116,7 @@ func (b *Broker) carryOut(p *Plan, stdio []*os.File) (*command, error) {
 	}
 	if cmd.cwd, err = confined.Open(b.cfg.ScratchDir(), p.Cwd, unix.O_PATH|unix.O_DIRECTORY); err != nil {
 		cmd.release()
-		return nil, fmt.Errorf("cwd %w", err)
+		return nil, fmt.Errorf("cwd: %w", err)
 	}
 	if p.Hold != nil {
 		if cmd.unhold, cmd.cardStops, err = b.hold(p.Role, p.Hold); err != nil {
@@ -133,15 +133,15 @@ func (b *Broker) checkHomeOwner(r roles.Role, home string) error {
 	trials := filepath.Join(b.cfg.ScratchDir(), "trials")
 	f, err := confined.Open(trials, home, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW)
 	if err != nil {
-		return fmt.Errorf("home %w", err)
+		return fmt.Errorf("home: %w", err)
 	}
 	defer f.Close()
 	var st unix.Stat_t
 	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
-		return fmt.Errorf("home %s: %w", home, err)
+		return fmt.Errorf("home: %s: %w", home, err)
 	}
 	if int(st.Uid) != r.UID {
-		return fmt.Errorf("home %s: owned by uid %d, not %s", home, st.Uid, r.Name)
+		return fmt.Errorf("home: %s: owned by uid %d, not %s", home, st.Uid, r.Name)
 	}
 	return nil
 }

@@ -9,7 +9,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"thermite/internal/hostpolicy"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -284,14 +283,11 @@ func (b *Broker) HoldAsTimedRun(r roles.Role, cards []int) (string, func(), erro
 // JudgeCPUsWhy says why judge CPUs cannot be held in the kernel here, ""
 // when they can.
 func (b *Broker) JudgeCPUsWhy() string {
-	if advisoryCPUs() {
-		return ""
-	}
-	if _, err := hostpolicy.TimedRunDecision(b.kernel, b.cfg.Host.AcceptLost); err != nil {
-		return err.Error()
-	}
 	// Held in the kernel, or by affinity alone with the loss accepted:
 	// the rows run, and record the loss as accepted where they fail.
+	if _, err := timedRunHold(&b.cfg, &Snapshot{Kernel: b.kernel, Weakened: weakenedNow()}); err != nil {
+		return err.Error()
+	}
 	return ""
 }
 
