@@ -480,3 +480,26 @@ func TestPlanLeavesSymlinksToTheKernel(t *testing.T) {
 		}
 	}
 }
+
+// The broker's snapshot copies what timed runs hold and the folders handed
+// to each role, so a plan never shares the broker's maps.
+func TestSnapshotCopiesWhatIsHeld(t *testing.T) {
+	b := &Broker{
+		online:    cpuset.Set{0, 1, 2, 3},
+		judgeCPUs: cpuset.Set{2, 3},
+		cpuHolds:  map[string]cpuset.Set{"hold-2": {3}, "hold-1": {2}},
+		cardHolds: map[string][]int{"hold-1": {0}, "hold-2": nil},
+		handed:    map[int]map[string]bool{20101: {scratch + "/trials/T1/workspace": true}},
+	}
+	s := b.snapshot()
+	if !reflect.DeepEqual(s.HeldCPUs, cpuset.Set{2, 3}) || !reflect.DeepEqual(s.HeldCards, map[int]bool{0: true}) || s.Cgroups {
+		t.Errorf("held CPUs %v cards %v cgroups %v", s.HeldCPUs, s.HeldCards, s.Cgroups)
+	}
+	if !reflect.DeepEqual(s.Handed, map[int][]string{20101: {scratch + "/trials/T1/workspace"}}) {
+		t.Errorf("handed %v", s.Handed)
+	}
+	s.Handed[20101][0] = "/elsewhere"
+	if !b.handed[20101][scratch+"/trials/T1/workspace"] {
+		t.Error("the snapshot shares the broker's handed folders")
+	}
+}
