@@ -7,7 +7,6 @@ import (
 	"thermite/internal/cgroup"
 	"thermite/internal/hostpolicy"
 	"thermite/internal/landlock"
-	"thermite/internal/weaken"
 	"thermite/roles"
 )
 
@@ -35,13 +34,18 @@ func (b *Broker) initCgroups() {
 	b.log.Info("cgroups", "tree", t.String())
 }
 
-// groupFor is the cgroup every command of a role runs in: memory (no swap)
-// and pids limits over everything the role's user runs. nil when there is
-// no writable tree.
+// groupFor is the cgroup every command of a role runs in, as the policy
+// plans it (planCgroup): nil when there is no writable tree.
 func (b *Broker) groupFor(r roles.Role) (*cgroup.Group, error) {
-	if b.cg == nil || weaken.Enabled && (weaken.Has("fence-only") || weaken.Has("no-landlock")) {
+	p := planCgroup(&b.cfg, r, b.cg != nil, weakenedNow())
+	if p == nil {
 		return nil, nil
 	}
+	return b.makeGroup(r, p)
+}
+
+// makeGroup makes a role's planned cgroup, once, and keeps it.
+func (b *Broker) makeGroup(r roles.Role, p *CgroupPlan) (*cgroup.Group, error) {
 	// A new group gets the CPUs the holds leave its role before any task
 	// joins it, and no hold changes while it is made.
 	b.cpusetMu.Lock()
@@ -52,7 +56,7 @@ func (b *Broker) groupFor(r roles.Role) (*cgroup.Group, error) {
 	if g != nil {
 		return g, nil
 	}
-	g, err := b.cg.Create(r.Name, cgroup.Limits{MemoryBytes: b.cfg.Cgroup.MemoryMB << 20, Pids: b.cfg.Cgroup.Pids})
+	g, err := b.cg.Create(p.Name, p.Limits)
 	if err != nil {
 		return nil, fmt.Errorf("cgroup for %s: %w", r.Name, err)
 	}

@@ -5,134 +5,84 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 
 	"golang.org/x/sys/unix"
 
 	"thermite/internal/cgroup"
 	"thermite/internal/landlock"
 	"thermite/internal/seccomp"
-	"thermite/internal/weaken"
 )
 
-// controllerGroup is the controller daemon's cgroup, beside the roles'
-// groups: no role's name holds a dot, so none can be called the same.
-const controllerGroup = "controller.daemon"
-
-// systemPrograms are the folders whose programs the controller (a kit's
-// check: sh, awk, python) may run and whose libraries it loads.
-var systemPrograms = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt"}
-
-// systemReadable are the folders it reads besides: /etc for resolv.conf,
-// hosts and certificates, /proc and /sys for the Go runtime and fetch's
-// view of the host's addresses.
-var systemReadable = []string{"/etc", "/proc", "/sys"}
-
-// confineController decides the controller daemon's confinement, and the
-// self-test's probe of it gets the very same: its Landlock rule set
-// (ControllerSpecFor), its seccomp filter (seccomp.ControllerOptions) and
-// its cgroup (controllerGroupFor). A flaw in what it parses then reaches
-// no further than its own folders, and a flood no further than its own
-// memory and tasks. Where Landlock or the filter cannot be set up it is
-// refused, naming why; where no writable cgroup tree exists it runs
-// without one, as role commands do, and the status says so.
+// confineController carries out the controller daemon's plan
+// (PlanController), which the self-test's probe of it gets too. A flaw in
+// what it parses then reaches no further than its own folders, and a
+// flood no further than its own memory and tasks. Where Landlock or the
+// filter cannot be set up it is refused, naming why; where no writable
+// cgroup tree exists it runs without one, as role commands do, and the
+// status says so.
 func (b *Broker) confineController(argv []string, stdio [3]*os.File) (*command, error) {
-	ctl := b.table.Controller()
-	home := b.homeOf(ctl)
-	env, err := b.EnvFor(ctl, home, nil)
+	p, err := PlanController(&b.cfg, b.table, argv, b.exe, resolverDirs(), b.cg != nil, weakenedNow())
 	if err != nil {
 		return nil, err
 	}
-	c := &command{role: ctl, argv: argv, env: env, stdio: stdio}
-	if c.cwd, err = os.OpenFile(home, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0); err != nil {
+	c := &command{role: p.Role, argv: p.Argv, env: p.Env, stdio: stdio, groups: p.Groups}
+	if c.cwd, err = os.OpenFile(p.Cwd, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0); err != nil {
 		return nil, fmt.Errorf("controller: its HOME: %w", err)
 	}
-	if weaken.Enabled && weaken.Has(weaken.ControllerBare) {
+	if p.Controller == nil {
 		return c, nil
 	}
 	if err := b.ensureControllerFiles(); err != nil {
 		c.release()
 		return nil, err
 	}
-	p := landlock.ControllerPolicy(b.controllerSpec())
+	rules := landlock.ControllerPolicy(*p.Controller)
 	abi := landlock.PolicyABI
 	if k := b.kernel.ABI; k < abi {
 		// The start got past the kernel policy, so the operator accepted
 		// what this kernel lacks: the controller's rule set keeps what the
 		// kernel has, as the roles' do, and there is none without Landlock.
 		abi = k
-		p.Fit(k)
+		rules.Fit(k)
 	}
 	if abi > 0 {
-		rs, err := p.Build(abi)
+		rs, err := rules.Build(abi)
 		if err != nil {
 			c.release()
-			return nil, fmt.Errorf("controller: landlock rule set (%s): %w", p.Describe(), err)
+			return nil, fmt.Errorf("controller: landlock rule set (%s): %w", rules.Describe(), err)
 		}
 		c.landlock = rs
 		c.unland = func() { rs.Close() }
 	}
-	o := seccomp.ControllerOptions()
-	if _, err := seccomp.Program(o); err != nil {
+	if _, err := seccomp.Program(*p.Seccomp); err != nil {
 		c.release()
 		return nil, fmt.Errorf("controller: %w", err)
 	}
-	c.seccomp = &o
-	if c.cgroup, err = b.controllerGroupFor(); err != nil {
-		c.release()
-		return nil, err
+	c.seccomp = p.Seccomp
+	if p.Cgroup != nil {
+		if c.cgroup, err = b.controllerGroupFor(); err != nil {
+			c.release()
+			return nil, err
+		}
 	}
 	return c, nil
 }
 
-// controllerSpec is where the controller may read, run programs and
-// write: the system's programs and configuration, its own binary, the kits
-// (a kit's check may be a program of the kit), and as its own folders
-// the store, the research folder, scratch's trials, runs and builds, its
-// HOME and TMPDIR, and the image's outbox where there is one. In its private folder it makes its socket, and
-// writes its ledger and nothing else: it reads the kits the operator's
-// commands import there, and moves the projects they import out. Likewise it only makes the API's
-// socket in that socket's folder.
-func (b *Broker) controllerSpec() landlock.ControllerSpec {
-	ctl := b.table.Controller()
-	s := b.cfg.ScratchDir()
-	spec := landlock.ControllerSpec{
-		Read:   append([]string(nil), systemReadable...),
-		Exec:   append(append([]string(nil), systemPrograms...), filepath.Join(b.cfg.ControllerDir(), "kits")),
-		Binary: b.exe,
-		Writable: []string{
-			b.cfg.StoreDir(), b.cfg.ResearchDir(),
-			filepath.Join(s, "trials"), filepath.Join(s, "runs"), filepath.Join(s, "builds"),
-			b.homeOf(ctl), b.tmpOf(ctl),
-			// A trial's import is moved from here into its workspace:
-			// Landlock lets a rename through only with REFER on both
-			// sides and no right gained at the destination.
-			filepath.Join(b.cfg.ControllerDir(), "projects"),
-		},
-		Sockets: []string{b.cfg.ControllerDir(), b.cfg.APIDir(), filepath.Dir(b.cfg.APISocket())},
-		Files:   []string{b.ledgerPath()},
-	}
-	// The one-container image's exchange folders (docs/container.md): the
-	// controller reads the inbox and fills the outbox.
-	if b.cfg.Image.Inbox != "" {
-		spec.Read = append(spec.Read, b.cfg.Image.Inbox)
-	}
-	if b.cfg.Image.Outbox != "" {
-		spec.Writable = append(spec.Writable, b.cfg.Image.Outbox)
-	}
-	// A resolver file that is a symlink out of /etc (systemd-resolved's
-	// stub in /run) is read in its target's folder: a rule holds an inode,
-	// and the file there is replaced whenever the resolver rewrites it.
+// resolverDirs are the folders of the resolver files that are symlinks
+// out of /etc (systemd-resolved's stub in /run): a rule holds an inode,
+// and the file there is replaced whenever the resolver rewrites it, so the
+// controller reads the target's folder.
+func resolverDirs() []string {
+	var out []string
 	for _, f := range []string{"/etc/resolv.conf", "/etc/hosts", "/etc/nsswitch.conf"} {
 		if t, err := filepath.EvalSymlinks(f); err == nil && t != f {
-			spec.Read = append(spec.Read, filepath.Dir(t))
+			out = append(out, filepath.Dir(t))
 		}
 	}
-	sort.Strings(spec.Sockets)
-	return spec
+	return out
 }
 
-func (b *Broker) ledgerPath() string { return filepath.Join(b.cfg.ControllerDir(), "ledger.db") }
+func (b *Broker) ledgerPath() string { return ledgerPath(&b.cfg) }
 
 // ensureControllerFiles makes, where they are not yet, the controller's
 // ledger file (empty: the ledger fills it on open) and its kits and
@@ -186,7 +136,8 @@ func (b *Broker) controllerGroupFor() (*cgroup.Group, error) {
 	if b.ctlGroup != nil {
 		return b.ctlGroup, nil
 	}
-	g, err := b.cg.Create(controllerGroup, cgroup.Limits{MemoryBytes: b.cfg.Cgroup.ControllerMemoryMB << 20, Pids: b.cfg.Cgroup.ControllerPids})
+	p := controllerCgroup(&b.cfg)
+	g, err := b.cg.Create(p.Name, p.Limits)
 	if err != nil {
 		return nil, fmt.Errorf("controller: cgroup %s (cgroup.controller_memory_mb, cgroup.controller_pids; cgroup.enabled = false runs without): %w", controllerGroup, err)
 	}

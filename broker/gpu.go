@@ -1,7 +1,6 @@
 package broker
 
 import (
-	"fmt"
 	"os"
 	"sort"
 	"sync"
@@ -11,7 +10,6 @@ import (
 	"thermite/internal/hostpolicy"
 	"thermite/internal/landlock"
 	"thermite/internal/rpc"
-	"thermite/roles"
 )
 
 // gpuState is the broker's view of the GPUs: the devices, their layout,
@@ -80,49 +78,7 @@ func (b *Broker) refreshGPUs() {
 	}
 }
 
-func (b *Broker) groupGID(name string) (int, bool) {
-	for _, g := range b.table.Groups {
-		if g.Name == name {
-			return g.GID, true
-		}
-	}
-	return 0, false
-}
-
-// gpuFor decides a command's GPU access: the cards it may open, the GPU
-// groups it gets for this run, and its CUDA_VISIBLE_DEVICES. A command that
-// asks for cards is refused unless the layout gives them to its role.
-func (b *Broker) gpuFor(r roles.Role, requested []int) (l *fence.Layout, cards []int, groups []int, env []string, err error) {
-	if len(requested) > 0 {
-		// Before every run that involves GPUs: what is there now, and the
-		// device files as the layout wants them.
-		b.refreshGPUs()
-	}
-	b.gpu.mu.Lock()
-	l = b.gpu.layout
-	b.gpu.mu.Unlock()
-	if cards, err = l.CardsFor(r, requested); err != nil {
-		return nil, nil, nil, nil, err
-	}
-	if r.Kind != roles.Timing {
-		// A timed run has its card to itself: development runs take turns.
-		held := b.heldCards()
-		for _, i := range cards {
-			if held[i] {
-				return nil, nil, nil, nil, fmt.Errorf("gpus: card %d is held by a timed run; try again when it ends", i)
-			}
-		}
-	}
-	groups = append([]int(nil), r.Groups...)
-	for _, g := range l.Groups(cards) {
-		gid, ok := b.groupGID(g)
-		if !ok {
-			return nil, nil, nil, nil, fmt.Errorf("gpus: group %s is not in the role table", g)
-		}
-		groups = append(groups, gid)
-	}
-	return l, cards, uniqueInts(groups), l.Env(cards), nil
-}
+func (b *Broker) groupGID(name string) (int, bool) { return groupGIDIn(b.table, name) }
 
 // ruleSet returns the built rule set for a spec and a release the caller
 // calls once its shim has started (or will not start); see landlock.Cache.

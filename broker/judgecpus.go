@@ -3,37 +3,26 @@ package broker
 import (
 	"errors"
 	"fmt"
-	"sort"
 	"sync/atomic"
 
 	"thermite/internal/cgroup"
 	"thermite/internal/cpuset"
-	"thermite/internal/hostpolicy"
-	"thermite/internal/weaken"
 	"thermite/roles"
 )
 
 var holds atomic.Int64
 
-// hold reserves a timed run's CPUs and cards while it runs, in the kernel:
-// a held card's node is its timing user's alone and any other role's
-// process that has it open is stopped (the lines say which);
-// every other role's cpuset group is narrowed to leave the CPUs out (the
-// kernel moves their tasks, those started before the hold too, and cuts
-// any sched_setaffinity of theirs to what is left), and the timing user's
-// group is exactly its CPUs, so the candidate cannot widen its own
-// affinity. Where no writable cpuset exists, the timed run is refused,
-// unless host.accept_lost names judge-cpuset.
-func (b *Broker) hold(r roles.Role, cpus cpuset.Set, cards []int) (release func(), stopped []string, err error) {
-	advisory := advisoryCPUs()
-	if !advisory {
-		var err error
-		// Where no writable cpuset exists, the operator's accept_lost
-		// decides: refused, or held by affinity alone and named.
-		if advisory, err = hostpolicy.TimedRunDecision(b.kernel, b.cfg.Host.AcceptLost); err != nil {
-			return nil, nil, fmt.Errorf("judge CPUs %s: %w", cpus, err)
-		}
-	}
+// hold reserves a timed run's CPUs and cards while it runs, as its plan
+// says (PlanRun's Hold), in the kernel: a held card's node is its timing
+// user's alone and any other role's process that has it open is stopped
+// (the lines say which); every other role's cpuset group is narrowed to
+// leave the CPUs out (the kernel moves their tasks, those started before
+// the hold too, and cuts any sched_setaffinity of theirs to what is left),
+// and the timing user's group is exactly its CPUs, so the candidate cannot
+// widen its own affinity. An advisory hold (no writable cpuset, the loss
+// accepted in host.accept_lost) narrows no group.
+func (b *Broker) hold(r roles.Role, h *Hold) (release func(), stopped []string, err error) {
+	cpus, cards, advisory := h.CPUs, h.Cards, h.Advisory
 	key := fmt.Sprintf("hold-%d", holds.Add(1))
 	b.cpusetMu.Lock()
 	defer b.cpusetMu.Unlock()
@@ -81,9 +70,7 @@ func (b *Broker) hold(r roles.Role, cpus cpuset.Set, cards []int) (release func(
 
 // advisoryCPUs is true only in test builds: without role cgroups, or the
 // breakage test's, where judge CPUs are held by request alone.
-func advisoryCPUs() bool {
-	return weaken.Enabled && (weaken.Has(weaken.AdvisoryCPUs) || weaken.Has("fence-only") || weaken.Has("no-landlock"))
-}
+func advisoryCPUs() bool { return advisoryWeakened(weakenedNow()) }
 
 // cpusetWhy says why judge CPUs cannot be held in the kernel here, "" when
 // they can.
@@ -97,13 +84,10 @@ func (b *Broker) cpusetWhy() string {
 	return ""
 }
 
-// cpusetFor decides which CPUs a role's processes may run on now, in the
-// kernel: a timing user holding CPUs gets exactly those; a timing user
-// without a hold its card's share of the judge CPUs; every other role
-// every CPU the broker has but those a timed run holds.
+// cpusetFor is the CPUs a role's processes may run on now, in the kernel,
+// as planGroupCPUs decides from the holds.
 func (b *Broker) cpusetFor(r roles.Role) cpuset.Set {
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	var held, own cpuset.Set
 	for key, s := range b.cpuHolds {
 		held = append(held, s...)
@@ -111,23 +95,13 @@ func (b *Broker) cpusetFor(r roles.Role) cpuset.Set {
 			own = append(own, s...)
 		}
 	}
-	if r.Kind == roles.Timing {
-		if len(own) > 0 {
-			sort.Ints(own)
-			return own
-		}
-		share, err := b.cfg.JudgeCPUsOf(r.Index - 1)
-		if err != nil {
-			return nil
-		}
-		return share
-	}
-	return b.online.Minus(held)
+	b.mu.Unlock()
+	return planGroupCPUs(&b.cfg, r, b.online, b.judgeCPUs, held, own)
 }
 
 // setGroupCPUs gives a role's group the CPUs cpusetFor decides. A timing
 // user with no judge CPU of its own keeps its group's CPUs as they are: it
-// runs nothing (CPUsFor refuses it).
+// runs nothing (planCPUs refuses it).
 func (b *Broker) setGroupCPUs(r roles.Role, g *cgroup.Group) error {
 	s := b.cpusetFor(r)
 	if r.Kind == roles.Timing && len(s) == 0 {
@@ -135,7 +109,7 @@ func (b *Broker) setGroupCPUs(r roles.Role, g *cgroup.Group) error {
 	}
 	if len(s) == 0 {
 		// cgroup v1 takes an empty cpuset for a group with no tasks (its
-		// commands are refused meanwhile: CPUsFor finds no CPU free).
+		// commands are refused meanwhile: planCPUs finds no CPU free).
 		if procs, err := g.Procs(); err == nil && len(procs) == 0 && b.cg.Version == 1 {
 			return g.SetCPUs(nil)
 		}

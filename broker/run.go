@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -40,96 +39,122 @@ func (b *Broker) Run(c *rpc.Conn, req *rpc.RunRequest, files []*os.File) (*rpc.R
 	return b.execute(cmd, timeout, cancel)
 }
 
-// prepareRun checks a request and turns it into a command: the role, its
-// environment, limits, CPUs, fence and working folder. Every command of a
-// role, the self-test's probes included, is made here.
+// prepareRun decides a request (PlanRun) and carries the plan out: every
+// command of a role, the self-test's probes included, is made here.
 func (b *Broker) prepareRun(req *rpc.RunRequest, stdio []*os.File) (*command, time.Duration, error) {
-	r, err := b.role(req.Role)
+	if len(req.GPUs) > 0 {
+		// Before every run that involves GPUs: what is there now, and the
+		// device files as the layout wants them.
+		b.refreshGPUs()
+	}
+	p, err := PlanRun(&b.cfg, b.table, req, b.snapshot())
 	if err != nil {
 		return nil, 0, err
 	}
-	if len(req.Argv) == 0 || req.Argv[0] == "" {
-		return nil, 0, fmt.Errorf("argv is empty")
+	cmd, err := b.carryOut(p, stdio)
+	if err != nil {
+		return nil, 0, err
 	}
-	for _, a := range req.Argv {
-		if strings.ContainsRune(a, 0) {
-			return nil, 0, fmt.Errorf("argv holds a NUL byte")
+	return cmd, p.Timeout, nil
+}
+
+// snapshot is what the rig holds now, for PlanRun.
+func (b *Broker) snapshot() *Snapshot {
+	s := &Snapshot{
+		Online: b.online, JudgeCPUs: b.judgeCPUs, Handed: map[int][]string{},
+		Kernel: b.kernel, Cgroups: b.cg != nil, APIPort: b.apiPort, Weakened: weakenedNow(),
+	}
+	s.HeldCPUs = b.heldCPUs()
+	s.HeldCards = b.heldCards()
+	b.mu.Lock()
+	for uid, m := range b.handed {
+		for p := range m {
+			s.Handed[uid] = append(s.Handed[uid], p)
 		}
 	}
-	cmd := &command{role: r, argv: req.Argv, groups: r.Groups}
+	b.mu.Unlock()
+	b.gpu.mu.Lock()
+	s.Layout = b.gpu.layout
+	b.gpu.mu.Unlock()
+	return s
+}
+
+// carryOut makes a planned command: the requested HOME's owner checked,
+// the rule set built (or taken from the cache) and held, the role's cgroup
+// made, the working folder opened beneath scratch, a timed run's CPUs and
+// cards held. It decides nothing; on an error nothing is left held.
+func (b *Broker) carryOut(p *Plan, stdio []*os.File) (*command, error) {
+	if p.HomeOwned {
+		if err := b.checkHomeOwner(p.Role, p.Home); err != nil {
+			return nil, err
+		}
+	}
+	cmd := &command{
+		role: p.Role, argv: p.Argv, env: p.Env, cpus: p.CPUs, rlimits: p.Rlimits,
+		groups: p.Groups, seccomp: p.Seccomp,
+	}
 	if len(stdio) == 3 {
 		copy(cmd.stdio[:], stdio)
 	} else {
 		cmd.stdio = [3]*os.File{b.devnull, b.devnull, b.devnull}
 	}
-	home, err := b.HomeFor(r, req.Home)
-	if err != nil {
-		return nil, 0, err
-	}
-	if cmd.env, err = b.EnvFor(r, home, req.Env); err != nil {
-		return nil, 0, err
-	}
-	rl, timeout, err := b.LimitsFor(req.Limits)
-	if err != nil {
-		return nil, 0, err
-	}
-	if req.NoTimeout {
-		if r.Kind != roles.Lane && r.Kind != roles.Agent {
-			return nil, 0, fmt.Errorf("no_timeout: only a lane's or an agent's helper may run without a timeout, not %s", r.Name)
+	if p.Landlock != nil {
+		spec := *p.Landlock
+		spec.Writable = existing(spec.Writable)
+		rs, release, err := b.ruleSet(spec)
+		if err != nil {
+			return nil, fmt.Errorf("%w: no command of %s can be confined", err, p.Role.Name)
 		}
-		timeout = 100 * 365 * 24 * time.Hour
+		cmd.landlock, cmd.unland = rs, release
 	}
-	cmd.rlimits = rl
-	if cmd.cpus, err = b.CPUsFor(r, req.CPUs); err != nil {
-		return nil, 0, err
-	}
-	conf, err := b.ConfineFor(r, req.Argv, req.GPUs, home)
-	if err != nil {
-		return nil, 0, err
-	}
-	cmd.landlock, cmd.unland, cmd.groups, cmd.seccomp = conf.ruleSet, conf.release, conf.groups, conf.seccomp
-	cmd.env = append(cmd.env, conf.env...)
-	if cmd.cgroup, err = b.groupFor(r); err != nil {
-		cmd.release()
-		return nil, 0, err
-	}
-	cwd := req.Cwd
-	if cwd == "" {
-		cwd = home
-	}
-	if cmd.cwd, err = confined.Open(b.cfg.ScratchDir(), cwd, unix.O_PATH|unix.O_DIRECTORY); err != nil {
-		cmd.release()
-		return nil, 0, fmt.Errorf("cwd %w", err)
-	}
-	if r.Kind == roles.Timing {
-		if cmd.unhold, cmd.cardStops, err = b.hold(r, cmd.cpus, req.GPUs); err != nil {
+	var err error
+	if p.Cgroup != nil {
+		if cmd.cgroup, err = b.makeGroup(p.Role, p.Cgroup); err != nil {
 			cmd.release()
-			return nil, 0, err
+			return nil, err
 		}
 	}
-	return cmd, timeout, nil
+	if cmd.cwd, err = confined.Open(b.cfg.ScratchDir(), p.Cwd, unix.O_PATH|unix.O_DIRECTORY); err != nil {
+		cmd.release()
+		return nil, fmt.Errorf("cwd: %w", err)
+	}
+	if p.Hold != nil {
+		if cmd.unhold, cmd.cardStops, err = b.hold(p.Role, p.Hold); err != nil {
+			cmd.release()
+			return nil, err
+		}
+	}
+	return cmd, nil
 }
 
-// HomeFor is a command's HOME: the role's own folder in scratch, or a
-// folder in scratch/trials that the role's user owns.
-func (b *Broker) HomeFor(r roles.Role, requested string) (string, error) {
-	if requested == "" {
-		return b.homeOf(r), nil
-	}
+// checkHomeOwner checks that a requested HOME, in scratch/trials, is a
+// folder (not a symlink) that the role's user owns.
+func (b *Broker) checkHomeOwner(r roles.Role, home string) error {
 	trials := filepath.Join(b.cfg.ScratchDir(), "trials")
-	f, err := confined.Open(trials, requested, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW)
+	f, err := confined.Open(trials, home, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW)
 	if err != nil {
-		return "", fmt.Errorf("home %w", err)
+		return fmt.Errorf("home: %w", err)
 	}
 	defer f.Close()
 	var st unix.Stat_t
 	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
-		return "", fmt.Errorf("home %s: %w", requested, err)
+		return fmt.Errorf("home: %s: %w", home, err)
 	}
 	if int(st.Uid) != r.UID {
-		return "", fmt.Errorf("home %s: owned by uid %d, not %s", requested, st.Uid, r.Name)
+		return fmt.Errorf("home: %s: owned by uid %d, not %s", home, st.Uid, r.Name)
 	}
-	return requested, nil
+	return nil
+}
+
+// existing is the places that exist now: a Landlock rule needs its path.
+func existing(paths []string) []string {
+	var out []string
+	for _, p := range paths {
+		if _, err := os.Lstat(p); err == nil {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // execute runs a prepared command and cleans up after it: for every role

@@ -9,7 +9,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"thermite/internal/hostpolicy"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -126,7 +125,7 @@ func (b *Broker) SecretValues() map[string]string { return b.secrets }
 // EnvAllowed names every variable a role's command may have when its
 // request asks for none: the broker's five and the fence's.
 func (b *Broker) EnvAllowed() []string {
-	return []string{"HOME", "TMPDIR", "PATH", "USER", "LOGNAME", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"}
+	return append([]string{"PATH"}, fixedEnv...)
 }
 
 // LandlockABI is the kernel's Landlock ABI, 0 without Landlock.
@@ -265,11 +264,16 @@ func (b *Broker) HoldAsTimedRun(r roles.Role, cards []int) (string, func(), erro
 	if _, err := b.groupFor(r); err != nil {
 		return "", nil, err
 	}
-	cpus, err := b.CPUsFor(r, "")
+	now := b.snapshot()
+	cpus, err := planCPUs(&b.cfg, r, "", now)
 	if err != nil {
 		return "", nil, err
 	}
-	release, _, err := b.hold(r, cpus, cards)
+	advisory, err := timedRunHold(&b.cfg, now)
+	if err != nil {
+		return "", nil, fmt.Errorf("judge CPUs %s: %w", cpus, err)
+	}
+	release, _, err := b.hold(r, &Hold{CPUs: cpus, Cards: cards, Advisory: advisory})
 	if err != nil {
 		return "", nil, err
 	}
@@ -279,14 +283,11 @@ func (b *Broker) HoldAsTimedRun(r roles.Role, cards []int) (string, func(), erro
 // JudgeCPUsWhy says why judge CPUs cannot be held in the kernel here, ""
 // when they can.
 func (b *Broker) JudgeCPUsWhy() string {
-	if advisoryCPUs() {
-		return ""
-	}
-	if _, err := hostpolicy.TimedRunDecision(b.kernel, b.cfg.Host.AcceptLost); err != nil {
-		return err.Error()
-	}
 	// Held in the kernel, or by affinity alone with the loss accepted:
 	// the rows run, and record the loss as accepted where they fail.
+	if _, err := timedRunHold(&b.cfg, &Snapshot{Kernel: b.kernel, Weakened: weakenedNow()}); err != nil {
+		return err.Error()
+	}
 	return ""
 }
 

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
+	"sort"
 	"syscall"
 	"time"
 
@@ -230,158 +230,6 @@ func (c *child) kill() {
 	unix.Kill(-c.pid, unix.SIGKILL)
 }
 
-// validEnvName is a shell-safe variable name. (Not a regexp: package-level
-// regexps compile at start-up, and the shim starts for every command.)
-func validEnvName(k string) bool {
-	if k == "" {
-		return false
-	}
-	for i, c := range k {
-		switch {
-		case c == '_', c >= 'A' && c <= 'Z', c >= 'a' && c <= 'z':
-		case c >= '0' && c <= '9' && i > 0:
-		default:
-			return false
-		}
-	}
-	return true
-}
-
-// EnvFor is the whole environment of a role's command: what the request
-// gives, then HOME, TMPDIR, USER and LOGNAME for the role, which no request
-// can change, and PATH unless the request sets it. Nothing of the broker's
-// own environment is passed on.
-func (b *Broker) EnvFor(r roles.Role, home string, requested []string) ([]string, error) {
-	fixed := map[string]string{
-		"HOME":    home,
-		"TMPDIR":  b.tmpOf(r),
-		"USER":    r.User,
-		"LOGNAME": r.User,
-	}
-	var env []string
-	hasPath := false
-	seen := map[string]bool{}
-	for _, kv := range requested {
-		k, _, ok := strings.Cut(kv, "=")
-		if !ok || !validEnvName(k) {
-			return nil, fmt.Errorf("env: %q is not NAME=value", kv)
-		}
-		if strings.ContainsRune(kv, 0) {
-			return nil, fmt.Errorf("env: %s holds a NUL byte", k)
-		}
-		if _, isFixed := fixed[k]; isFixed || seen[k] {
-			continue
-		}
-		seen[k] = true
-		if k == "PATH" {
-			hasPath = true
-		}
-		env = append(env, kv)
-	}
-	if !hasPath {
-		env = append(env, "PATH="+DefaultPath)
-	}
-	for _, k := range []string{"HOME", "TMPDIR", "USER", "LOGNAME"} {
-		env = append(env, k+"="+fixed[k])
-	}
-	return env, nil
-}
-
-// LimitsFor turns a request's limits into rlimits: the rig's defaults,
-// lowered where the request asks. A request can never raise a default.
-// RLIMIT_CORE is always 0, so no command leaves a core with its memory.
-func (b *Broker) LimitsFor(req rpc.Limits) (rl []spawn.Rlimit, timeout time.Duration, err error) {
-	d := b.cfg.Limits
-	lower := func(name string, req, def int64) (int64, error) {
-		switch {
-		case req < 0:
-			return 0, fmt.Errorf("limits.%s: %d is negative", name, req)
-		case req == 0:
-			return def, nil
-		case def > 0 && req > def:
-			return 0, fmt.Errorf("limits.%s: %d is above the rig's limit of %d", name, req, def)
-		}
-		return req, nil
-	}
-	nproc, err := lower("processes", int64(req.Processes), int64(d.Processes))
-	if err != nil {
-		return nil, 0, err
-	}
-	nofile, err := lower("open_files", int64(req.OpenFiles), int64(d.OpenFiles))
-	if err != nil {
-		return nil, 0, err
-	}
-	as, err := lower("address_space_mb", req.AddressSpaceMB, d.AddressSpaceMB)
-	if err != nil {
-		return nil, 0, err
-	}
-	fsize, err := lower("file_size_mb", req.FileSizeMB, d.FileSizeMB)
-	if err != nil {
-		return nil, 0, err
-	}
-	cpu, err := lower("cpu_seconds", int64(req.CPUSeconds), int64(d.CPUSeconds))
-	if err != nil {
-		return nil, 0, err
-	}
-	to, err := lower("timeout_ms", req.TimeoutMS, d.WallTimeout.Milliseconds())
-	if err != nil {
-		return nil, 0, err
-	}
-	set := func(r int, v uint64) { rl = append(rl, spawn.Rlimit{Resource: r, Cur: v, Max: v}) }
-	set(unix.RLIMIT_CORE, 0)
-	set(unix.RLIMIT_NOFILE, uint64(nofile))
-	if as > 0 {
-		set(unix.RLIMIT_AS, uint64(as)<<20)
-	}
-	if fsize > 0 {
-		set(unix.RLIMIT_FSIZE, uint64(fsize)<<20)
-	}
-	if cpu > 0 {
-		// SIGXCPU at the limit, SIGKILL a second later.
-		rl = append(rl, spawn.Rlimit{Resource: unix.RLIMIT_CPU, Cur: uint64(cpu), Max: uint64(cpu) + 1})
-	}
-	set(unix.RLIMIT_NPROC, uint64(nproc))
-	return rl, time.Duration(to) * time.Millisecond, nil
-}
-
-// CPUsFor decides which CPUs a role's command runs on. A timing user runs
-// only on its card's share of the judge's CPUs; every other role runs anywhere the broker may,
-// except on judge CPUs a timed run holds at that moment.
-func (b *Broker) CPUsFor(r roles.Role, requested string) (cpuset.Set, error) {
-	var allowed cpuset.Set
-	if r.Kind == roles.Timing {
-		share, err := b.cfg.JudgeCPUsOf(r.Index - 1)
-		if err != nil {
-			return nil, fmt.Errorf("cpus: %s: %w", r.Name, err)
-		}
-		allowed = share
-	} else {
-		allowed = b.online.Minus(b.heldCPUs())
-	}
-	if len(allowed) == 0 {
-		return nil, fmt.Errorf("cpus: no CPU is free for %s (judge CPUs %s are held by a timed run)", r.Name, b.judgeCPUs)
-	}
-	if held := b.heldCPUs(); r.Kind != roles.Timing && requested != "" {
-		if want, err := cpuset.Parse(requested); err == nil && want.Intersects(held) {
-			return nil, fmt.Errorf("cpus: CPUs %s are held by a timed run; %s may use %s now", held, r.Name, allowed)
-		}
-	}
-	if requested == "" {
-		return allowed, nil
-	}
-	want, err := cpuset.Parse(requested)
-	if err != nil {
-		return nil, fmt.Errorf("cpus: %w", err)
-	}
-	if len(want) == 0 {
-		return nil, fmt.Errorf("cpus: %q names no CPU", requested)
-	}
-	if !allowed.Contains(want) {
-		return nil, fmt.Errorf("cpus: %s may not use CPUs %s (it may use %s)", r.Name, want.Minus(allowed), allowed)
-	}
-	return want, nil
-}
-
 // heldCards is the cards a timed run holds now.
 func (b *Broker) heldCards() map[int]bool {
 	b.mu.Lock()
@@ -403,6 +251,7 @@ func (b *Broker) heldCPUs() cpuset.Set {
 	for _, s := range b.cpuHolds {
 		out = append(out, s...)
 	}
+	sort.Ints(out)
 	return out
 }
 

@@ -57,13 +57,9 @@ func (b *Broker) scratchLayout() []folder {
 	return out
 }
 
-func (b *Broker) homeOf(r roles.Role) string {
-	return filepath.Join(b.cfg.ScratchDir(), "home", r.Name)
-}
+func (b *Broker) homeOf(r roles.Role) string { return roleHome(&b.cfg, r) }
 
-func (b *Broker) tmpOf(r roles.Role) string {
-	return filepath.Join(b.cfg.ScratchDir(), "tmp", r.Name)
-}
+func (b *Broker) tmpOf(r roles.Role) string { return roleTmp(&b.cfg, r) }
 
 // checkAncestors refuses a state dir below a folder that someone other than
 // root could change: whoever can rename its parents can redirect it. A

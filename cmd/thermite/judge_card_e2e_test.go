@@ -27,9 +27,12 @@ func TestLaneHoldingHeldCardStoppedAndReopenRefused(t *testing.T) {
 		t.Fatalf("lane-1 HOME: %s", stderr)
 	}
 	log := filepath.Join(strings.TrimSpace(home), "opens.log")
+	// The opener opens in a subshell: a refused redirection on the special
+	// built-in ":" ends a POSIX shell, so the loop would end by itself once
+	// the hold closes the node, racing the broker that must stop it.
 	out, stderr, code := r.RunAs("lane-1", []string{"--gpus", "0"}, "sh", "-c",
 		`(exec 3<>"$0"; exec sleep 60) >/dev/null 2>&1 & echo $!
-(while :; do if { : 3<>"$0"; } 2>/dev/null; then echo ok; else echo refused; fi; sleep 0.05; done) >"$1" 2>&1 & echo $!`, card, log)
+(while :; do if ( : 3<>"$0" ) 2>/dev/null; then echo ok; else echo refused; fi; sleep 0.05; done) >"$1" 2>&1 & echo $!`, card, log)
 	if code != 0 {
 		t.Fatalf("lane-1 with card 0: exit %d %s", code, stderr)
 	}
