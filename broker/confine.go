@@ -30,7 +30,10 @@ type confinement struct {
 // filter refuses mounts, namespaces, set-id modes and the rest, and
 // sockets its network policy forbids. Where the kernel cannot do all of
 // it, the command is refused, saying why: never a weaker sandbox.
-func (b *Broker) ConfineFor(r roles.Role, argv []string, requested []int, home string) (*confinement, error) {
+//
+// egressPort, where not 0, puts the command in egress mode (netns.go): TCP
+// connect to that port alone.
+func (b *Broker) ConfineFor(r roles.Role, argv []string, requested []int, home string, egressPort int) (*confinement, error) {
 	l, cards, groups, env, err := b.gpuFor(r, requested)
 	if err != nil {
 		return nil, err
@@ -38,6 +41,9 @@ func (b *Broker) ConfineFor(r roles.Role, argv []string, requested []int, home s
 	pol, err := roles.PolicyFor(r, b.cfg.Network, b.cfg.Perf)
 	if err != nil {
 		return nil, err
+	}
+	if egressPort > 0 {
+		pol.Network = egressNetwork()
 	}
 	c := &confinement{groups: groups, env: env, seccomp: &seccomp.Options{
 		Network: pol.Network, AllowPerf: pol.AllowPerf, FileHelper: fileHelper(r, argv),
@@ -63,7 +69,7 @@ func (b *Broker) ConfineFor(r roles.Role, argv []string, requested []int, home s
 	}
 	spec := fence.RoleSpec{
 		DenyGPU: l.Deny(cards), GPU: gpu, Writable: b.writableFor(r, home),
-		DevRoot: b.cfg.GPU.DevRoot, Network: pol.Network,
+		DevRoot: b.cfg.GPU.DevRoot, Network: pol.Network, EgressPort: egressPort,
 	}
 	if weaken.Enabled && weaken.Has(weaken.APITCP) {
 		spec.APIPort = b.apiPort

@@ -83,10 +83,15 @@ func (b *Broker) prepareRun(req *rpc.RunRequest, stdio []*os.File) (*command, ti
 	if cmd.cpus, err = b.CPUsFor(r, req.CPUs); err != nil {
 		return nil, 0, err
 	}
-	conf, err := b.ConfineFor(r, req.Argv, req.GPUs, home)
+	netns, egressPort, err := b.egressFor(r, req.Egress)
 	if err != nil {
 		return nil, 0, err
 	}
+	conf, err := b.ConfineFor(r, req.Argv, req.GPUs, home, egressPort)
+	if err != nil {
+		return nil, 0, err
+	}
+	cmd.netns = netns
 	cmd.landlock, cmd.unland, cmd.groups, cmd.seccomp = conf.ruleSet, conf.release, conf.groups, conf.seccomp
 	cmd.env = append(cmd.env, conf.env...)
 	if cmd.cgroup, err = b.groupFor(r); err != nil {

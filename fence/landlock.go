@@ -323,8 +323,11 @@ type RoleSpec struct {
 	GPU       []string // GPU device files it may open (its cards and the control nodes)
 	Writable  []string // its own places: HOME, TMPDIR, the folders handed to it
 	DevRoot   string
-	Network   string // none, api or open
+	Network   string // none, api, egress or open
 	APIPort   int    // a port "api" may connect to on any address: only a thermite_weaken build sets it
+	// EgressPort is the one port "egress" may connect to: its proxy's, on
+	// the loopback of the command's own network namespace.
+	EgressPort int
 	FenceOnly bool   // the GPU fence alone: READ_FILE, WRITE_FILE, IOCTL_DEV
 }
 
@@ -364,8 +367,17 @@ func RolePolicy(s RoleSpec) (*Policy, []string, error) {
 		if s.Network == "api" && s.APIPort > 0 {
 			p.TCPPorts = map[uint16]uint64{uint16(s.APIPort): ll.AccessNetConnectTCP}
 		}
+	case "egress":
+		// TCP connect to the egress proxy's port alone, no bind: the port
+		// rule reaches every address, but the command's network namespace
+		// holds nothing else (only lo, whose one listener is the proxy).
+		if s.EgressPort <= 0 || s.EgressPort > 65535 {
+			return nil, nil, fmt.Errorf("fence: network policy egress needs its proxy's port, not %d", s.EgressPort)
+		}
+		p.HandledNet = ll.AccessNetBindTCP | ll.AccessNetConnectTCP
+		p.TCPPorts = map[uint16]uint64{uint16(s.EgressPort): ll.AccessNetConnectTCP}
 	default:
-		return nil, nil, fmt.Errorf("fence: network policy %q is not one of none, api, open", s.Network)
+		return nil, nil, fmt.Errorf("fence: network policy %q is not one of none, api, egress, open", s.Network)
 	}
 	return p, walked, nil
 }

@@ -13,6 +13,24 @@ type Policy struct {
 	AllowPerf bool   `json:"allow_perf"`
 }
 
+// NetworkEgress is the network of a command that the rig gives egress
+// (agent.egress): "api", plus TCP connect to its egress proxy alone, in a
+// network namespace of its own whose only listener is that proxy. It is
+// never configured: EgressFor decides it.
+const NetworkEgress = "egress"
+
+// EgressFor decides whether a role's command runs in egress mode: only
+// where the rig lists providers in agent.egress and the role's network is
+// "api"; for an agent, every command (the agent's own programs are what
+// reach a model provider); for a lane, only the lane harness's run of an
+// agent program (asked), never its other commands.
+func EgressFor(r Role, p Policy, egress []string, asked bool) bool {
+	if len(egress) == 0 || p.Network != "api" {
+		return false
+	}
+	return r.Kind == Agent || (r.Kind == Lane && asked)
+}
+
 // Networks lists the network policies.
 var Networks = []string{"none", "api", "open"}
 

@@ -111,7 +111,7 @@ func Run(h Host) *rpc.SelftestResult {
 	c.Network, c.Cgroup = map[string]string{}, map[string]string{}
 	for _, r := range c.Table.Roles {
 		pol, _ := roles.PolicyFor(r, c.Cfg.Network, c.Cfg.Perf)
-		c.Network[r.Name] = pol.Network
+		c.Network[r.Name] = networkOf(c, r, pol)
 		c.Cgroup[r.Name] = h.CgroupOf(r)
 	}
 	for _, n := range h.EnvAllowed() {
@@ -135,6 +135,9 @@ func Run(h Host) *rpc.SelftestResult {
 		fail("rig", "leave SysV IPC objects and set-id files for the probes", "left", err.Error())
 	}
 	if err := listenCanaries(c, &undo); err != nil {
+		fail("rig", "listen on a canary socket", "listening", err.Error())
+	}
+	if err := listenEgressCanary(c, &undo); err != nil {
 		fail("rig", "listen on a canary socket", "listening", err.Error())
 	}
 	c.ControllerPID = h.ControllerPID()

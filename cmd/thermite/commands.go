@@ -87,7 +87,7 @@ func runServe() error {
 		}
 		argv = append(argv, "--control-key", controlKey, "--control-key-sha256", controlKeySHA)
 	}
-	return caps.ReduceAndExec(caps.Broker, argv, stripEnv(os.Environ(), cfg.StripEnvPrefixes))
+	return caps.ReduceAndExec(caps.BrokerFor(len(cfg.Agent.Egress) > 0), argv, stripEnv(os.Environ(), cfg.StripEnvPrefixes))
 }
 
 func brokerCmd() *cobra.Command {

@@ -16,6 +16,10 @@ const (
 	NetworkAPI = "api"
 	// NetworkOpen filters no socket call.
 	NetworkOpen = "open"
+	// NetworkEgress is NetworkAPI plus AF_INET and AF_INET6 TCP stream
+	// sockets, for a command in a network namespace whose only listener
+	// is its egress proxy (Landlock pins the proxy's port).
+	NetworkEgress = "egress"
 	// networkAPITCP is api as it was before issue 13 (TCP allowed, the
 	// port left to Landlock), for the WeakenAPITCP test build only.
 	networkAPITCP = "api-tcp"
@@ -24,7 +28,7 @@ const (
 // Options select the variable parts of a role command's filter; everything
 // else is denied for every role.
 type Options struct {
-	Network   string // "none", "api" or "open"
+	Network   string // "none", "api", "egress" or "open"
 	AllowPerf bool   // perf_event_open allowed
 	// FileHelper keeps openat2 for the lane's file helper (`thermite
 	// __lanefs`), which needs its RESOLVE_BENEATH and checks every mode it
@@ -63,11 +67,11 @@ func (o Options) Validate() error {
 		return nil
 	}
 	switch o.Network {
-	case NetworkNone, NetworkAPI, NetworkOpen:
+	case NetworkNone, NetworkAPI, NetworkEgress, NetworkOpen:
 		return nil
 	}
-	return fmt.Errorf("seccomp: network policy %q is not one of %s, %s, %s",
-		o.Network, NetworkNone, NetworkAPI, NetworkOpen)
+	return fmt.Errorf("seccomp: network policy %q is not one of %s, %s, %s, %s",
+		o.Network, NetworkNone, NetworkAPI, NetworkEgress, NetworkOpen)
 }
 
 // The rules a thermite_weaken test build can leave out (Options.Weakened).
