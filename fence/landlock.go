@@ -319,16 +319,16 @@ var SafeDevices = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random",
 
 // RoleSpec is what one command's rule set is made from.
 type RoleSpec struct {
-	DenyGPU   []string // GPU device files it may not open
-	GPU       []string // GPU device files it may open (its cards and the control nodes)
-	Writable  []string // its own places: HOME, TMPDIR, the folders handed to it
-	DevRoot   string
-	Network   string // none, api, egress or open
-	APIPort   int    // a port "api" may connect to on any address: only a thermite_weaken build sets it
+	DenyGPU  []string // GPU device files it may not open
+	GPU      []string // GPU device files it may open (its cards and the control nodes)
+	Writable []string // its own places: HOME, TMPDIR, the folders handed to it
+	DevRoot  string
+	Network  string // none, api, egress or open
+	APIPort  int    // a port "api" may connect to on any address: only a thermite_weaken build sets it
 	// EgressPort is the one port "egress" may connect to: its proxy's, on
 	// the loopback of the command's own network namespace.
 	EgressPort int
-	FenceOnly bool   // the GPU fence alone: READ_FILE, WRITE_FILE, IOCTL_DEV
+	FenceOnly  bool // the GPU fence alone: READ_FILE, WRITE_FILE, IOCTL_DEV
 }
 
 // RolePolicy builds a command's rule set: everything readable but the GPU
