@@ -84,8 +84,39 @@ func curlArgv(provider *httptest.Server, url string) []string {
 // kernel's exact refusal; its proxy is the one TCP address it reaches.
 func TestAgentReachesProviderOnlyThroughItsProxy(t *testing.T) {
 	r, provider, port, unlisted, hits := egressRig(t)
-	info, _ := startTrial(t, r, 1, makeProject(t, r))
 	proxy := "127.0.0.1:3128"
+
+	// Before any trial: the self-test runs on an idle rig.
+	t.Run("the self-test's egress rows run for every agent and hold", func(t *testing.T) {
+		res, code := selftestJSON(t, r)
+		if code != 0 || !res.Holds {
+			t.Fatalf("self-test: exit %d %s", code, res.Sentence)
+		}
+		want := map[string]string{
+			"reach a TCP address other than its egress proxy":                       "ECONNREFUSED",
+			"reach an address beyond this host on its egress proxy's port":          "ENETUNREACH",
+			"connect to the broker's abstract unix socket from its egress namespace": "ECONNREFUSED",
+			"connect to the harness API's TCP port":                                 "EACCES",
+		}
+		seen := map[string]int{}
+		for _, p := range res.Probes {
+			for a, errno := range want {
+				if strings.HasPrefix(p.Attempt, a) && strings.HasPrefix(p.Role, "agent-") {
+					seen[a]++
+					if !p.OK || p.Got != errno {
+						t.Errorf("%s %s: %q, want %s", p.Role, p.Attempt, p.Got, errno)
+					}
+				}
+			}
+		}
+		for a := range want {
+			if seen[a] != 2 {
+				t.Errorf("%q ran for %d agents, want 2", a, seen[a])
+			}
+		}
+	})
+
+	info, _ := startTrial(t, r, 1, makeProject(t, r))
 
 	t.Run("the environment names the proxy and nothing bypasses it", func(t *testing.T) {
 		out, stderr, code := r.Thermite("trial", "agent", info.ID, "--", "sh", "-c", `echo "[$HTTPS_PROXY|$HTTP_PROXY|$https_proxy|$http_proxy|${NO_PROXY-unset}|${no_proxy-unset}]"`)
