@@ -66,31 +66,59 @@ func (b *Broker) makeEgressNets() error {
 	return nil
 }
 
-// newEgressNet makes a network namespace on a thread of its own, which
-// never returns to the Go scheduler: network namespaces are per thread,
-// so the thread stays locked and exits with its goroutine.
-func newEgressNet(port int) (*egressNet, error) {
-	type result struct {
-		n   *egressNet
-		err error
-	}
-	ch := make(chan result, 1)
+// onNetNSThread runs f on a locked thread of its own that join has moved
+// into another network namespace: network namespaces are per thread.
+// Afterwards the thread goes back to the namespace it came from and only
+// then to the Go scheduler; where it cannot, it stays locked, and the
+// runtime ends it with its goroutine (or, the main thread, parks it for
+// good): no thread in the wrong namespace ever runs other work.
+func onNetNSThread(join func() error, f func()) error {
+	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
-		n, err := inNewNetNS(port)
-		ch <- result{n, err}
+		home, err := os.Open("/proc/thread-self/ns/net")
+		if err != nil {
+			errc <- fmt.Errorf("the broker's network namespace: %w", err)
+			return
+		}
+		defer home.Close()
+		if err := join(); err != nil {
+			if unix.Setns(int(home.Fd()), unix.CLONE_NEWNET) == nil {
+				runtime.UnlockOSThread()
+			}
+			errc <- err
+			return
+		}
+		f()
+		if unix.Setns(int(home.Fd()), unix.CLONE_NEWNET) == nil {
+			runtime.UnlockOSThread()
+		}
+		errc <- nil
 	}()
-	r := <-ch
-	return r.n, r.err
+	return <-errc
 }
 
-// inNewNetNS moves the calling (locked) thread into a new network
-// namespace, brings lo up there and listens on 127.0.0.1:port. A socket
-// belongs to the namespace it was made in, whichever thread uses it later.
-func inNewNetNS(port int) (*egressNet, error) {
-	if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-		return nil, fmt.Errorf("unshare(CLONE_NEWNET): %w", err)
+// newEgressNet makes a network namespace, brings lo up there and listens
+// on 127.0.0.1:port. A socket belongs to the namespace it was made in,
+// whichever thread uses it later.
+func newEgressNet(port int) (*egressNet, error) {
+	var n *egressNet
+	var ferr error
+	err := onNetNSThread(func() error {
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			return fmt.Errorf("unshare(CLONE_NEWNET): %w", err)
+		}
+		return nil
+	}, func() { n, ferr = inNewNetNS(port) })
+	if err != nil {
+		return nil, err
 	}
+	return n, ferr
+}
+
+// inNewNetNS is newEgressNet on the thread that has just made the
+// namespace.
+func inNewNetNS(port int) (*egressNet, error) {
 	fd, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("open /proc/thread-self/ns/net: %w", err)
@@ -188,28 +216,22 @@ func egressNetwork() string {
 // starts in it (a child is born in its forking thread's network
 // namespace); with no ns it forks here. setns(CLONE_NEWNET) takes
 // CAP_SYS_ADMIN, which the broker keeps only where agent.egress is set.
-// The thread never returns to the Go scheduler in the wrong namespace: it
-// stays locked and exits with its goroutine.
 func forkInNetNS(ns *os.File, fork func() (int, error)) (int, error) {
 	if ns == nil {
 		return fork()
 	}
-	type result struct {
-		pid int
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread()
+	var pid int
+	var ferr error
+	err := onNetNSThread(func() error {
 		if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
-			ch <- result{0, fmt.Errorf("join its network namespace: %w", err)}
-			return
+			return fmt.Errorf("join its network namespace: %w", err)
 		}
-		pid, err := fork()
-		ch <- result{pid, err}
-	}()
-	r := <-ch
-	return r.pid, r.err
+		return nil
+	}, func() { pid, ferr = fork() })
+	if err != nil {
+		return 0, err
+	}
+	return pid, ferr
 }
 
 // egressListeners hands the controller each role's proxy listener, as

@@ -4,11 +4,14 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -219,5 +222,27 @@ func TestAgentUsesAnotherAgentsProxyRefused(t *testing.T) {
 	ev := egressEvents(t, r, "egress", "127.0.0.1:"+port, 1)
 	if len(ev) != 1 || ev[0].Trial != info2.ID || ev[0].Data.Via != "agent-2" {
 		t.Fatalf("egress events %+v, want exactly one, of trial %s via agent-2 (not %s)", ev, info2.ID, info1.ID)
+	}
+}
+
+// TestAgentEgressWithoutNamespaceCapsRefusesToStart: a broker that may not
+// make network namespaces (a container without SYS_ADMIN and NET_ADMIN)
+// refuses to start where agent.egress lists providers, in one line
+// naming the key, rather than start agents on the host's network or
+// without their proxy.
+func TestAgentEgressWithoutNamespaceCapsRefusesToStart(t *testing.T) {
+	r := testrig.New(t, testrig.Options{NoStart: true, Extra: "\n[agent]\negress = [\"203.0.113.7:443\"]\n"})
+	cmd := exec.Command("setpriv", "--bounding-set=-sys_admin,-net_admin", "--", r.Bin, "--config", r.Config, "serve")
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() == 0 {
+		t.Fatalf("serve without CAP_SYS_ADMIN: %v\n%s", err, out)
+	}
+	const want = "thermite: agent.egress: the broker lacks CAP_SYS_ADMIN and CAP_NET_ADMIN, which starting agents in network namespaces of their own takes (give the broker's container SYS_ADMIN and NET_ADMIN, or leave agent.egress empty: agents then get no egress)\n"
+	if !strings.HasSuffix(string(out), want) {
+		t.Fatalf("serve without CAP_SYS_ADMIN said:\n%s\nwant its last line %q", out, want)
+	}
+	if _, err := os.Stat(r.Cfg.BrokerSocket()); !os.IsNotExist(err) {
+		t.Errorf("the refused broker left its socket: %v", err)
 	}
 }

@@ -42,6 +42,16 @@ func BrokerFor(agentEgress bool) []int {
 	return append(append([]int(nil), Broker...), Egress...)
 }
 
+// Bounded says whether the bounding set holds every one of set.
+func Bounded(set []int) bool {
+	for _, c := range set {
+		if in, err := unix.PrctlRetInt(unix.PR_CAPBSET_READ, uintptr(c), 0, 0, 0); err != nil || in == 0 {
+			return false
+		}
+	}
+	return true
+}
+
 var names = map[int]string{
 	unix.CAP_SYS_ADMIN:    "CAP_SYS_ADMIN",
 	unix.CAP_NET_ADMIN:    "CAP_NET_ADMIN",
