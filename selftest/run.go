@@ -99,6 +99,7 @@ func Run(h Host) *rpc.SelftestResult {
 		c.Lost[name] = true
 	}
 	c.GPU = h.GPULayout()
+	c.LandlockABI = h.LandlockABI()
 	if online, err := cpuset.Online(); err == nil {
 		c.Online = online.String()
 	}

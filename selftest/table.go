@@ -59,6 +59,7 @@ type Context struct {
 	APIPort            int               // the harness API's TCP port (0: none)
 	OtherLoopback      string            // ADDRESS:PORT of a canary on another loopback address at the API's port ("": no TCP API)
 	EgressOther        string            // ADDRESS:PORT of a canary on another loopback address at the egress proxy's port ("": no agent.egress)
+	LandlockABI        int               // the kernel's Landlock ABI, as the broker builds rule sets for it
 	Network            map[string]string // role name -> its network policy
 	Cgroup             map[string]string // role name -> its cgroup's path, "" without cgroups
 	ControlKeySHA      string            // the SHA-256 the launch named for control's key
@@ -162,12 +163,17 @@ const BeyondHost = "203.0.113.1"
 
 // tcpWant is what a TCP connect must come to: EPERM for none and api
 // (seccomp makes no AF_INET or AF_INET6 socket), EACCES for egress
-// (Landlock: not its proxy's port), through for open.
+// (Landlock: not its proxy's port) or, where Landlock has no TCP rules
+// (ABI below 4), ECONNREFUSED (its namespace: nothing listens there but
+// its proxy), through for open.
 func tcpWant(c *Context, r roles.Role) []string {
 	switch c.Network[r.Name] {
 	case "open":
 		return succeeds
 	case roles.NetworkEgress:
+		if c.LandlockABI < 4 {
+			return []string{"ECONNREFUSED"}
+		}
 		return refused
 	}
 	return notPerm

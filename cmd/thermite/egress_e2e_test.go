@@ -207,6 +207,21 @@ func TestAgentUsesAnotherAgentsProxyRefused(t *testing.T) {
 	r, provider, port, _, _ := egressRig(t)
 	p := makeProject(t, r)
 	info1, a1 := startTrial(t, r, 1, p)
+	// Before lane 2 has a trial, agent-2's proxy speaks for none; and it
+	// takes CONNECT alone.
+	for _, c := range []struct{ request, want string }{
+		{"CONNECT 127.0.0.1:" + port + " HTTP/1.1", " 403 "},
+		{"GET / HTTP/1.1", " 405 "},
+	} {
+		script := fmt.Sprintf(`exec 3<>/dev/tcp/127.0.0.1/3128 || exit 1; printf '%s
+Host: x
+
+' >&3; head -n1 <&3`, c.request)
+		out, stderr, _ := r.RunAs("agent-2", nil, "bash", "-c", script)
+		if !strings.Contains(out, c.want) {
+			t.Errorf("agent-2, no trial open, %q on its proxy: %q %s, want%s", c.request, out, stderr, c.want)
+		}
+	}
 	info2, _ := startTrial(t, r, 2, p)
 	basic := base64.StdEncoding.EncodeToString([]byte("trial:" + a1.token))
 	// A CONNECT by hand with agent-1's token, over agent-2's proxy.
@@ -244,5 +259,31 @@ func TestAgentEgressWithoutNamespaceCapsRefusesToStart(t *testing.T) {
 	}
 	if _, err := os.Stat(r.Cfg.BrokerSocket()); !os.IsNotExist(err) {
 		t.Errorf("the refused broker left its socket: %v", err)
+	}
+}
+
+// TestAgentEgressOnLandlockWithoutNetRulesStaysInItsNamespace: where
+// Landlock has no TCP rules (ABI 3; landlock-net is covered), an agent in
+// egress mode may connect to any port, and still reaches only its proxy:
+// nothing else listens in its namespace and nothing beyond lo is routed.
+func TestAgentEgressOnLandlockWithoutNetRulesStaysInItsNamespace(t *testing.T) {
+	host := listenTCP(t)
+	r := testrig.New(t, oldKernel(3, "[host]\naccept_lost = [\"landlock-scope\"]\n[agent]\negress = [\"203.0.113.7:443\"]\n"))
+	if err := r.Start(); err != nil {
+		t.Fatal(err)
+	}
+	res, code := selftestJSON(t, r)
+	if code != 0 || !res.Holds {
+		t.Fatalf("self-test on ABI 3 with egress: exit %d %s", code, res.Sentence)
+	}
+	for _, c := range []struct{ target, want string }{
+		{"127.0.0.1:" + host, "ECONNREFUSED"},
+		{"127.0.0.1:" + apiTCPPort(t, r), "ECONNREFUSED"},
+		{"203.0.113.1:443", "ENETUNREACH"},
+		{"127.0.0.1:3128", "ok"},
+	} {
+		if got := r.Probe("agent-1", "tcp", c.target); got != c.want {
+			t.Errorf("agent-1 on ABI 3 connects to %s: %s, want %s", c.target, got, c.want)
+		}
 	}
 }
