@@ -96,10 +96,10 @@ func TestAgentReachesProviderOnlyThroughItsProxy(t *testing.T) {
 			t.Fatalf("self-test: exit %d %s", code, res.Sentence)
 		}
 		want := map[string]string{
-			"reach a TCP address other than its egress proxy":                       "ECONNREFUSED",
-			"reach an address beyond this host on its egress proxy's port":          "ENETUNREACH",
+			"reach a TCP address other than its egress proxy":                        "ECONNREFUSED",
+			"reach an address beyond this host on its egress proxy's port":           "ENETUNREACH",
 			"connect to the broker's abstract unix socket from its egress namespace": "ECONNREFUSED",
-			"connect to the harness API's TCP port":                                 "EACCES",
+			"connect to the harness API's TCP port":                                  "EACCES",
 		}
 		seen := map[string]int{}
 		for _, p := range res.Probes {
