@@ -5,6 +5,7 @@ import (
 	"net"
 	"strconv"
 
+	"thermite/internal/rpc"
 	"thermite/roles"
 )
 
@@ -90,4 +91,59 @@ func abstractFromEgress(c *Context, r roles.Role) []Attempt {
 		return nil
 	}
 	return []Attempt{{Op: OpAbstract, Arg: c.Abstract}}
+}
+
+// EgressProber is a Host that can run a probe in a role's egress mode.
+type EgressProber interface {
+	RunEgressProbe(role roles.Role, gpus []int, stdin []byte) (stdout, stderr []byte, res *rpc.RunResult, err error)
+}
+
+// egressHost is a Host whose probes run in egress mode.
+type egressHost struct {
+	Host
+	ep EgressProber
+}
+
+func (e egressHost) RunProbe(r roles.Role, gpus []int, stdin []byte) ([]byte, []byte, *rpc.RunResult, error) {
+	return e.ep.RunEgressProbe(r, gpus, stdin)
+}
+
+// egressPhase probes every lane once more as the lane harness runs an
+// agent program: the lane's user in egress mode. Every lane row applies
+// to it as to the lane (the lane's access and none of the judge's), with
+// the network rows of egress mode: so the self-test proves what a lane
+// harness's agent may reach, not only what the lane's other commands may.
+func egressPhase(h Host, c *Context, record func([]rpc.Probe), fail func(role, attempt, expect, got string)) {
+	if len(c.Cfg.Agent.Egress) == 0 {
+		return
+	}
+	ep, ok := h.(EgressProber)
+	if !ok {
+		fail("rig", "probe the lane harness in egress mode", "probed", "this host runs no probe in egress mode")
+		return
+	}
+	canary, _ := c.Table.Role("planner")
+	pid, stop, err := h.StartCanary(canary, nil)
+	if err != nil {
+		fail("rig", "start a canary process as planner", "started", err.Error())
+		return
+	}
+	defer stop()
+	if c.LinkedSetID == nil {
+		c.LinkedSetID = map[int]string{}
+	}
+	for _, r := range c.Table.Roles {
+		pol, err := roles.PolicyFor(r, c.Cfg.Network, c.Cfg.Perf)
+		if err != nil || r.Kind != roles.Lane || !roles.EgressFor(r, pol, c.Cfg.Agent.Egress, true) {
+			continue
+		}
+		// The set-id file the stop left behind was the first probe's to
+		// try, and is gone since: that row is not run twice.
+		network, other, linked := c.Network[r.Name], c.OtherPID[r.Name], c.LinkedSetID[r.Index]
+		c.Network[r.Name], c.OtherPID[r.Name], c.LinkedSetID[r.Index] = roles.NetworkEgress, pid, ""
+		record(probeRows(c, r, r.Name+" as the lane harness", Policy, func(plan []Attempt) ([]Outcome, string) {
+			return runProbe(egressHost{Host: h, ep: ep}, c, r, plan)
+		}))
+		c.Network[r.Name], c.OtherPID[r.Name], c.LinkedSetID[r.Index] = network, other, linked
+	}
 }

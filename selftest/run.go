@@ -235,6 +235,7 @@ func Run(h Host) *rpc.SelftestResult {
 	record(probeRows(c, c.Table.Controller(), DaemonLabel, DaemonRows, func(plan []Attempt) ([]Outcome, string) {
 		return runControllerProbe(h, plan)
 	}))
+	egressPhase(h, c, record, fail)
 	heldPhase(h, c, record, fail)
 	// Where no writable cgroup tree exists the rig runs on rlimits alone:
 	// the self-test says so, in its own row.

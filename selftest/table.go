@@ -298,7 +298,7 @@ var Policy = []Row{
 	// Abstract names belong to a network namespace: from its own, an agent
 	// in egress mode does not find the broker's at all, before Landlock's
 	// scope is asked.
-	{Who: Only(roles.Agent), Attempt: "connect to the broker's abstract unix socket from its egress namespace", Make: abstractFromEgress, Want: []string{"ECONNREFUSED"}},
+	{Who: Only(roles.Agent, roles.Lane), Attempt: "connect to the broker's abstract unix socket from its egress namespace", Make: abstractFromEgress, Want: []string{"ECONNREFUSED"}},
 	{Who: Every, Attempt: "connect to a TCP port that is not the API's", Make: func(c *Context, r roles.Role) []Attempt {
 		return []Attempt{{Op: OpTCP, Arg: strconv.Itoa(c.TCPPort)}}
 	}, WantFor: tcpWant},
@@ -327,8 +327,9 @@ var Policy = []Row{
 	// proxy, 127.0.0.1 in a network namespace of its own. Landlock lets the
 	// proxy's port through on any address, so these prove the namespace:
 	// nothing else listens there and nothing beyond lo is routed.
-	{Who: Only(roles.Agent), Attempt: "reach a TCP address other than its egress proxy", Make: egressOther, Want: []string{"ECONNREFUSED"}},
-	{Who: Only(roles.Agent), Attempt: "reach an address beyond this host on its egress proxy's port", Make: egressBeyond, Want: []string{"ENETUNREACH"}},
+	// Lanes run them in the lane harness's egress mode (egressPhase).
+	{Who: Only(roles.Agent, roles.Lane), Attempt: "reach a TCP address other than its egress proxy", Make: egressOther, Want: []string{"ECONNREFUSED"}},
+	{Who: Only(roles.Agent, roles.Lane), Attempt: "reach an address beyond this host on its egress proxy's port", Make: egressBeyond, Want: []string{"ENETUNREACH"}},
 	{Who: Every, Attempt: "run inside its role's cgroup", Make: func(c *Context, r roles.Role) []Attempt {
 		if c.Cgroup[r.Name] == "" {
 			return nil

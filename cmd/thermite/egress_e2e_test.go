@@ -101,10 +101,16 @@ func TestAgentReachesProviderOnlyThroughItsProxy(t *testing.T) {
 			"connect to the broker's abstract unix socket from its egress namespace": "ECONNREFUSED",
 			"connect to the harness API's TCP port":                                  "EACCES",
 		}
+		// The lane harness: every lane probed again in egress mode, its
+		// lane rows (the judge's places among them) and these.
+		want["read the ledger"] = "EACCES"
+		want["read a kit"] = "EACCES"
 		seen := map[string]int{}
 		for _, p := range res.Probes {
 			for a, errno := range want {
-				if strings.HasPrefix(p.Attempt, a) && strings.HasPrefix(p.Role, "agent-") {
+				harness := strings.HasSuffix(p.Role, " as the lane harness")
+				judges := a == "read the ledger" || a == "read a kit"
+				if strings.HasPrefix(p.Attempt, a) && (harness || (!judges && strings.HasPrefix(p.Role, "agent-"))) {
 					seen[a]++
 					if !p.OK || p.Got != errno {
 						t.Errorf("%s %s: %q, want %s", p.Role, p.Attempt, p.Got, errno)
@@ -113,8 +119,8 @@ func TestAgentReachesProviderOnlyThroughItsProxy(t *testing.T) {
 			}
 		}
 		for a := range want {
-			if seen[a] != 2 {
-				t.Errorf("%q ran for %d agents, want 2", a, seen[a])
+			if n := map[bool]int{true: 2, false: 4}[a == "read the ledger" || a == "read a kit"]; seen[a] != n {
+				t.Errorf("%q ran for %d of the agents and lane harnesses, want %d", a, seen[a], n)
 			}
 		}
 	})
