@@ -203,6 +203,21 @@ func TestAgentReachesProviderOnlyThroughItsProxy(t *testing.T) {
 			t.Errorf("lane harness connects to the provider directly: %q, want EACCES", out)
 		}
 	})
+
+	t.Run("a restarted controller serves the same proxy", func(t *testing.T) {
+		// The broker holds the listeners and hands them to every
+		// controller it starts. (Last: a restarted controller refuses the
+		// lane harness, having only the token's hash.)
+		before := r.Status()
+		if err := syscallKill(before.ControllerPID); err != nil {
+			t.Fatal(err)
+		}
+		waitNewController(t, r, before.ControllerPID)
+		out, stderr, code := r.Thermite(append([]string{"trial", "agent", info.ID, "--"}, curlArgv(provider, "https://127.0.0.1:"+port+"/")...)...)
+		if code != 0 || out != "provider says hi" {
+			t.Fatalf("curl through the proxy after a controller crash: exit %d %q %s", code, out, stderr)
+		}
+	})
 }
 
 // TestAgentUsesAnotherAgentsProxyRefused: agent-2, in its own namespace,
