@@ -80,3 +80,34 @@ func TestChildForkedIntoAgentNetNSAndNoThreadLeftThere(t *testing.T) {
 	}
 	t.Errorf("threads %v are still in the agent's namespace, not the broker's %d", left, own)
 }
+
+// BenchmarkForkInNetNS compares a fork+exec of /bin/true into an agent's
+// namespace (a fresh locked thread that joins it, forks, and goes back)
+// with one in the broker's own: what egress mode adds to a command's start.
+func BenchmarkForkInNetNS(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN) to make a network namespace")
+	}
+	n, err := newEgressNet(3128)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer n.close()
+	for _, c := range []struct {
+		name string
+		ns   *os.File
+	}{{"host", nil}, {"agent-netns", n.ns}} {
+		b.Run(c.name, func(b *testing.B) {
+			for range b.N {
+				pid, err := forkInNetNS(c.ns, func() (int, error) {
+					return syscall.ForkExec("/bin/true", []string{"true"}, &syscall.ProcAttr{})
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+				var ws syscall.WaitStatus
+				syscall.Wait4(pid, &ws, 0, nil)
+			}
+		})
+	}
+}
