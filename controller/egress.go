@@ -256,7 +256,7 @@ func (c *Controller) egressServers() ([]*http.Server, []net.Listener, error) {
 		if err != nil {
 			return nil, nil, fmt.Errorf("controller: egress proxy of %s: %w", e.Role, err)
 		}
-		ls = append(ls, &budgetListener{Listener: l, budget: c.conns})
+		ls = append(ls, &budgetListener{Listener: l, budget: c.conns, peer: "role " + e.Role})
 		srvs = append(srvs, &http.Server{
 			Handler:           c.egressOn(e.Role),
 			ReadHeaderTimeout: c.cfg.API.HeaderTimeout.Duration,
