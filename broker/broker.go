@@ -53,6 +53,9 @@ type Broker struct {
 	// known for the self-test, and handed to every controller.
 	apiListener *net.TCPListener
 	apiPort     int
+	// egressNets are the network namespaces of the roles that may get
+	// egress, by role name (netns.go); none without agent.egress.
+	egressNets map[string]*egressNet
 
 	ctlKeyPath, ctlKeySHA string // control\'s key, when the launch names one
 
@@ -166,7 +169,11 @@ func (b *Broker) Serve() (err error) {
 			b.reopenTmp()
 		}
 	}()
-	if err := caps.Verify(caps.Broker); err != nil {
+	egress := len(b.cfg.Agent.Egress) > 0
+	if err := caps.Verify(caps.BrokerFor(egress)); err != nil {
+		if egress && caps.Verify(caps.Broker) == nil {
+			return fmt.Errorf("agent.egress: the broker lacks CAP_SYS_ADMIN and CAP_NET_ADMIN, which starting agents in network namespaces of their own takes (give the broker's container SYS_ADMIN and NET_ADMIN, or leave agent.egress empty: agents then get no egress)")
+		}
 		return fmt.Errorf("broker: %w", err)
 	}
 	// Inheritable served the broker's own exec; nothing it forks carries it.
@@ -233,6 +240,9 @@ func (b *Broker) Serve() (err error) {
 		return err
 	}
 	if err := b.listenAPI(); err != nil {
+		return err
+	}
+	if err := b.makeEgressNets(); err != nil {
 		return err
 	}
 	l, err := b.listen()

@@ -44,6 +44,8 @@ func (b *Broker) startController() (int, int, <-chan exit, error) {
 		c.inherit = append(c.inherit, lf) // rpc.APIListenerFD
 		apiAddr = b.apiListener.Addr().String()
 	}
+	egressFiles, egress := b.egressListeners(len(c.inherit))
+	c.inherit = append(c.inherit, egressFiles...)
 	ch, err := b.startShim(c, b.execSpec(c))
 	if err != nil {
 		return 0, -1, nil, fmt.Errorf("controller: start: %w", err)
@@ -55,7 +57,7 @@ func (b *Broker) startController() (int, int, <-chan exit, error) {
 	}
 	bootR.Close()
 	cfg, _ := json.Marshal(b.cfg)
-	boot, _ := json.Marshal(rpc.Bootstrap{Config: cfg, Secrets: b.secrets, BrokerPID: os.Getpid(), APITCP: apiAddr})
+	boot, _ := json.Marshal(rpc.Bootstrap{Config: cfg, Secrets: b.secrets, BrokerPID: os.Getpid(), APITCP: apiAddr, Egress: egress})
 	if _, err := bootW.Write(boot); err != nil {
 		unix.PidfdSendSignal(ch.pidfd, unix.SIGKILL, nil, 0)
 		<-ch.exited

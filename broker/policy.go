@@ -89,7 +89,10 @@ type Plan struct {
 	Controller *landlock.ControllerSpec
 	// Seccomp is the filter's options; nil only in a weakened test build.
 	Seccomp *seccomp.Options
-	Network netpolicy.Network // none, api or open
+	Network netpolicy.Network // none, api, egress or open
+	// Egress: the command starts in its role's egress network namespace
+	// (netns.go), whose only listener is the controller's egress proxy.
+	Egress bool
 }
 
 // Hold is what a timed run holds while it runs.
@@ -174,6 +177,9 @@ func PlanRun(cfg *config.Config, table *roles.Table, req *rpc.RunRequest, now *S
 	pol, err := roles.PolicyFor(r, cfg.Network, cfg.Perf)
 	if err != nil {
 		return nil, &Refusal{Field: "network", Msg: err.Error(), err: err}
+	}
+	if p.Egress, err = planEgress(cfg, r, &pol, req.Egress, now); err != nil {
+		return nil, err
 	}
 	p.Network = pol.Network
 	p.Landlock, p.Seccomp = planConfinement(cfg, r, req.Argv, l, p.Cards, p.Home, pol, now)
@@ -518,6 +524,26 @@ func groupGIDIn(t *roles.Table, name string) (int, bool) {
 // rest, and sockets its network policy forbids. Where the kernel cannot
 // do all of it, the rule set's build refuses the command: never a weaker
 // sandbox.
+// planEgress decides whether a command runs in egress mode
+// (roles.EgressFor): then its network is egress, TCP connect to its proxy
+// alone in a network namespace of its own. A request for egress that the
+// rig does not give is refused, never run on the host's network. The
+// egress-open test build runs it on the host's network with every socket.
+func planEgress(cfg *config.Config, r roles.Role, pol *roles.Policy, asked bool, now *Snapshot) (bool, error) {
+	if !roles.EgressFor(r, *pol, cfg.Agent.Egress, asked) {
+		if asked {
+			return false, refuse("egress", "%s gets none (only a lane's or an agent's command with network api, where agent.egress lists providers)", r.Name)
+		}
+		return false, nil
+	}
+	if now.Weakened[weaken.EgressOpen] {
+		pol.Network = netpolicy.Open
+		return false, nil
+	}
+	pol.Network = netpolicy.Egress
+	return true, nil
+}
+
 func planConfinement(cfg *config.Config, r roles.Role, argv []string, l *fence.Layout, cards []int, home string, pol roles.Policy, now *Snapshot) (*landlock.RoleSpec, *seccomp.Options) {
 	w := now.Weakened
 	sc := &seccomp.Options{Network: pol.Network, AllowPerf: pol.AllowPerf, FileHelper: fileHelper(r, argv)}
@@ -540,6 +566,9 @@ func planConfinement(cfg *config.Config, r roles.Role, argv []string, l *fence.L
 	spec := &landlock.RoleSpec{
 		DenyGPU: l.Deny(cards), GPU: gpu, Writable: writableFor(cfg, r, home, now.Handed[r.UID]),
 		DevRoot: cfg.GPU.DevRoot, Network: pol.Network,
+	}
+	if pol.Network == netpolicy.Egress {
+		spec.EgressPort = cfg.Agent.EgressPort
 	}
 	if w[weaken.APITCP] {
 		spec.APIPort = now.APIPort

@@ -107,6 +107,14 @@ func (b *Broker) carryOut(p *Plan, stdio []*os.File) (*command, error) {
 		}
 		cmd.landlock, cmd.unland = rs, release
 	}
+	if p.Egress {
+		n := b.egressNets[p.Role.Name]
+		if n == nil {
+			cmd.release()
+			return nil, fmt.Errorf("egress: %s has no network namespace (agent.egress)", p.Role.Name)
+		}
+		cmd.netns = n.ns
+	}
 	var err error
 	if p.Cgroup != nil {
 		if cmd.cgroup, err = b.makeGroup(p.Role, p.Cgroup); err != nil {

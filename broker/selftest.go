@@ -135,8 +135,18 @@ func (b *Broker) LandlockABI() int { return landlockABI() }
 // real command of that role takes (prepareRun, then execute), with the
 // plan on stdin, and returns what it wrote.
 func (b *Broker) RunProbe(r roles.Role, gpus []int, stdin []byte) ([]byte, []byte, *rpc.RunResult, error) {
+	return b.runProbe(r, gpus, stdin, false)
+}
+
+// RunEgressProbe is RunProbe in the role's egress mode, as the lane
+// harness runs an agent program (rpc.RunRequest.Egress).
+func (b *Broker) RunEgressProbe(r roles.Role, gpus []int, stdin []byte) ([]byte, []byte, *rpc.RunResult, error) {
+	return b.runProbe(r, gpus, stdin, true)
+}
+
+func (b *Broker) runProbe(r roles.Role, gpus []int, stdin []byte, egress bool) ([]byte, []byte, *rpc.RunResult, error) {
 	return probeWith(stdin, func(stdio []*os.File) (*rpc.RunResult, error) {
-		req := &rpc.RunRequest{Role: r.Name, Argv: []string{"/proc/self/exe", "__probe"}, GPUs: gpus}
+		req := &rpc.RunRequest{Role: r.Name, Argv: []string{"/proc/self/exe", "__probe"}, GPUs: gpus, Egress: egress}
 		cmd, timeout, err := b.prepareRun(req, stdio)
 		if err != nil {
 			return nil, err

@@ -46,6 +46,9 @@ type command struct {
 	// cardStops says which processes of other roles were stopped because
 	// they had a card this timed run holds open.
 	cardStops []string
+	// netns is the network namespace the command starts in (egress mode,
+	// netns.go), or nil for the broker's own.
+	netns *os.File
 }
 
 // child is a started command.
@@ -137,7 +140,7 @@ func (b *Broker) startShim(c *command, spec *spawn.Spec) (*child, error) {
 	}
 	started := time.Now()
 	pid, exited, err := b.reaper.fork(func() (int, error) {
-		return syscall.ForkExec(b.exe, []string{"thermite", spawn.Arg}, attr)
+		return forkInNetNS(c.netns, func() (int, error) { return syscall.ForkExec(b.exe, []string{"thermite", spawn.Arg}, attr) })
 	})
 	repW.Close()
 	if err != nil {

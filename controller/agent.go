@@ -136,10 +136,10 @@ func (c *Controller) agentEnv(rt *trialRT, tokenFile string) []string {
 		"THERMITE_TRIAL="+rt.t.ID,
 		"THERMITE_API_SOCKET="+info.APISocket,
 		"THERMITE_TOKEN_FILE="+tokenFile)
-	// No THERMITE_API_URL and no HTTPS_PROXY: the api network policy gives
-	// lanes and agents no TCP at all (issue 13), so the API and its egress
-	// proxy (CONNECT) are reached through the unix socket only.
-	return env
+	// No THERMITE_API_URL: the api network policy gives lanes and agents
+	// no TCP (issue 13). Where the rig lists providers the agent runs in
+	// egress mode, whose one TCP address is its proxy: HTTPS_PROXY.
+	return append(env, c.egressProxyEnv()...)
 }
 
 // piAgent runs the agent as agent-N, with the trial's folder as its home:
@@ -171,7 +171,10 @@ func (c *Controller) laneAgent(rt *trialRT, req AgentRequest) (*rpc.RunRequest, 
 		return nil, fmt.Errorf("harness lane: %w", err)
 	}
 	env := append(c.agentEnv(rt, filepath.Join(home, "token")), req.Env...)
-	return &rpc.RunRequest{Role: lane.Name, Argv: req.Argv, Env: env, Home: home, Cwd: rt.t.Workspace}, nil
+	// The lane harness's run, and no other command of the lane, is in
+	// egress mode: in the lane's network namespace with its proxy.
+	egress := len(c.cfg.Agent.Egress) > 0
+	return &rpc.RunRequest{Role: lane.Name, Argv: req.Argv, Env: env, Home: home, Cwd: rt.t.Workspace, Egress: egress}, nil
 }
 
 // writeLaneHome makes the lane harness's home once, as the controller,

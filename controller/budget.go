@@ -204,6 +204,10 @@ func peerKey(conn net.Conn) string {
 type budgetListener struct {
 	net.Listener
 	budget *connBudget
+	// peer, when set, is every connection's peer: a listener only one
+	// role reaches (an agent's egress proxy, whose peers are all
+	// 127.0.0.1 of that role's own namespace) is budgeted as that role.
+	peer string
 }
 
 func (l *budgetListener) Accept() (net.Conn, error) {
@@ -212,7 +216,10 @@ func (l *budgetListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		peer := peerKey(conn)
+		peer := l.peer
+		if peer == "" {
+			peer = peerKey(conn)
+		}
 		if peer == "" || !l.budget.admitConn(peer) {
 			conn.Close()
 			continue

@@ -48,6 +48,9 @@ type Controller struct {
 	trials  map[string]*trialRT
 	apiAddr string // the harness API's TCP address, once it listens
 	apiTCP  string // the address of the listener the broker handed over
+	// egressL are the egress proxy's listeners in the agents' network
+	// namespaces, as the broker handed them over (egress.go).
+	egressL []rpc.EgressListener
 	lastST  string // the time of the last self-test recorded
 }
 
@@ -80,7 +83,7 @@ func Main() error {
 		return err
 	}
 	c := &Controller{
-		cfg: cfg, table: table, log: log, secrets: b.Secrets, apiTCP: b.APITCP,
+		cfg: cfg, table: table, log: log, secrets: b.Secrets, apiTCP: b.APITCP, egressL: b.Egress,
 		broker:  &brokerClient{socket: cfg.BrokerSocket()},
 		trials:  map[string]*trialRT{},
 		fetcher: &fetch.Fetcher{MaxBytes: cfg.API.FetchMaxBytes, Timeout: cfg.API.FetchTimeout.Duration},
@@ -148,6 +151,10 @@ func (c *Controller) serve() error {
 		c.apiAddr = tcpL.Addr().String()
 		c.mu.Unlock()
 	}
+	egressSrv, egressLs, err := c.egressServers()
+	if err != nil {
+		return err
+	}
 	c.resumeTrials()
 	go c.watchDisks()
 	go c.watchRetention()
@@ -159,11 +166,14 @@ func (c *Controller) serve() error {
 		}
 	}()
 
-	errc := make(chan error, 3)
+	errc := make(chan error, 3+len(egressLs))
 	go func() { errc <- opSrv.Serve(opL) }()
 	go func() { errc <- apiSrv.Serve(apiL) }()
 	if tcpL != nil {
 		go func() { errc <- apiSrv.Serve(tcpL) }()
+	}
+	for i, l := range egressLs {
+		go func() { errc <- egressSrv[i].Serve(l) }()
 	}
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, unix.SIGTERM, unix.SIGINT)
@@ -179,6 +189,9 @@ func (c *Controller) serve() error {
 	defer cancel()
 	opSrv.Shutdown(ctx)
 	apiSrv.Shutdown(ctx)
+	for _, s := range egressSrv {
+		s.Shutdown(ctx)
+	}
 	c.mu.Lock()
 	for _, rt := range c.trials {
 		if rt.stopFS != nil {

@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
+	"os"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -18,11 +20,18 @@ import (
 	"thermite/controller/fetch"
 )
 
-// The egress proxy: HTTP CONNECT on the harness API's listeners, for a
-// trial's agent to reach its model provider without an open network. A
-// tunnel goes only to a host:port of agent.egress, with the trial's token
-// (Proxy-Authorization, Basic with the token as password, as a proxy URL
-// http://trial:TOKEN@host:port gives it, or Bearer), to an address that
+// The egress proxy: HTTP CONNECT, for a trial's agent to reach its model
+// provider without an open network. It is served on two kinds of
+// listener:
+//   - each agent's own (and each lane's, for the lane harness), on
+//     127.0.0.1:agent.egress_port inside that role's network namespace,
+//     which the broker made and handed over (rpc.Bootstrap.Egress): the
+//     listener says whose trial it is, the open trial of the role's lane,
+//     so no token is needed (one given must be that trial's);
+//   - the harness API's own listeners, with the trial's token
+//     (Proxy-Authorization, Basic with the token as password, as a proxy
+//     URL http://trial:TOKEN@host:port gives it, or Bearer).
+// A tunnel goes only to a host:port of agent.egress, to an address that
 // passes the fetcher's checks at dial time, and is recorded per trial.
 
 // CodeEgressRefused is a tunnel the proxy will not make.
@@ -85,9 +94,8 @@ func egressDialer(literal bool) *net.Dialer {
 	return d
 }
 
-// egress serves one CONNECT: the trial by its token, the target by
-// agent.egress, the decoy guard, the dial, then bytes both ways until
-// either side closes or the trial ends.
+// egress serves one CONNECT on the API's listeners: the trial by its
+// token, then the tunnel.
 func (c *Controller) egress(w http.ResponseWriter, r *http.Request) {
 	rt := c.TrialForToken("Bearer " + proxyToken(r))
 	if rt == nil || rt.closing.Load() {
@@ -95,6 +103,54 @@ func (c *Controller) egress(w http.ResponseWriter, r *http.Request) {
 		refuse(w, r, http.StatusProxyAuthRequired, "the egress proxy takes the trial's token (a proxy URL http://trial:TOKEN@host:port)")
 		return
 	}
+	c.tunnel(w, r, rt, "api")
+}
+
+// egressOn is the egress proxy on a role's own listener, inside its
+// network namespace: only that role's commands can connect to it, so the
+// trial is the open trial of the role's lane. A token, where one is given,
+// must be that trial's: no command of another lane speaks for it, and
+// this one speaks for no other.
+func (c *Controller) egressOn(role string) http.Handler {
+	r0, _ := c.table.Role(role)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodConnect {
+			w.Header().Set("Allow", http.MethodConnect)
+			writeProblem(w, http.StatusMethodNotAllowed, CodeMethodNotAllowed, "this is the trial's egress proxy: it takes CONNECT host:port (HTTPS_PROXY) only")
+			return
+		}
+		rt := c.openTrialOf(r0.Index)
+		if rt == nil {
+			refuseEgress(w, r, http.StatusForbidden, fmt.Sprintf("egress: %s has no open trial", role))
+			return
+		}
+		if tok := proxyToken(r); tok != "" {
+			if other := c.TrialForToken("Bearer " + tok); other != rt {
+				w.Header().Set("Proxy-Authenticate", `Basic realm="thermite"`)
+				refuse(w, r, http.StatusProxyAuthRequired, fmt.Sprintf("the token given is not the token of %s's trial: this proxy speaks for that trial alone", role))
+				return
+			}
+		}
+		c.tunnel(w, r, rt, role)
+	})
+}
+
+// openTrialOf is the open trial of lane n, or nil.
+func (c *Controller) openTrialOf(lane int) *trialRT {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, rt := range c.trials {
+		if rt.t.Lane == lane && !rt.closing.Load() {
+			return rt
+		}
+	}
+	return nil
+}
+
+// tunnel serves one CONNECT for a trial: the target by agent.egress, the
+// decoy guard, the dial, then bytes both ways until either side closes or
+// the trial ends. via is the listener: "api", or the role whose own it is.
+func (c *Controller) tunnel(w http.ResponseWriter, r *http.Request, rt *trialRT, via string) {
 	if n := rt.inflight.Add(1); n > int64(c.cfg.API.MaxConnsPerToken) {
 		rt.inflight.Add(-1)
 		refuse(w, r, http.StatusTooManyRequests, fmt.Sprintf("more than %d requests and tunnels at once on this token", c.cfg.API.MaxConnsPerToken))
@@ -111,7 +167,7 @@ func (c *Controller) egress(w http.ResponseWriter, r *http.Request) {
 	target := r.Host
 	allowed, literal := c.egressAllowed(target)
 	if !allowed {
-		c.trialEvent(rt, "egress.refused", map[string]any{"target": target, "why": "not in agent.egress"})
+		c.trialEvent(rt, "egress.refused", map[string]any{"target": target, "via": via, "why": "not in agent.egress"})
 		refuseEgress(w, r, http.StatusForbidden, fmt.Sprintf("egress to %s refused: it is not in the rig's agent.egress", target))
 		return
 	}
@@ -119,7 +175,7 @@ func (c *Controller) egress(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	up, err := egressDialer(literal).DialContext(ctx, "tcp", target)
 	if err != nil {
-		c.trialEvent(rt, "egress.refused", map[string]any{"target": target, "why": err.Error()})
+		c.trialEvent(rt, "egress.refused", map[string]any{"target": target, "via": via, "why": err.Error()})
 		code := http.StatusBadGateway
 		var oe *net.OpError
 		if errors.As(err, &oe) && strings.Contains(err.Error(), "egress: ") {
@@ -161,7 +217,7 @@ func (c *Controller) egress(w http.ResponseWriter, r *http.Request) {
 	up.Close()
 	down.Close()
 	<-done
-	c.trialEvent(rt, "egress", map[string]any{"target": target, "address": up.RemoteAddr().String(), "bytes_sent": sent.Load(), "bytes_received": received.Load(), "ms": time.Since(start).Milliseconds()})
+	c.trialEvent(rt, "egress", map[string]any{"target": target, "via": via, "address": up.RemoteAddr().String(), "bytes_sent": sent.Load(), "bytes_received": received.Load(), "ms": time.Since(start).Milliseconds()})
 }
 
 // dialReason is a dial's failure in one line, without the dialer's
@@ -184,4 +240,41 @@ func refuseEgress(w http.ResponseWriter, r *http.Request, status int, msg string
 	http.NewResponseController(w).SetReadDeadline(time.Now())
 	w.Header().Set("Connection", "close")
 	writeProblem(w, status, CodeEgressRefused, msg)
+}
+
+// egressServers serves the egress proxy on each listener the broker made
+// in a role's network namespace, with that role's handler.
+func (c *Controller) egressServers() ([]*http.Server, []net.Listener, error) {
+	var srvs []*http.Server
+	var ls []net.Listener
+	for _, e := range c.egressL {
+		f := os.NewFile(uintptr(e.FD), "egress-"+e.Role)
+		l, err := net.FileListener(f)
+		// FileListener made its own descriptor; the inherited one goes, so
+		// no command the controller starts gets it.
+		f.Close()
+		if err != nil {
+			return nil, nil, fmt.Errorf("controller: egress proxy of %s: %w", e.Role, err)
+		}
+		ls = append(ls, &budgetListener{Listener: l, budget: c.conns, peer: "role " + e.Role})
+		srvs = append(srvs, &http.Server{
+			Handler:           c.egressOn(e.Role),
+			ReadHeaderTimeout: c.cfg.API.HeaderTimeout.Duration,
+			MaxHeaderBytes:    64 << 10,
+			ErrorLog:          slog.NewLogLogger(c.log.With("server", "egress", "role", e.Role).Handler(), slog.LevelWarn),
+		})
+	}
+	return srvs, ls, nil
+}
+
+// egressProxyEnv is what points an agent's HTTP clients at its egress
+// proxy, in every spelling they read: the proxy inside its namespace for
+// every host (NO_PROXY empty; the proxy itself refuses what is not
+// listed). None where the rig lists no provider.
+func (c *Controller) egressProxyEnv() []string {
+	if len(c.cfg.Agent.Egress) == 0 {
+		return nil
+	}
+	u := fmt.Sprintf("http://127.0.0.1:%d", c.cfg.Agent.EgressPort)
+	return []string{"HTTPS_PROXY=" + u, "HTTP_PROXY=" + u, "https_proxy=" + u, "http_proxy=" + u, "NO_PROXY=", "no_proxy="}
 }

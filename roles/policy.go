@@ -10,6 +10,19 @@ type Policy struct {
 	AllowPerf bool              `json:"allow_perf"`
 }
 
+// EgressFor decides whether a role's command runs in egress mode
+// (netpolicy.Egress): only where the rig lists providers in agent.egress
+// and the role's network is "api"; for an agent, every command (the
+// agent's own programs are what reach a model provider); for a lane, only
+// the lane harness's run of an agent program (asked), never its other
+// commands.
+func EgressFor(r Role, p Policy, egress []string, asked bool) bool {
+	if len(egress) == 0 || p.Network != netpolicy.API {
+		return false
+	}
+	return r.Kind == Agent || (r.Kind == Lane && asked)
+}
+
 // DefaultNetwork is each kind's network unless the configuration says
 // otherwise: the lanes and the agents reach the harness API only, the
 // judge's users nothing, the planner and the model check the open network.

@@ -99,6 +99,7 @@ func Run(h Host) *rpc.SelftestResult {
 		c.Lost[name] = true
 	}
 	c.GPU = h.GPULayout()
+	c.LandlockABI = h.LandlockABI()
 	if online, err := cpuset.Online(); err == nil {
 		c.Online = online.String()
 	}
@@ -111,7 +112,7 @@ func Run(h Host) *rpc.SelftestResult {
 	c.Network, c.Cgroup = roleNetworks{}, map[string]string{}
 	for _, r := range c.Table.Roles {
 		pol, _ := roles.PolicyFor(r, c.Cfg.Network, c.Cfg.Perf)
-		c.Network[r.Name] = pol.Network
+		c.Network[r.Name] = networkOf(c, r, pol)
 		c.Cgroup[r.Name] = h.CgroupOf(r)
 	}
 	for _, n := range h.EnvAllowed() {
@@ -135,6 +136,9 @@ func Run(h Host) *rpc.SelftestResult {
 		fail("rig", "leave SysV IPC objects and set-id files for the probes", "left", err.Error())
 	}
 	if err := listenCanaries(c, &undo); err != nil {
+		fail("rig", "listen on a canary socket", "listening", err.Error())
+	}
+	if err := listenEgressCanary(c, &undo); err != nil {
 		fail("rig", "listen on a canary socket", "listening", err.Error())
 	}
 	c.ControllerPID = h.ControllerPID()
@@ -231,6 +235,7 @@ func Run(h Host) *rpc.SelftestResult {
 	record(probeRows(c, c.Table.Controller(), DaemonLabel, DaemonRows, func(plan []Attempt) ([]Outcome, string) {
 		return runControllerProbe(h, plan)
 	}))
+	egressPhase(h, c, record, fail)
 	heldPhase(h, c, record, fail)
 	// Where no writable cgroup tree exists the rig runs on rlimits alone:
 	// the self-test says so, in its own row.

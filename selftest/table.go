@@ -59,6 +59,8 @@ type Context struct {
 	TCPPort            int               // a TCP port on 127.0.0.1 that is not the API's
 	APIPort            int               // the harness API's TCP port (0: none)
 	OtherLoopback      string            // ADDRESS:PORT of a canary on another loopback address at the API's port ("": no TCP API)
+	EgressOther        string            // ADDRESS:PORT of a canary on another loopback address at the egress proxy's port ("": no agent.egress)
+	LandlockABI        int               // the kernel's Landlock ABI, as the broker builds rule sets for it
 	Network            roleNetworks      // role name -> its network policy
 	Cgroup             map[string]string // role name -> its cgroup's path, "" without cgroups
 	ControlKeySHA      string            // the SHA-256 the launch named for control's key
@@ -164,10 +166,19 @@ const BeyondHost = "203.0.113.1"
 type roleNetworks map[string]netpolicy.Network
 
 // tcpWant is what a TCP connect must come to: EPERM for none and api
-// (seccomp makes no AF_INET or AF_INET6 socket), through for open.
+// (seccomp makes no AF_INET or AF_INET6 socket), EACCES for egress
+// (Landlock: not its proxy's port) or, where Landlock has no TCP rules
+// (ABI below 4), ECONNREFUSED (its namespace: nothing listens there but
+// its proxy), through for open.
 func tcpWant(c *Context, r roles.Role) []string {
-	if c.Network[r.Name].AllowsInet() {
+	switch n := c.Network[r.Name]; {
+	case n.AllowsInet():
 		return succeeds
+	case n == netpolicy.Egress:
+		if c.LandlockABI < 4 {
+			return []string{"ECONNREFUSED"}
+		}
+		return refused
 	}
 	return notPerm
 }
@@ -282,9 +293,16 @@ var Policy = []Row{
 	{Who: Every, Attempt: "set up io_uring", Make: one(OpIOUring, ""), Want: notPerm},
 	{Who: Every, Attempt: "make the broker its tracer with PTRACE_TRACEME", Make: one(OpTraceMe, ""), Want: notPerm, Alone: true},
 	{Who: Every, Attempt: "inject terminal input with TIOCSTI", Make: one(OpTIOCSTI, ""), Want: notPerm},
-	{Who: Every, Attempt: "connect to the broker's abstract unix socket", Make: func(c *Context, _ roles.Role) []Attempt {
+	{Who: Every, Attempt: "connect to the broker's abstract unix socket", Make: func(c *Context, r roles.Role) []Attempt {
+		if inEgress(c, r) {
+			return nil // abstractFromEgress
+		}
 		return []Attempt{{Op: OpAbstract, Arg: c.Abstract}}
 	}, Want: notPerm, Lost: hostpolicy.LandlockScope},
+	// Abstract names belong to a network namespace: from its own, an agent
+	// in egress mode does not find the broker's at all, before Landlock's
+	// scope is asked.
+	{Who: Only(roles.Agent, roles.Lane), Attempt: "connect to the broker's abstract unix socket from its egress namespace", Make: abstractFromEgress, Want: []string{"ECONNREFUSED"}},
 	{Who: Every, Attempt: "connect to a TCP port that is not the API's", Make: func(c *Context, r roles.Role) []Attempt {
 		return []Attempt{{Op: OpTCP, Arg: strconv.Itoa(c.TCPPort)}}
 	}, WantFor: tcpWant},
@@ -304,11 +322,18 @@ var Policy = []Row{
 		return []Attempt{{Op: OpTCP, Arg: c.OtherLoopback}}
 	}, WantFor: tcpWant},
 	{Who: Every, Attempt: "connect to an address beyond this host on the API's port", Make: func(c *Context, r roles.Role) []Attempt {
-		if c.APIPort == 0 || c.Network[r.Name].AllowsInet() {
-			return nil
+		if c.APIPort == 0 || c.Network[r.Name].AllowsInet() || inEgress(c, r) {
+			return nil // egress mode: egressBeyond
 		}
 		return []Attempt{{Op: OpTCP, Arg: net.JoinHostPort(BeyondHost, strconv.Itoa(c.APIPort))}}
 	}, Want: notPerm},
+	// Agent egress: the one TCP address of a command in egress mode is its
+	// proxy, 127.0.0.1 in a network namespace of its own. Landlock lets the
+	// proxy's port through on any address, so these prove the namespace:
+	// nothing else listens there and nothing beyond lo is routed.
+	// Lanes run them in the lane harness's egress mode (egressPhase).
+	{Who: Only(roles.Agent, roles.Lane), Attempt: "reach a TCP address other than its egress proxy", Make: egressOther, Want: []string{"ECONNREFUSED"}},
+	{Who: Only(roles.Agent, roles.Lane), Attempt: "reach an address beyond this host on its egress proxy's port", Make: egressBeyond, Want: []string{"ENETUNREACH"}},
 	{Who: Every, Attempt: "run inside its role's cgroup", Make: func(c *Context, r roles.Role) []Attempt {
 		if c.Cgroup[r.Name] == "" {
 			return nil

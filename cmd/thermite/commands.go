@@ -87,7 +87,13 @@ func runServe() error {
 		}
 		argv = append(argv, "--control-key", controlKey, "--control-key-sha256", controlKeySHA)
 	}
-	return caps.ReduceAndExec(caps.Broker, argv, stripEnv(os.Environ(), cfg.StripEnvPrefixes))
+	// Agent egress keeps caps.Egress where this process has them; where it
+	// has not, the broker names agent.egress when it checks its own.
+	keep := caps.Broker
+	if len(cfg.Agent.Egress) > 0 && caps.Bounded(caps.Egress) {
+		keep = caps.BrokerFor(true)
+	}
+	return caps.ReduceAndExec(keep, argv, stripEnv(os.Environ(), cfg.StripEnvPrefixes))
 }
 
 func brokerCmd() *cobra.Command {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"sort"
@@ -268,6 +269,18 @@ func TestSelftestCatchesBreakage(t *testing.T) {
 			roles: selftest.DaemonLabel,
 		},
 		{
+			// Agent egress with its namespace and one-port rule gone: the
+			// agents' commands in the host's namespace on an open network.
+			name: "agents' egress as an open network",
+			opts: testrig.Options{Tags: "thermite_weaken", Env: []string{"THERMITE_WEAKEN=" + weaken.EgressOpen},
+				Extra: "startup_selftest = \"warn\"\n[agent]\negress = [\"203.0.113.7:443\"]\n"},
+			want: append([]string{"reach a TCP address other than its egress proxy",
+				"connect to the broker's abstract unix socket from its egress namespace",
+				"connect to a TCP port that is not the API's", "connect to the harness API's TCP port",
+				"connect to another loopback address on the API's port"}, beyondRouted()...),
+			roles: "agent-1",
+		},
+		{
 			name:  "an ambient capability",
 			opts:  testrig.Options{Tags: "thermite_weaken", Env: []string{"THERMITE_WEAKEN=cap-amb"}, Extra: `startup_selftest = "warn"`},
 			want:  []string{"CapEff, CapPrm, CapAmb and CapInh are 0"},
@@ -363,4 +376,16 @@ func kernelRefuses() map[string]string {
 		refused["make a user namespace, as unshare -U does"] = "kernel.unprivileged_userns_clone = 0"
 	}
 	return refused
+}
+
+// beyondRouted is the egress row that fails too, in the host's namespace,
+// where this host routes to TEST-NET-3 (a default route): a connect there
+// is then not ENETUNREACH. A UDP "connect" only looks the route up.
+func beyondRouted() []string {
+	c, err := net.Dial("udp4", selftest.BeyondHost+":9")
+	if err != nil {
+		return nil
+	}
+	c.Close()
+	return []string{"reach an address beyond this host on its egress proxy's port"}
 }

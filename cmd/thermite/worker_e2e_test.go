@@ -497,8 +497,7 @@ func TestAgentHarnessesWithTheirOwnLimits(t *testing.T) {
 // socket reaches it and the tunnel is recorded for the trial; one to a
 // host not listed, one to a listed name that resolves to loopback
 // (checked at dial time), and one without a token are refused; and the
-// agent, given HTTPS_PROXY, reaches it with curl where its network policy
-// lets it reach the API over TCP.
+// agent is given HTTPS_PROXY, its own proxy's address.
 func TestEgressProxyToListedProviderOnly(t *testing.T) {
 	provider := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "provider says hi") }))
 	defer provider.Close()
@@ -578,11 +577,11 @@ func TestEgressProxyToListedProviderOnly(t *testing.T) {
 		}
 	})
 
-	t.Run("the agent is given the socket, no TCP address or proxy", func(t *testing.T) {
-		// The api policy gives agents no TCP: a TCP address or an
-		// HTTPS_PROXY would name something they cannot reach.
+	t.Run("the agent is given the socket and its own proxy, no TCP address of the API", func(t *testing.T) {
+		// The agent's one TCP address is its egress proxy, in its own
+		// network namespace (egress_e2e_test.go); the API is its socket.
 		out, stderr, code := r.Thermite("trial", "agent", info.ID, "--", "sh", "-c", `echo "[$HTTPS_PROXY|$THERMITE_API_URL|$THERMITE_API_SOCKET]"`)
-		if code != 0 || strings.TrimSpace(out) != "[||"+info.APISocket+"]" {
+		if code != 0 || strings.TrimSpace(out) != "[http://127.0.0.1:3128||"+info.APISocket+"]" {
 			t.Fatalf("agent's environment: exit %d %q %s", code, out, stderr)
 		}
 	})

@@ -27,7 +27,34 @@ var Broker = []int{
 	unix.CAP_KILL,
 }
 
+// Egress are the capabilities the broker keeps beside its six when the
+// rig gives agents egress (agent.egress): making an agent's network
+// namespace and joining it (unshare and setns CLONE_NEWNET, at every
+// agent start) take CAP_SYS_ADMIN; bringing its lo up, CAP_NET_ADMIN.
+var Egress = []int{unix.CAP_SYS_ADMIN, unix.CAP_NET_ADMIN}
+
+// BrokerFor is the broker's capabilities for a rig: its six, and Egress
+// where agents get egress.
+func BrokerFor(agentEgress bool) []int {
+	if !agentEgress {
+		return Broker
+	}
+	return append(append([]int(nil), Broker...), Egress...)
+}
+
+// Bounded says whether the bounding set holds every one of set.
+func Bounded(set []int) bool {
+	for _, c := range set {
+		if in, err := unix.PrctlRetInt(unix.PR_CAPBSET_READ, uintptr(c), 0, 0, 0); err != nil || in == 0 {
+			return false
+		}
+	}
+	return true
+}
+
 var names = map[int]string{
+	unix.CAP_SYS_ADMIN:    "CAP_SYS_ADMIN",
+	unix.CAP_NET_ADMIN:    "CAP_NET_ADMIN",
 	unix.CAP_CHOWN:        "CAP_CHOWN",
 	unix.CAP_DAC_OVERRIDE: "CAP_DAC_OVERRIDE",
 	unix.CAP_FOWNER:       "CAP_FOWNER",

@@ -137,6 +137,10 @@ type Agent struct {
 	// default. A host that is a name must resolve to a public address; an
 	// IP literal is taken as the operator's own choice.
 	Egress []string `toml:"egress" json:"egress"`
+	// EgressPort is the egress proxy's port on 127.0.0.1 inside each
+	// agent's network namespace (HTTPS_PROXY=http://127.0.0.1:PORT), used
+	// only where Egress lists providers.
+	EgressPort int `toml:"egress_port" json:"egress_port"`
 }
 
 // Judge bounds the disk the judge's commands hold.
@@ -245,7 +249,7 @@ func Default() Config {
 		Perf:    []string{},
 		Cgroup:  Cgroup{Enabled: true, MemoryMB: 4096, Pids: 1024, ControllerMemoryMB: 2048, ControllerPids: 1024},
 		Trial:   Trial{DiskCapMB: 5120, DiskCheck: Duration{2 * time.Second}, RetainEnded: Duration{24 * time.Hour}, FetchArchiveMB: 256},
-		Agent:   Agent{WallTimeout: Duration{12 * time.Hour}},
+		Agent:   Agent{WallTimeout: Duration{12 * time.Hour}, EgressPort: 3128},
 		Judge:   Judge{BuildDiskMB: 8192, RunOutMB: 2048, DiskCheck: Duration{500 * time.Millisecond}},
 		Image: Image{
 			SupervisorDir: "/var/lib/thermite-supervisor",
@@ -385,6 +389,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("agent.wall_timeout: %s must be more than 0", c.Agent.WallTimeout)
 	case c.Agent.OutputCapMB < 0:
 		return fmt.Errorf("agent.output_cap_mb: %d must be 0 (no cap) or more", c.Agent.OutputCapMB)
+	case c.Agent.EgressPort < 1 || c.Agent.EgressPort > 65535:
+		return fmt.Errorf("agent.egress_port: %d is not a TCP port (1 to 65535)", c.Agent.EgressPort)
 	}
 	egress := map[string]bool{}
 	for _, hp := range c.Agent.Egress {

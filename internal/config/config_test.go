@@ -67,6 +67,7 @@ func TestBadInputNamesTheKey(t *testing.T) {
 		"[agent]\negress = [\"api.example.com\"]\n":                  `agent.egress: "api.example.com" is not host:port`,
 		"[agent]\negress = [\"a.example:443\", \"A.example:443\"]\n": "agent.egress: \"A.example:443\" is listed twice",
 		"[agent]\negress = [\"a.example:99999\"]\n":                  "agent.egress",
+		"[agent]\negress_port = 0\n":                                 "agent.egress_port: 0 is not a TCP port",
 		"[host]\naccept_lost = [\"landlock-everything\"]\n":          `host.accept_lost: "landlock-everything" is not a protection`,
 	}
 	for text, want := range cases {

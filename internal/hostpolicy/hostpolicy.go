@@ -58,7 +58,7 @@ var Protections = []Protection{
 		Covered: "truncate needs write permission on the file, and opening for write is Landlock's WRITE_FILE"},
 	{Name: LandlockNet, ABI: 4,
 		What:    "TCP bind and connect for roles whose network policy is none or api (a second lock)",
-		Covered: "seccomp gives roles with network none or api no AF_INET or AF_INET6 socket at all (api roles reach the harness API through its unix socket); roles with network open reach any port either way"},
+		Covered: "seccomp gives roles with network none or api no AF_INET or AF_INET6 socket at all (api roles reach the harness API through its unix socket); an agent in egress mode is in a network namespace whose one listener is its proxy and which routes nothing beyond lo; roles with network open reach any port either way"},
 	{Name: GPUIoctlFence, ABI: 5, GPU: true,
 		What: "ioctl on GPU device files a role was not given, even opened with access mode 3",
 		Lost: "GPU device files are held by their owners and modes alone (the first lock); GPU work is refused where those cannot be fixed either"},

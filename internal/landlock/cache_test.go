@@ -195,7 +195,7 @@ func TestNoRuleSetWithoutLandlock(t *testing.T) {
 func TestRuleSetRefusesAnUnknownNetwork(t *testing.T) {
 	var c Cache
 	_, _, err := c.Get(RoleSpec{DevRoot: "/dev", Network: "wide"}, ABI())
-	if err == nil || err.Error() != `landlock: network policy: "wide" is not one of none, api, open` {
+	if err == nil || err.Error() != `landlock: network policy: "wide" is not one of none, api, egress, open` {
 		t.Fatalf("got %v", err)
 	}
 	if len(c.built) != 0 {

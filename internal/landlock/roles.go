@@ -1,6 +1,7 @@
 package landlock
 
 import (
+	"fmt"
 	"os"
 
 	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
@@ -28,13 +29,16 @@ var SafeDevices = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random",
 
 // RoleSpec is what one command's rule set is made from.
 type RoleSpec struct {
-	DenyGPU   []string // GPU device files it may not open
-	GPU       []string // GPU device files it may open (its cards and the control nodes)
-	Writable  []string // its own places: HOME, TMPDIR, the folders handed to it
-	DevRoot   string
-	Network   netpolicy.Network
-	APIPort   int  // a port an api role may connect to on any address: only a thermite_weaken build sets it
-	FenceOnly bool // the GPU fence alone: READ_FILE, WRITE_FILE, IOCTL_DEV
+	DenyGPU  []string // GPU device files it may not open
+	GPU      []string // GPU device files it may open (its cards and the control nodes)
+	Writable []string // its own places: HOME, TMPDIR, the folders handed to it
+	DevRoot  string
+	Network  netpolicy.Network
+	APIPort  int // a port an api role may connect to on any address: only a thermite_weaken build sets it
+	// EgressPort is the one port an egress command may connect to: its
+	// proxy's, on the loopback of the command's own network namespace.
+	EgressPort int
+	FenceOnly  bool // the GPU fence alone: READ_FILE, WRITE_FILE, IOCTL_DEV
 }
 
 // RolePolicy builds a command's rule set: everything readable but the GPU
@@ -74,6 +78,16 @@ func RolePolicy(s RoleSpec) (*Policy, []string, error) {
 		p.HandledNet = ll.AccessNetBindTCP | ll.AccessNetConnectTCP
 		if s.Network.ReachesAPI() && s.APIPort > 0 {
 			p.TCPPorts = map[uint16]uint64{uint16(s.APIPort): ll.AccessNetConnectTCP}
+		}
+		if s.Network == netpolicy.Egress {
+			// TCP connect to the egress proxy's port alone, no bind: the
+			// port rule reaches every address, but the command's network
+			// namespace holds nothing else (only lo, whose one listener is
+			// the proxy).
+			if s.EgressPort <= 0 || s.EgressPort > 65535 {
+				return nil, nil, fmt.Errorf("landlock: network policy egress needs its proxy's port, not %d", s.EgressPort)
+			}
+			p.TCPPorts = map[uint16]uint64{uint16(s.EgressPort): ll.AccessNetConnectTCP}
 		}
 	}
 	return p, walked, nil

@@ -16,6 +16,11 @@ const (
 	API Network = "api"
 	// Open: any socket, any TCP port.
 	Open Network = "open"
+	// Egress is API plus TCP connect to the egress proxy alone, for a
+	// command in a network namespace of its own whose only listener is
+	// that proxy. It is never configured: the broker decides it
+	// (roles.EgressFor), so ParseNetwork refuses it and Check accepts it.
+	Egress Network = "egress"
 )
 
 // All lists the policies, in the order messages name them.
@@ -35,8 +40,13 @@ func ParseNetwork(key, value string) (Network, error) {
 // Check refuses a value that is not a policy (one set in code or read from
 // JSON without ParseNetwork), naming key.
 func (n Network) Check(key string) error {
-	_, err := ParseNetwork(key, string(n))
-	return err
+	if n == Egress {
+		return nil
+	}
+	if _, err := ParseNetwork(key, string(n)); err != nil {
+		return fmt.Errorf("%s: %q is not one of none, api, egress, open", key, string(n))
+	}
+	return nil
 }
 
 // AllowsInet says whether the command may make AF_INET and AF_INET6

@@ -116,6 +116,10 @@ type RunRequest struct {
 	// NoTimeout lifts the wall timeout for a lane's or an agent's
 	// long-lived helper, which lives until its trial ends.
 	NoTimeout bool `json:"no_timeout,omitempty"`
+	// Egress asks for the role's egress mode (roles.EgressFor): a lane's
+	// run of an agent program by the lane harness. An agent's commands
+	// have it whenever the rig lists providers, asked or not.
+	Egress bool `json:"egress,omitempty"`
 }
 
 // Why a command stopped.
@@ -324,6 +328,19 @@ type Bootstrap struct {
 	// APITCP is the address of the harness API's TCP listener, which the
 	// controller inherits as descriptor APIListenerFD.
 	APITCP string `json:"api_tcp,omitempty"`
+	// Egress are the egress proxy's listeners, one per role that may get
+	// egress, each on 127.0.0.1 in that role's network namespace; the
+	// controller inherits each as descriptor FD.
+	Egress []EgressListener `json:"egress,omitempty"`
+}
+
+// EgressListener is one role's egress proxy listener: whatever connects
+// to it runs in that role's network namespace, so it speaks for the open
+// trial of the role's lane.
+type EgressListener struct {
+	Role string `json:"role"`
+	FD   int    `json:"fd"`
+	Addr string `json:"addr"`
 }
 
 // APIListenerFD is the controller's descriptor for the API's TCP listener.

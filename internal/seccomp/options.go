@@ -17,6 +17,10 @@ const (
 	NetworkAPI = netpolicy.API
 	// NetworkOpen filters no socket call.
 	NetworkOpen = netpolicy.Open
+	// NetworkEgress is NetworkAPI plus AF_INET and AF_INET6 TCP stream
+	// sockets, for a command in a network namespace whose only listener
+	// is its egress proxy (Landlock pins the proxy's port).
+	NetworkEgress = netpolicy.Egress
 	// networkAPITCP is api as it was before issue 13 (TCP allowed, the
 	// port left to Landlock), for the WeakenAPITCP test build only.
 	networkAPITCP netpolicy.Network = "api-tcp"

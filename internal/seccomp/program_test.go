@@ -335,16 +335,28 @@ func TestProgramSockets(t *testing.T) {
 		{socketCall{0xffffffff00000000 | unix.AF_PACKET, stream, 0}, "EPERM", "allow"},
 		{socketCall{unix.AF_INET, 0xffffffff00000000 | dgram, 0}, "EPERM", "allow"},
 	}
-	for _, policy := range []netpolicy.Network{NetworkNone, NetworkAPI, NetworkOpen} {
+	// egress is none plus TCP streams over IPv4 and IPv6, with no flag
+	// but SOCK_NONBLOCK and SOCK_CLOEXEC (the kernel reads ints).
+	egress := func(c socketCall) string {
+		domain, typ := uint32(c.domain), uint32(c.typ)&^uint32(unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
+		if (domain == unix.AF_INET || domain == unix.AF_INET6) && typ == stream && c.typ>>32 == 0 && (c.protocol == 0 || c.protocol == unix.IPPROTO_TCP) {
+			return "allow"
+		}
+		if domain == unix.AF_UNIX {
+			return "allow"
+		}
+		return "EPERM"
+	}
+	for _, policy := range []netpolicy.Network{NetworkNone, NetworkAPI, NetworkEgress, NetworkOpen} {
 		m := vm(t, Options{Network: policy})
 		for _, tc := range cases {
 			// api is none for the filter (issue 13): no TCP socket either.
-			want := map[netpolicy.Network]string{NetworkNone: tc.none, NetworkAPI: tc.none, NetworkOpen: tc.open_}[policy]
+			want := map[netpolicy.Network]string{NetworkNone: tc.none, NetworkAPI: tc.none, NetworkEgress: egress(tc.c), NetworkOpen: tc.open_}[policy]
 			if got := verdict(t, m, sys(unix.SYS_SOCKET, tc.c.domain, tc.c.typ, tc.c.protocol)); got != want {
 				t.Errorf("%s: socket(%#x, %#x, %d): %s, want %s", policy, tc.c.domain, tc.c.typ, tc.c.protocol, got, want)
 			}
 		}
-		wantPair := map[netpolicy.Network]string{NetworkNone: "EPERM", NetworkAPI: "EPERM", NetworkOpen: "allow"}[policy]
+		wantPair := map[netpolicy.Network]string{NetworkNone: "EPERM", NetworkAPI: "EPERM", NetworkEgress: "EPERM", NetworkOpen: "allow"}[policy]
 		for _, domain := range []uint64{unix.AF_INET, unix.AF_INET6, unix.AF_NETLINK} {
 			if got := verdict(t, m, sys(unix.SYS_SOCKETPAIR, domain, unix.SOCK_STREAM, 0, 0)); got != wantPair {
 				t.Errorf("%s: socketpair(%d): %s, want %s", policy, domain, got, wantPair)
@@ -378,7 +390,7 @@ func TestProgramLength(t *testing.T) {
 func TestProgramRefusesUnknownNetwork(t *testing.T) {
 	for _, network := range []netpolicy.Network{"foo", "", "None", "tcp"} {
 		_, err := Program(Options{Network: network})
-		want := fmt.Sprintf("seccomp: network policy: %q is not one of none, api, open", network)
+		want := fmt.Sprintf("seccomp: network policy: %q is not one of none, api, egress, open", network)
 		if err == nil || err.Error() != want {
 			t.Errorf("network %q: error %v, want %q", network, err, want)
 		}

@@ -395,6 +395,9 @@ func denySharedSysVIPC(a *assembler) {
 //   - none and api: AF_UNIX only. An api role reaches the harness API
 //     through its unix socket; Landlock pins TCP ports, not addresses, so
 //     any TCP would reach every address on the API's port.
+//   - egress: AF_UNIX, and AF_INET or AF_INET6 TCP stream sockets: the
+//     command runs in a network namespace of its own whose one listener
+//     is its egress proxy, and Landlock lets it connect to that port only.
 //   - open: no check.
 //
 // Everything refused gets EPERM. socketpair is AF_UNIX only under none and
@@ -412,9 +415,9 @@ func restrictSockets(a *assembler, o Options) {
 			a.loadArgLow(0) // domain, an int
 			a.decide(bpf.JumpEqual, unix.AF_UNIX, actionAllow, actionEPERM)
 		})
-	case networkAPITCP:
-		// Only a thermite_weaken test build gets here: api as it was before
-		// issue 13, TCP over AF_INET and AF_INET6 beside AF_UNIX.
+	case networkAPITCP, NetworkEgress:
+		// egress; or, in a thermite_weaken test build only, api as it was
+		// before issue 13: TCP over AF_INET and AF_INET6 beside AF_UNIX.
 		a.syscallBlock("network", unix.SYS_SOCKET, func() {
 			inet, deny := a.newLabel(), a.newLabel()
 			a.loadArgLow(0) // domain, an int

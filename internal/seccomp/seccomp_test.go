@@ -213,6 +213,12 @@ func socketAttacks() []attack {
 			"inet-stream-mptcp": "EPERM", "inet-dgram": "EPERM", "inet6-dgram": "EPERM", "inet-raw": "EPERM",
 			"packet": "EPERM", "netlink": "EPERM", "socketpair-inet": "EPERM",
 		}},
+		// egress: TCP streams over IPv4 and IPv6 (the agent's namespace
+		// and Landlock leave them its proxy alone), nothing else.
+		{NetworkEgress, map[string]string{
+			"inet-stream-mptcp": "EPERM", "inet-dgram": "EPERM", "inet6-dgram": "EPERM", "inet-raw": "EPERM",
+			"packet": "EPERM", "netlink": "EPERM", "socketpair-inet": "EPERM",
+		}},
 		{NetworkOpen, map[string]string{
 			// The kernel's own answer: no AF_INET socketpair exists
 			// (EOPNOTSUPP, which ErrnoName calls ENOTSUP).

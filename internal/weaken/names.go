@@ -29,6 +29,10 @@ const (
 	// ControllerBare starts the controller daemon as before issue 13: no
 	// rule set, no filter, no cgroup of its own.
 	ControllerBare = "controller-bare"
+	// EgressOpen runs a command in egress mode in the host's network
+	// namespace with an open network, as if the agent's namespace and its
+	// one-port rule were gone.
+	EgressOpen = "egress-open"
 	// LandlockABIPrefix, followed by a number, pretends the kernel has that
 	// Landlock ABI (when lower than its own).
 	LandlockABIPrefix = "landlock-abi-"
