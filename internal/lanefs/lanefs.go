@@ -118,19 +118,6 @@ func show(p string) string {
 	return p
 }
 
-// The operations.
-const (
-	opRead   = "read"
-	opWrite  = "write"
-	opEdit   = "edit"
-	opList   = "list"
-	opStat   = "stat"
-	opDelete = "delete"
-	opMkdir  = "mkdir"
-	opGrep   = "grep"
-	opFind   = "find"
-)
-
 // errFrameSize is a frame whose header names more than MaxFrame bytes.
 type errFrameSize struct{ n uint64 }
 
