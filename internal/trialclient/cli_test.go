@@ -86,7 +86,7 @@ func TestEveryFileOpHasACommand(t *testing.T) {
 			t.Errorf("the help has no line for fs %s", op.Name)
 		}
 	}
-	if len(fileCommands) != len(lanefs.Ops) {
-		t.Errorf("%d file commands for %d operations", len(fileCommands), len(lanefs.Ops))
+	if len(fileOps) != len(lanefs.Ops) {
+		t.Errorf("%d file commands for %d operations", len(fileOps), len(lanefs.Ops))
 	}
 }

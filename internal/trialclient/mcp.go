@@ -6,8 +6,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"time"
-	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -22,46 +20,6 @@ const Version = "1"
 // jsonschema tags the descriptions a model reads.
 type (
 	noInput   struct{}
-	pathInput struct {
-		Path string `json:"path" jsonschema:"a path relative to the folder (the workspace, or the research folder for research_ tools)"`
-	}
-	dirInput struct {
-		Path string `json:"path,omitempty" jsonschema:"a folder relative to the root; empty for the root itself"`
-	}
-	readInput struct {
-		Path   string `json:"path" jsonschema:"the file, relative to the folder"`
-		Offset int64  `json:"offset,omitempty" jsonschema:"the byte to start at"`
-		Limit  int64  `json:"limit,omitempty" jsonschema:"at most this many bytes (the server caps it)"`
-	}
-	writeInput struct {
-		Path          string `json:"path" jsonschema:"the file, relative to the workspace"`
-		Content       string `json:"content" jsonschema:"the file's whole new content, as text"`
-		CreateParents bool   `json:"create_parents,omitempty" jsonschema:"make missing folders on the way"`
-	}
-	editInput struct {
-		Path string `json:"path" jsonschema:"the file, relative to the workspace"`
-		Old  string `json:"old" jsonschema:"text that occurs exactly once in the file"`
-		New  string `json:"new" jsonschema:"what replaces it"`
-	}
-	grepInput struct {
-		Pattern    string `json:"pattern" jsonschema:"a regular expression (RE2 syntax)"`
-		Path       string `json:"path,omitempty" jsonschema:"the folder to search under; empty for the root"`
-		Glob       string `json:"glob,omitempty" jsonschema:"only files whose names match this glob"`
-		MaxMatches int    `json:"max_matches,omitempty" jsonschema:"at most this many matches"`
-	}
-	findInput struct {
-		Path string `json:"path,omitempty" jsonschema:"the folder to search under; empty for the root"`
-		Glob string `json:"glob,omitempty" jsonschema:"a glob the names must match, such as *.go"`
-		Max  int    `json:"max,omitempty" jsonschema:"at most this many paths"`
-	}
-	deleteInput struct {
-		Path      string `json:"path" jsonschema:"the file or folder, relative to the workspace"`
-		Recursive bool   `json:"recursive,omitempty" jsonschema:"delete a folder with what it holds"`
-	}
-	mkdirInput struct {
-		Path    string `json:"path" jsonschema:"the folder, relative to the workspace"`
-		Parents bool   `json:"parents,omitempty" jsonschema:"make missing folders on the way"`
-	}
 	execInput struct {
 		Argv           []string `json:"argv" jsonschema:"the command and its arguments, run without a shell (use [\"sh\",\"-c\",\"...\"] for one)"`
 		Cwd            string   `json:"cwd,omitempty" jsonschema:"a folder inside the workspace to run in"`
@@ -104,9 +62,8 @@ func tool[In any](s *mcp.Server, name, desc string, readOnly bool, h func(contex
 	})
 }
 
-// fileTool is how the MCP server offers one file helper operation
-// (lanefs.Ops): as fs_OP, and as research_OP when the operation changes
-// nothing. Every operation has one (TestEveryFileOpHasATool).
+// fileTool is a file operation as an MCP tool: fs_OP, and research_OP
+// when the operation changes nothing. fileToolOf makes one.
 type fileTool struct {
 	op  *lanefs.Op
 	add func(s *mcp.Server, c *Client, group, where string)
@@ -127,86 +84,6 @@ func fileToolOf[In, Req, Resp any](op lanefs.Typed[Req, Resp], desc func(where s
 	}}
 }
 
-// fileTools are the file tools, in the order they are listed.
-var fileTools = []fileTool{
-	fileToolOf(lanefs.Read, func(where string) string {
-		return "Read a file of " + where + " (text; bytes that are not UTF-8 come as base64)."
-	},
-		func(in readInput) lanefs.ReadRequest {
-			return lanefs.ReadRequest{Path: in.Path, Offset: in.Offset, Limit: in.Limit}
-		},
-		func(_ readInput, res *lanefs.ReadResponse) string {
-			body := string(res.Data)
-			if !utf8.Valid(res.Data) {
-				body = "(not UTF-8; the bytes are in structured content, base64)"
-			}
-			if res.Truncated {
-				body += fmt.Sprintf("\n(cut: the file has %d bytes; read on with offset)", res.Size)
-			}
-			return body
-		}),
-	fileToolOf(lanefs.List, func(where string) string { return "List a folder of " + where + "." },
-		func(in dirInput) lanefs.ListRequest { return lanefs.ListRequest{Path: in.Path} },
-		func(_ dirInput, res *lanefs.ListResponse) string {
-			var b strings.Builder
-			for _, e := range res.Entries {
-				fmt.Fprintf(&b, "%s %d %s\n", e.Type, e.Size, e.Name)
-			}
-			if res.Truncated {
-				b.WriteString("(more entries left out)\n")
-			}
-			return b.String()
-		}),
-	fileToolOf(lanefs.Grep, func(where string) string { return "Search the files of " + where + " for a regular expression." },
-		func(in grepInput) lanefs.GrepRequest {
-			return lanefs.GrepRequest{Pattern: in.Pattern, Path: in.Path, Glob: in.Glob, MaxMatches: in.MaxMatches}
-		},
-		func(_ grepInput, res *lanefs.GrepResponse) string {
-			var b strings.Builder
-			for _, m := range res.Matches {
-				fmt.Fprintf(&b, "%s:%d:%s\n", m.Path, m.LineNo, m.Line)
-			}
-			if len(res.Matches) == 0 {
-				b.WriteString("no match\n")
-			}
-			return b.String()
-		}),
-	fileToolOf(lanefs.Find, func(where string) string { return "Find files of " + where + " whose names match a glob." },
-		func(in findInput) lanefs.FindRequest {
-			return lanefs.FindRequest{Path: in.Path, Glob: in.Glob, Max: in.Max}
-		},
-		func(_ findInput, res *lanefs.FindResponse) string { return strings.Join(res.Paths, "\n") }),
-	fileToolOf(lanefs.Stat, func(where string) string { return "Describe one file or folder of " + where + "." },
-		func(in pathInput) lanefs.StatRequest { return lanefs.StatRequest{Path: in.Path} },
-		func(_ pathInput, res *lanefs.StatResponse) string {
-			return fmt.Sprintf("%s %d bytes, mode %04o, modified %s", res.Type, res.Size, res.Mode, res.MTime.UTC().Format(time.RFC3339))
-		}),
-	fileToolOf(lanefs.Write, func(where string) string { return "Write a file of " + where + ": its whole content, as text." },
-		func(in writeInput) lanefs.WriteRequest {
-			return lanefs.WriteRequest{Path: in.Path, Data: []byte(in.Content), CreateParents: in.CreateParents}
-		},
-		func(in writeInput, res *lanefs.WriteResponse) string {
-			return fmt.Sprintf("wrote %d bytes to %s", res.Size, in.Path)
-		}),
-	fileToolOf(lanefs.Edit, func(where string) string { return "Replace the one place a text occurs in a file of " + where + "." },
-		func(in editInput) lanefs.EditRequest {
-			return lanefs.EditRequest{Path: in.Path, Old: in.Old, New: in.New}
-		},
-		func(in editInput, res *lanefs.EditResponse) string {
-			return fmt.Sprintf("edited %s (%d bytes now)", in.Path, res.Size)
-		}),
-	fileToolOf(lanefs.Delete, func(where string) string { return "Delete a file or folder of " + where + "." },
-		func(in deleteInput) lanefs.DeleteRequest {
-			return lanefs.DeleteRequest{Path: in.Path, Recursive: in.Recursive}
-		},
-		func(_ deleteInput, res *lanefs.DeleteResponse) string { return fmt.Sprintf("removed %d", res.Removed) }),
-	fileToolOf(lanefs.Mkdir, func(where string) string { return "Make a folder in " + where + "." },
-		func(in mkdirInput) lanefs.MkdirRequest {
-			return lanefs.MkdirRequest{Path: in.Path, Parents: in.Parents}
-		},
-		func(in mkdirInput, _ *lanefs.MkdirResponse) string { return "made " + in.Path }),
-}
-
 // NewMCPServer is the MCP server of a trial's tools, each a call to the
 // harness API with the trial's token.
 func NewMCPServer(c *Client) *mcp.Server {
@@ -220,16 +97,16 @@ func NewMCPServer(c *Client) *mcp.Server {
 		}
 		return text(fmt.Sprintf("trial %s, run %s, lane %d\nworkspace %s\nresearch %s", info.ID, info.Run, info.Lane, info.Workspace, info.ResearchDir), info), nil
 	})
-	// The file tools are the file helper's operations (fileTools): each
+	// The file tools are the file helper's operations (fileOps): each
 	// on the workspace, and those that change nothing on the research folder.
 	for _, group := range []string{"fs", "research"} {
 		where := "the workspace"
 		if group == "research" {
 			where = "the run's research folder"
 		}
-		for _, ft := range fileTools {
-			if group == "fs" || !ft.op.Changes {
-				ft.add(s, c, group, where)
+		for _, fo := range fileOps {
+			if group == "fs" || !fo.tool.op.Changes {
+				fo.tool.add(s, c, group, where)
 			}
 		}
 	}

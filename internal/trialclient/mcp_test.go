@@ -92,7 +92,7 @@ func TestEveryFileOpHasATool(t *testing.T) {
 			t.Errorf("research_%s: listed %v, read-only %v; the operation changes files: %v", op.Name, ok, ro, op.Changes)
 		}
 	}
-	if len(fileTools) != len(lanefs.Ops) {
-		t.Errorf("%d file tools for %d operations", len(fileTools), len(lanefs.Ops))
+	if len(fileOps) != len(lanefs.Ops) {
+		t.Errorf("%d file tools for %d operations", len(fileOps), len(lanefs.Ops))
 	}
 }
