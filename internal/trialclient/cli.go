@@ -18,7 +18,7 @@ import (
 )
 
 // Usage is thermite-trial's help; the file commands' lines are made from
-// their table (fileCommands).
+// their table (fileOps).
 var Usage = `thermite-trial: the trial's tools, through the harness API with its token
 
   thermite-trial [--json] [--socket PATH | --url URL] [--token-file PATH] COMMAND ...
