@@ -25,7 +25,9 @@ type Op struct {
 	request, response reflect.Type
 	// root and path are the indexes of the request's Root and Path fields.
 	root, path int
-	serve      func(s *Server, decode func(any) error) (any, *Error)
+	newRequest func() any
+	// serve runs the handler on a request newRequest made.
+	serve func(s *Server, req any) (any, *Error)
 }
 
 // Ops are the helper's operations, in the order of the rows below (the
@@ -90,13 +92,9 @@ func (t Typed[Req, Resp]) Call(ctx context.Context, c *Client, req Req) (*Resp, 
 func define[Req, Resp any](handle func(*Server, *Req) (*Resp, *Error), o Op) Typed[Req, Resp] {
 	o.request, o.response = reflect.TypeFor[Req](), reflect.TypeFor[Resp]()
 	o.root, o.path = field(o.request, "Root", reflect.Int), field(o.request, "Path", reflect.String)
-	o.serve = func(s *Server, decode func(any) error) (any, *Error) {
-		req := new(Req)
-		// Strict: an unknown field is refused.
-		if err := decode(req); err != nil {
-			return nil, errorf(CodeBadRequest, "bad arguments: %v", err)
-		}
-		resp, e := handle(s, req)
+	o.newRequest = func() any { return new(Req) }
+	o.serve = func(s *Server, req any) (any, *Error) {
+		resp, e := handle(s, req.(*Req))
 		if e != nil {
 			return nil, e
 		}
@@ -117,7 +115,7 @@ func field(t reflect.Type, name string, k reflect.Kind) int {
 }
 
 // NewRequest is a new request of the operation's type, to decode into.
-func (o *Op) NewRequest() any { return reflect.New(o.request).Interface() }
+func (o *Op) NewRequest() any { return o.newRequest() }
 
 // NewResponse is a new answer of the operation's type, to decode into.
 func (o *Op) NewResponse() any { return reflect.New(o.response).Interface() }

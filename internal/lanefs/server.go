@@ -191,13 +191,17 @@ func (s *Server) Handle(op string, args json.RawMessage) (any, *Error) {
 }
 
 // dispatch runs the operation named op from Ops; decode fills its typed
-// arguments.
+// arguments, strictly (an unknown field is refused).
 func (s *Server) dispatch(op string, decode func(any) error) (any, *Error) {
 	o := opsByName[op]
 	if o == nil {
 		return nil, errorf(CodeBadRequest, "unknown operation %q", op)
 	}
-	return o.serve(s, decode)
+	req := o.newRequest()
+	if err := decode(req); err != nil {
+		return nil, errorf(CodeBadRequest, "bad arguments: %v", err)
+	}
+	return o.serve(s, req)
 }
 
 // root returns the root a request names.
