@@ -2,7 +2,6 @@ package controller
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -188,38 +187,6 @@ func (c *Controller) TrialForToken(header string) *trialRT {
 	return rt
 }
 
-// fsOp decodes one file request (refusing a "root": the caller never
-// chooses it), pins it to the trial's root, takes back a path inside that
-// root as an answer gives it, asks the trial's file helper, and answers.
-func fsOp[Q any, R any](c *Controller, w http.ResponseWriter, r *http.Request, rt *trialRT, root int, pin func(q *Q, root int, path func(string) string), call func(context.Context, Q) (R, error)) {
-	var q Q
-	if !decode(w, r, c.cfg.API.MaxBodyBytes, &q, "root") {
-		return
-	}
-	dir := rt.t.Workspace
-	if root == rootResearch {
-		dir = rt.t.ResearchDir
-	}
-	pin(&q, root, func(p string) string { return underRoot(dir, p) })
-	var res R
-	var err error
-	if !rt.effect(func() { res, err = call(r.Context(), q) }) {
-		refuse(w, r, http.StatusUnauthorized, unauthorized)
-		return
-	}
-	if err != nil {
-		var le *lanefs.Error
-		if errors.As(err, &le) {
-			writeProblem(w, le.HTTPStatus(), le.Code, strings.TrimPrefix(le.Msg, "lanefs: "))
-			return
-		}
-		c.log.Warn("the trial's file helper failed", "trial", rt.t.ID, "err", err)
-		writeProblem(w, http.StatusBadGateway, CodeBadGateway, "the trial's file helper failed; the trial's log has why")
-		return
-	}
-	writeJSON(w, 200, res)
-}
-
 // underRoot takes an absolute path inside dir (as an answer gives it)
 // back to the path from dir that a file request takes; any other path is
 // left as it is, for the file helper to judge.
@@ -234,31 +201,37 @@ func underRoot(dir, p string) string {
 	return rel
 }
 
-// fsCall runs a file tool as the lane, through the trial's file helper.
-func (c *Controller) fsCall(w http.ResponseWriter, r *http.Request, rt *trialRT, op string, root int) {
-	fs := rt.files()
-	switch op {
-	case "read":
-		fsOp(c, w, r, rt, root, func(q *lanefs.ReadRequest, n int, p func(string) string) { q.Root, q.Path = n, p(q.Path) }, fs.Read)
-	case "write":
-		fsOp(c, w, r, rt, root, func(q *lanefs.WriteRequest, n int, p func(string) string) { q.Root, q.Path = n, p(q.Path) }, fs.Write)
-	case "edit":
-		fsOp(c, w, r, rt, root, func(q *lanefs.EditRequest, n int, p func(string) string) { q.Root, q.Path = n, p(q.Path) }, fs.Edit)
-	case "list":
-		fsOp(c, w, r, rt, root, func(q *lanefs.ListRequest, n int, p func(string) string) { q.Root, q.Path = n, p(q.Path) }, fs.List)
-	case "stat":
-		fsOp(c, w, r, rt, root, func(q *lanefs.StatRequest, n int, p func(string) string) { q.Root, q.Path = n, p(q.Path) }, fs.Stat)
-	case "delete":
-		fsOp(c, w, r, rt, root, func(q *lanefs.DeleteRequest, n int, p func(string) string) { q.Root, q.Path = n, p(q.Path) }, fs.Delete)
-	case "mkdir":
-		fsOp(c, w, r, rt, root, func(q *lanefs.MkdirRequest, n int, p func(string) string) { q.Root, q.Path = n, p(q.Path) }, fs.Mkdir)
-	case "grep":
-		fsOp(c, w, r, rt, root, func(q *lanefs.GrepRequest, n int, p func(string) string) { q.Root, q.Path = n, p(q.Path) }, fs.Grep)
-	case "find":
-		fsOp(c, w, r, rt, root, func(q *lanefs.FindRequest, n int, p func(string) string) { q.Root, q.Path = n, p(q.Path) }, fs.Find)
-	default:
-		writeProblem(w, http.StatusNotFound, CodeNoRoute, "no route "+r.URL.Path)
+// fsCall runs a file helper operation as the lane: it decodes the
+// request (refusing a "root": the caller never chooses it), pins it to the
+// trial's root, takes back a path inside that root as an answer gives it,
+// asks the trial's file helper, and answers.
+func (c *Controller) fsCall(w http.ResponseWriter, r *http.Request, rt *trialRT, op *lanefs.Op, root int) {
+	q := op.NewRequest()
+	if !decode(w, r, c.cfg.API.MaxBodyBytes, q, "root") {
+		return
 	}
+	dir := rt.t.Workspace
+	if root == rootResearch {
+		dir = rt.t.ResearchDir
+	}
+	op.Pin(q, root, func(p string) string { return underRoot(dir, p) })
+	res := op.NewResponse()
+	var err error
+	if !rt.effect(func() { err = rt.files().Call(r.Context(), op, q, res) }) {
+		refuse(w, r, http.StatusUnauthorized, unauthorized)
+		return
+	}
+	if err != nil {
+		var le *lanefs.Error
+		if errors.As(err, &le) {
+			writeProblem(w, le.HTTPStatus(), le.Code, strings.TrimPrefix(le.Msg, "lanefs: "))
+			return
+		}
+		c.log.Warn("the trial's file helper failed", "trial", rt.t.ID, "err", err)
+		writeProblem(w, http.StatusBadGateway, CodeBadGateway, "the trial's file helper failed; the trial's log has why")
+		return
+	}
+	writeJSON(w, 200, res)
 }
 
 // StepRequest records one step of the agent's work.

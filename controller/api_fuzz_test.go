@@ -28,23 +28,19 @@ type apiBody struct {
 func apiBodies() []apiBody {
 	api := config.Default().API
 	body, step := api.MaxBodyBytes, api.MaxStepBytes+4096
-	return []apiBody{
+	bodies := []apiBody{
 		{"/v1/steps", step, func() any { return new(StepRequest) }},
 		{"/v1/research/note", step, func() any { return new(NoteRequest) }},
 		{"/v1/fetch", 64 << 10, func() any { return new(FetchRequest) }},
 		{"/v1/exec", body, func() any { return new(ExecRequest) }},
-		{"/v1/fs/read", body, func() any { return new(lanefs.ReadRequest) }},
-		{"/v1/fs/write", body, func() any { return new(lanefs.WriteRequest) }},
-		{"/v1/fs/edit", body, func() any { return new(lanefs.EditRequest) }},
-		{"/v1/fs/list", body, func() any { return new(lanefs.ListRequest) }},
-		{"/v1/fs/stat", body, func() any { return new(lanefs.StatRequest) }},
-		{"/v1/fs/delete", body, func() any { return new(lanefs.DeleteRequest) }},
-		{"/v1/fs/mkdir", body, func() any { return new(lanefs.MkdirRequest) }},
-		{"/v1/fs/grep", body, func() any { return new(lanefs.GrepRequest) }},
-		{"/v1/fs/find", body, func() any { return new(lanefs.FindRequest) }},
-		{"operator start", body, func() any { return new(StartRequest) }},
-		{"operator end", body, func() any { return new(EndRequest) }},
 	}
+	for _, op := range lanefs.Ops {
+		bodies = append(bodies, apiBody{"/v1/fs/" + op.Name, body, op.NewRequest})
+	}
+	return append(bodies,
+		apiBody{"operator start", body, func() any { return new(StartRequest) }},
+		apiBody{"operator end", body, func() any { return new(EndRequest) }},
+	)
 }
 
 // decodeAs runs the API's decode on body as route b would, under limit.

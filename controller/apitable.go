@@ -54,25 +54,6 @@ var authStatuses = []int{400, 401, 403, 408, 413, 429, 503}
 // missing (404), taken (409), too large (413), failed (500, 502).
 var fsStatuses = []int{400, 403, 404, 409, 413, 500, 502}
 
-// fsOps are the file tools: op, request, answer, and a summary.
-var fsOps = []struct {
-	op       string
-	req, res any
-	required []string
-	summary  string
-	write    bool
-}{
-	{"read", &lanefs.ReadRequest{}, lanefs.ReadResponse{}, []string{"path"}, "Read a file's bytes (base64), from offset, at most limit", false},
-	{"write", &lanefs.WriteRequest{}, lanefs.WriteResponse{}, []string{"path", "data"}, "Write a file (data base64), creating it or replacing its content", true},
-	{"edit", &lanefs.EditRequest{}, lanefs.EditResponse{}, []string{"path", "old"}, "Replace the one place old occurs in a file by new", true},
-	{"list", &lanefs.ListRequest{}, lanefs.ListResponse{}, nil, "List a folder", false},
-	{"stat", &lanefs.StatRequest{}, lanefs.StatResponse{}, []string{"path"}, "Describe one file, folder or symlink", false},
-	{"delete", &lanefs.DeleteRequest{}, lanefs.DeleteResponse{}, []string{"path"}, "Delete a file, a symlink, or a folder (recursive for one with content)", true},
-	{"mkdir", &lanefs.MkdirRequest{}, lanefs.MkdirResponse{}, []string{"path"}, "Make a folder", true},
-	{"grep", &lanefs.GrepRequest{}, lanefs.GrepResponse{}, []string{"pattern"}, "Search files under a folder for a regular expression", false},
-	{"find", &lanefs.FindRequest{}, lanefs.FindResponse{}, nil, "Find files under a folder whose names match a glob", false},
-}
-
 // apiTable is the harness API: every route it serves, the one place both
 // the router (apiRoutes) and the document (OpenAPI) are made from.
 func (c *Controller) apiTable() []apiRoute {
@@ -85,23 +66,20 @@ func (c *Controller) apiTable() []apiRoute {
 		{Method: "GET", Path: "/v1/trial", ID: "trial", Summary: "The trial the token belongs to", Auth: true, Response: TrialInfo{},
 			serve: func(w http.ResponseWriter, r *http.Request, rt *trialRT) { writeJSON(w, 200, c.info(rt.t)) }},
 	}
-	for _, f := range fsOps {
-		routes = append(routes, apiRoute{Method: "POST", Path: "/v1/fs/" + f.op, ID: "fs_" + f.op, Summary: f.summary + ", in the workspace, as the lane",
-			Auth: true, Request: f.req, Hidden: []string{"root"}, Required: f.required, Response: f.res, Statuses: fsStatuses,
-			serve: func(w http.ResponseWriter, r *http.Request, rt *trialRT) { c.fsCall(w, r, rt, f.op, rootWorkspace) }})
+	// The file routes are the file helper's operations (lanefs.Ops): each
+	// in the workspace, and those that change nothing in the research folder.
+	for _, op := range lanefs.Ops {
+		routes = append(routes, c.fileRoute("fs", op, ", in the workspace, as the lane", rootWorkspace))
 	}
-	for _, f := range fsOps {
-		if f.write {
-			continue
+	for _, op := range lanefs.Ops {
+		if !op.Changes {
+			routes = append(routes, c.fileRoute("research", op, ", in the run's research folder (read-only)", rootResearch))
 		}
-		routes = append(routes, apiRoute{Method: "POST", Path: "/v1/research/" + f.op, ID: "research_" + f.op, Summary: f.summary + ", in the run's research folder (read-only)",
-			Auth: true, Request: f.req, Hidden: []string{"root"}, Required: f.required, Response: f.res, Statuses: fsStatuses,
-			serve: func(w http.ResponseWriter, r *http.Request, rt *trialRT) { c.fsCall(w, r, rt, f.op, rootResearch) }})
 	}
+	search := c.fileRoute("research", lanefs.Grep.Op, "", rootResearch)
+	search.Path, search.ID, search.Summary = "/v1/research/search", "research_search", "Search the run's research folder for a regular expression (grep)"
 	routes = append(routes,
-		apiRoute{Method: "POST", Path: "/v1/research/search", ID: "research_search", Summary: "Search the run's research folder for a regular expression (grep)",
-			Auth: true, Request: &lanefs.GrepRequest{}, Hidden: []string{"root"}, Required: []string{"pattern"}, Response: lanefs.GrepResponse{}, Statuses: fsStatuses,
-			serve: func(w http.ResponseWriter, r *http.Request, rt *trialRT) { c.fsCall(w, r, rt, "grep", rootResearch) }},
+		search,
 		apiRoute{Method: "POST", Path: "/v1/research/note", ID: "research_note", Summary: "Write a research note every lane of the run can read",
 			Auth: true, Request: &NoteRequest{}, Required: []string{"body"}, Response: NoteResult{}, Statuses: []int{500}, serve: c.apiNote},
 		apiRoute{Method: "POST", Path: "/v1/steps", ID: "step", Summary: "Record one step of the agent's work",
@@ -119,4 +97,12 @@ func (c *Controller) apiTable() []apiRoute {
 			Auth: true, Request: &FetchRequest{}, Required: []string{"url"}, Response: FetchResult{}, Statuses: []int{500, 502, 504}, serve: c.apiFetch},
 	)
 	return routes
+}
+
+// fileRoute is the route of a file helper operation in one root folder:
+// POST /v1/GROUP/OP, its request less the root, which the API pins.
+func (c *Controller) fileRoute(group string, op *lanefs.Op, where string, root int) apiRoute {
+	return apiRoute{Method: "POST", Path: "/v1/" + group + "/" + op.Name, ID: group + "_" + op.Name, Summary: op.Summary + where,
+		Auth: true, Request: op.NewRequest(), Hidden: []string{"root"}, Required: op.Required, Response: op.Response(), Statuses: fsStatuses,
+		serve: func(w http.ResponseWriter, r *http.Request, rt *trialRT) { c.fsCall(w, r, rt, op, root) }}
 }

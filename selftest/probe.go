@@ -90,7 +90,7 @@ const (
 // (JSON attempts) on stdin and writes outcomes (JSON) on stdout.
 func ProbeMain(args []string) int {
 	// Descriptors first, before the runtime or this code opens any.
-	fds := openFDs()
+	startFDs = openFDs()
 	if len(args) >= 2 && args[0] == "try" {
 		a := Attempt{ID: "try", Op: args[1]}
 		if len(args) >= 3 {
@@ -102,7 +102,7 @@ func ProbeMain(args []string) int {
 		if len(args) >= 4 {
 			a.Arg = args[3]
 		}
-		o := runAttempt(a, fds)
+		o := runAttempt(a)
 		fmt.Println(o.Got)
 		if o.Detail != "" {
 			fmt.Fprintln(os.Stderr, o.Detail)
@@ -121,7 +121,7 @@ func ProbeMain(args []string) int {
 	}
 	out := make([]Outcome, 0, len(plan))
 	for _, a := range plan {
-		out = append(out, runAttempt(a, fds))
+		out = append(out, runAttempt(a))
 	}
 	if err := json.NewEncoder(os.Stdout).Encode(out); err != nil {
 		return 2
@@ -183,304 +183,466 @@ func result(id string, err error) Outcome {
 	return Outcome{ID: id, Got: errName(err), Detail: err.Error()}
 }
 
-func runAttempt(a Attempt, fds []int) Outcome {
-	switch a.Op {
-	case OpFDs:
-		s := make([]string, len(fds))
-		for i, f := range fds {
-			s[i] = strconv.Itoa(f)
-		}
-		return Outcome{ID: a.ID, Got: "ok", Detail: strings.Join(s, ",")}
-	case OpStatus:
-		data, err := os.ReadFile("/proc/self/status")
-		if err != nil {
-			return result(a.ID, err)
-		}
-		var keep []string
-		for _, l := range strings.Split(string(data), "\n") {
-			k, _, _ := strings.Cut(l, ":")
-			switch k {
-			case "Uid", "Gid", "Groups", "CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "NoNewPrivs", "Seccomp", "Cpus_allowed_list":
-				keep = append(keep, l)
-			}
-		}
-		return Outcome{ID: a.ID, Got: "ok", Detail: strings.Join(keep, "\n")}
-	case OpEnv:
-		var names []string
-		var leaked []string
-		secrets := strings.Split(a.Arg, "\x00")
-		for _, kv := range os.Environ() {
-			k, v, _ := strings.Cut(kv, "=")
-			names = append(names, k)
-			for _, s := range secrets {
-				if s != "" && strings.Contains(v, s) {
-					leaked = append(leaked, k)
-				}
-			}
-		}
-		sort.Strings(names)
-		o := Outcome{ID: a.ID, Got: "ok", Detail: strings.Join(names, ",")}
-		if len(leaked) > 0 {
-			o.Got = "secret in " + strings.Join(leaked, ",")
-		}
-		return o
-	case OpRead:
-		f, err := os.Open(a.Path)
-		if err != nil {
-			return result(a.ID, err)
-		}
-		defer f.Close()
-		b := make([]byte, 1)
-		_, err = f.Read(b)
-		if err == io.EOF {
-			err = nil
-		}
-		return result(a.ID, err)
-	case OpList:
-		f, err := os.Open(a.Path)
-		if err != nil {
-			return result(a.ID, err)
-		}
-		defer f.Close()
-		_, err = f.Readdirnames(1)
-		if err == io.EOF {
-			err = nil
-		}
-		return result(a.ID, err)
-	case OpReadlink:
-		target, err := os.Readlink(a.Path)
-		o := result(a.ID, err)
-		if err == nil {
-			o.Detail = target
-		}
-		return o
-	case OpCreateIn:
-		p := fmt.Sprintf("%s/.thermite-probe-%d", a.Path, os.Getpid())
-		fd, err := unix.Open(p, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC, 0o600)
-		if err != nil {
-			return result(a.ID, err)
-		}
-		unix.Close(fd)
-		unix.Unlink(p)
-		return result(a.ID, nil)
-	case OpWrite:
-		fd, err := unix.Open(a.Path, unix.O_WRONLY|unix.O_CLOEXEC, 0)
-		if err == nil {
-			unix.Close(fd)
-		}
-		return result(a.ID, err)
-	case OpChmod:
-		var st unix.Stat_t
-		if err := unix.Stat(a.Path, &st); err != nil {
-			return result(a.ID, err)
-		}
-		return result(a.ID, unix.Chmod(a.Path, (st.Mode&0o7777)|0o200))
-	case OpRename:
-		err := unix.Rename(a.Path, a.Path+".probe")
-		if err == nil {
-			unix.Rename(a.Path+".probe", a.Path)
-		}
-		return result(a.ID, err)
-	case OpConnect:
-		var err error
-		for _, netw := range []string{"unixpacket", "unix"} {
-			var c net.Conn
-			c, err = net.Dial(netw, a.Path)
-			if err == nil {
-				c.Close()
-				return result(a.ID, nil)
-			}
-			if !errors.Is(err, unix.EPROTOTYPE) {
-				break
-			}
-		}
-		return result(a.ID, err)
-	case OpSignal:
-		return result(a.ID, unix.Kill(a.PID, 0))
-	case OpPtrace:
-		err := unix.PtraceAttach(a.PID)
-		if err == nil {
-			unix.PtraceDetach(a.PID)
-		}
-		return result(a.ID, err)
-	case OpSetID:
-		fd, err := unix.Open(a.Path, unix.O_CREAT|unix.O_WRONLY|unix.O_TRUNC|unix.O_CLOEXEC, 0o755)
-		if err != nil {
-			return result(a.ID, err)
-		}
-		unix.Close(fd)
-		if err := unix.Chmod(a.Path, 0o4755|unix.S_ISGID); err != nil {
-			return result(a.ID, err)
-		}
-		var st unix.Stat_t
-		if err := unix.Stat(a.Path, &st); err != nil {
-			return result(a.ID, err)
-		}
-		return Outcome{ID: a.ID, Got: "ok", Detail: fmt.Sprintf("%04o", st.Mode&0o7777)}
-	case OpEtcGroups:
-		data, err := os.ReadFile("/etc/group")
-		if err != nil {
-			return result(a.ID, err)
-		}
-		var gids []string
-		for _, l := range strings.Split(string(data), "\n") {
-			e := strings.Split(l, ":")
-			if len(e) < 4 {
-				continue
-			}
-			for _, m := range strings.Split(e[3], ",") {
-				if m == a.Arg {
-					gids = append(gids, e[2])
-				}
-			}
-		}
-		sort.Strings(gids)
-		return Outcome{ID: a.ID, Got: "ok", Detail: strings.Join(gids, ",")}
-	case OpOpenDev:
-		fd, err := unix.Open(a.Path, unix.O_RDWR|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
-		if err == nil {
-			unix.Close(fd)
-		}
-		return result(a.ID, err)
-	case OpIoctl3:
-		fd, err := unix.Open(a.Path, 3|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
-		if err != nil {
-			return result(a.ID, err)
-		}
-		defer unix.Close(fd)
-		_, err = unix.IoctlGetTermios(fd, unix.TCGETS)
-		if err == unix.EACCES || err == unix.EPERM {
-			return result(a.ID, err)
-		}
-		// Any other answer (ENOTTY from a stand-in node) came from the driver.
-		return Outcome{ID: a.ID, Got: "ok", Detail: fmt.Sprintf("the driver answered: %v", err)}
-	case OpCards:
-		ents, err := os.ReadDir(a.Path)
-		if err != nil {
-			return result(a.ID, err)
-		}
-		var opened []string
-		for _, e := range ents {
-			n := e.Name()
-			if !strings.HasPrefix(n, "nvidia") || len(n) == 6 || strings.Trim(n[6:], "0123456789") != "" {
-				continue
-			}
-			fd, err := unix.Open(a.Path+"/"+n, unix.O_RDWR|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
-			if err == nil {
-				unix.Close(fd)
-				opened = append(opened, n)
-			}
-		}
-		return Outcome{ID: a.ID, Got: "ok", Detail: strconv.Itoa(len(opened)) + " " + strings.Join(opened, ",")}
-	case OpGetenv:
-		v, ok := os.LookupEnv(a.Arg)
-		if !ok {
-			return Outcome{ID: a.ID, Got: "unset"}
-		}
-		return Outcome{ID: a.ID, Got: "ok", Detail: v}
-	case OpAPI:
-		c, err := net.Dial("unix", a.Path)
-		if err != nil {
-			return result(a.ID, err)
-		}
-		defer c.Close()
-		c.SetDeadline(time.Now().Add(5 * time.Second))
-		fmt.Fprintf(c, "GET /v1/trial HTTP/1.0\r\nHost: api\r\nAuthorization: Bearer %s\r\n\r\n", a.Arg)
-		line, err := bufio.NewReader(c).ReadString('\n')
-		if err != nil {
-			return result(a.ID, err)
-		}
-		f := strings.Fields(line)
-		if len(f) < 2 {
-			return Outcome{ID: a.ID, Got: "error: bad answer " + strconv.Quote(line)}
-		}
-		return Outcome{ID: a.ID, Got: f[1]}
-	case OpUnshare:
-		return result(a.ID, unix.Unshare(unix.CLONE_NEWUSER))
-	case OpMount:
-		return result(a.ID, unix.Mount("thermite-probe", a.Path, "tmpfs", 0, ""))
-	case OpAffinity:
-		return setAffinity(a)
-	case OpTraceMe:
-		_, _, errno := unix.Syscall6(unix.SYS_PTRACE, unix.PTRACE_TRACEME, 0, 0, 0, 0, 0)
-		if errno != 0 {
-			return result(a.ID, errno)
-		}
-		return result(a.ID, nil)
-	case OpIOUring:
-		params := make([]byte, 120)
-		fd, _, errno := unix.Syscall(unix.SYS_IO_URING_SETUP, 1, uintptr(unsafe.Pointer(&params[0])), 0)
-		if errno != 0 {
-			return result(a.ID, errno)
-		}
-		unix.Close(int(fd))
-		return result(a.ID, nil)
-	case OpTIOCSTI:
-		fd, err := unix.Open("/dev/ptmx", unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return Outcome{ID: a.ID, Got: "error: /dev/ptmx: " + err.Error()}
-		}
-		defer unix.Close(fd)
-		c := byte('x')
-		_, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.TIOCSTI, uintptr(unsafe.Pointer(&c)))
-		if errno != 0 {
-			return result(a.ID, errno)
-		}
-		return result(a.ID, nil)
-	case OpChmodSUID:
-		fd, err := unix.Open(a.Path, unix.O_CREAT|unix.O_WRONLY|unix.O_CLOEXEC, 0o755)
-		if err != nil {
-			return Outcome{ID: a.ID, Got: "error: create " + a.Path + ": " + err.Error()}
-		}
-		unix.Close(fd)
-		defer unix.Unlink(a.Path)
-		return result(a.ID, unix.Chmod(a.Path, 0o4755))
-	case OpAbstract:
-		fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-		if err != nil {
-			return result(a.ID, err)
-		}
-		defer unix.Close(fd)
-		return result(a.ID, unix.Connect(fd, &unix.SockaddrUnix{Name: "@" + a.Arg}))
-	case OpTCP:
-		target := a.Arg
-		if target == "" {
-			target = a.Path // `try tcp TARGET`
-		}
-		return result(a.ID, connectTCP(target))
-	case OpUDP:
-		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-		if err == nil {
-			unix.Close(fd)
-		}
-		return result(a.ID, err)
-	case OpAddKey:
-		_, err := unix.AddKey("user", "thermite-selftest", []byte("canary"), unix.KEY_SPEC_PROCESS_KEYRING)
-		return result(a.ID, err)
-	case OpNetlink:
-		proto, err := strconv.Atoi(a.Arg)
-		if err != nil {
-			return Outcome{ID: a.ID, Got: "error: netlink family " + strconv.Quote(a.Arg)}
-		}
-		fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, proto)
-		if err == nil {
-			unix.Close(fd)
-		}
-		return result(a.ID, err)
-	case OpCgroup:
-		data, err := os.ReadFile("/proc/self/cgroup")
-		if err != nil {
-			return result(a.ID, err)
-		}
-		return Outcome{ID: a.ID, Got: "ok", Detail: string(data)}
-	case OpNVML:
-		n, note := fence.NVMLUsable()
-		return Outcome{ID: a.ID, Got: "ok", Detail: strconv.Itoa(n) + " " + note}
+// startFDs are the descriptors the probe found open when it started,
+// before the runtime or this code opened any (ProbeMain fills it first).
+var startFDs []int
+
+// attempts maps each probe operation to the function that tries it. Each
+// function is named for the attack it tries and only reports what
+// happened: whether that was right is decided outside the role.
+var attempts = map[string]func(Attempt) Outcome{
+	OpFDs:       reportOpenFDs,
+	OpStatus:    reportStatus,
+	OpEnv:       reportEnvLeaks,
+	OpRead:      readFile,
+	OpList:      listFolder,
+	OpReadlink:  readSymlink,
+	OpCreateIn:  createFileIn,
+	OpWrite:     openForWriting,
+	OpChmod:     chmodWritable,
+	OpRename:    renameAndBack,
+	OpConnect:   connectUnixSocket,
+	OpSignal:    signalProcess,
+	OpPtrace:    ptraceAttach,
+	OpSetID:     createSetIDFile,
+	OpEtcGroups: reportEtcGroups,
+	OpOpenDev:   openDeviceReadWrite,
+	OpIoctl3:    ioctlWithoutAccess,
+	OpCards:     openEveryCard,
+	OpGetenv:    reportVariable,
+	OpNVML:      reportNVMLDevices,
+	OpAPI:       callHarnessAPI,
+	OpUnshare:   unshareUserNamespace,
+	OpMount:     mountTmpfs,
+	OpIOUring:   setupIOUring,
+	OpTIOCSTI:   injectTerminalInput,
+	OpChmodSUID: chmodSetUID,
+	OpAbstract:  connectAbstractSocket,
+	OpTCP:       connectTCPAttempt,
+	OpCgroup:    reportCgroup,
+	OpUDP:       makeUDPSocket,
+	OpTraceMe:   traceMe,
+	OpAffinity:  setAffinity,
+	OpAddKey:    addKey,
+	OpNetlink:   makeNetlinkSocket,
+	// Issue 12's SysV IPC and set-id attempts (probe_ipc.go).
+	OpSysVShared:   makeSharedSysVObject,
+	OpSysVOpenUp:   openUpSysVObject,
+	OpSysVFind:     findSysVObject,
+	OpSysVMake:     makeSysVObject,
+	OpOpenat2Then:  createThroughOpenat2Fallback,
+	OpPOSIXMQ:      openPOSIXQueue,
+	OpOpenat2SetID: createSetIDThroughOpenat2,
+	OpLinkSetID:    linkSetIDFile,
+}
+
+// runAttempt runs one attempt by its operation.
+func runAttempt(a Attempt) Outcome {
+	try, ok := attempts[a.Op]
+	if !ok {
+		return Outcome{ID: a.ID, Got: "error: unknown op " + a.Op}
 	}
-	if o, ok := ipcSetIDAttempt(a); ok {
-		return o
+	return try(a)
+}
+
+// reportOpenFDs lists the descriptors open at start: a leaked one is a
+// way into what its holder could reach.
+func reportOpenFDs(a Attempt) Outcome {
+	s := make([]string, len(startFDs))
+	for i, f := range startFDs {
+		s[i] = strconv.Itoa(f)
 	}
-	return Outcome{ID: a.ID, Got: "error: unknown op " + a.Op}
+	return Outcome{ID: a.ID, Got: "ok", Detail: strings.Join(s, ",")}
+}
+
+// reportStatus reports the ids, groups, capabilities, no_new_privs,
+// seccomp mode and CPUs the kernel gave the process.
+func reportStatus(a Attempt) Outcome {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return result(a.ID, err)
+	}
+	var keep []string
+	for _, l := range strings.Split(string(data), "\n") {
+		k, _, _ := strings.Cut(l, ":")
+		switch k {
+		case "Uid", "Gid", "Groups", "CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "NoNewPrivs", "Seccomp", "Cpus_allowed_list":
+			keep = append(keep, l)
+		}
+	}
+	return Outcome{ID: a.ID, Got: "ok", Detail: strings.Join(keep, "\n")}
+}
+
+// reportEnvLeaks lists the environment's names and says which variables
+// hold one of the secrets in Arg (NUL-separated).
+func reportEnvLeaks(a Attempt) Outcome {
+	var names []string
+	var leaked []string
+	secrets := strings.Split(a.Arg, "\x00")
+	for _, kv := range os.Environ() {
+		k, v, _ := strings.Cut(kv, "=")
+		names = append(names, k)
+		for _, s := range secrets {
+			if s != "" && strings.Contains(v, s) {
+				leaked = append(leaked, k)
+			}
+		}
+	}
+	sort.Strings(names)
+	o := Outcome{ID: a.ID, Got: "ok", Detail: strings.Join(names, ",")}
+	if len(leaked) > 0 {
+		o.Got = "secret in " + strings.Join(leaked, ",")
+	}
+	return o
+}
+
+// readFile opens Path read-only and reads a byte.
+func readFile(a Attempt) Outcome {
+	f, err := os.Open(a.Path)
+	if err != nil {
+		return result(a.ID, err)
+	}
+	defer f.Close()
+	b := make([]byte, 1)
+	_, err = f.Read(b)
+	if err == io.EOF {
+		err = nil
+	}
+	return result(a.ID, err)
+}
+
+// listFolder opens the folder Path and reads an entry.
+func listFolder(a Attempt) Outcome {
+	f, err := os.Open(a.Path)
+	if err != nil {
+		return result(a.ID, err)
+	}
+	defer f.Close()
+	_, err = f.Readdirnames(1)
+	if err == io.EOF {
+		err = nil
+	}
+	return result(a.ID, err)
+}
+
+// readSymlink reads the symlink Path's target.
+func readSymlink(a Attempt) Outcome {
+	target, err := os.Readlink(a.Path)
+	o := result(a.ID, err)
+	if err == nil {
+		o.Detail = target
+	}
+	return o
+}
+
+// createFileIn creates a new file in the folder Path, then removes it.
+func createFileIn(a Attempt) Outcome {
+	p := fmt.Sprintf("%s/.thermite-probe-%d", a.Path, os.Getpid())
+	fd, err := unix.Open(p, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return result(a.ID, err)
+	}
+	unix.Close(fd)
+	unix.Unlink(p)
+	return result(a.ID, nil)
+}
+
+// openForWriting opens the existing file Path for writing.
+func openForWriting(a Attempt) Outcome {
+	fd, err := unix.Open(a.Path, unix.O_WRONLY|unix.O_CLOEXEC, 0)
+	if err == nil {
+		unix.Close(fd)
+	}
+	return result(a.ID, err)
+}
+
+// chmodWritable gives Path's owner write permission.
+func chmodWritable(a Attempt) Outcome {
+	var st unix.Stat_t
+	if err := unix.Stat(a.Path, &st); err != nil {
+		return result(a.ID, err)
+	}
+	return result(a.ID, unix.Chmod(a.Path, (st.Mode&0o7777)|0o200))
+}
+
+// renameAndBack renames Path aside and back.
+func renameAndBack(a Attempt) Outcome {
+	err := unix.Rename(a.Path, a.Path+".probe")
+	if err == nil {
+		unix.Rename(a.Path+".probe", a.Path)
+	}
+	return result(a.ID, err)
+}
+
+// connectUnixSocket connects to the unix socket Path, as seqpacket and
+// then, for a socket of the other type, as a stream.
+func connectUnixSocket(a Attempt) Outcome {
+	var err error
+	for _, netw := range []string{"unixpacket", "unix"} {
+		var c net.Conn
+		c, err = net.Dial(netw, a.Path)
+		if err == nil {
+			c.Close()
+			return result(a.ID, nil)
+		}
+		if !errors.Is(err, unix.EPROTOTYPE) {
+			break
+		}
+	}
+	return result(a.ID, err)
+}
+
+// signalProcess sends signal 0 to PID.
+func signalProcess(a Attempt) Outcome {
+	return result(a.ID, unix.Kill(a.PID, 0))
+}
+
+// ptraceAttach attaches to PID as its tracer, then detaches.
+func ptraceAttach(a Attempt) Outcome {
+	err := unix.PtraceAttach(a.PID)
+	if err == nil {
+		unix.PtraceDetach(a.PID)
+	}
+	return result(a.ID, err)
+}
+
+// createSetIDFile creates Path, makes it set-user-id and set-group-id,
+// and reports the mode the kernel left it.
+func createSetIDFile(a Attempt) Outcome {
+	fd, err := unix.Open(a.Path, unix.O_CREAT|unix.O_WRONLY|unix.O_TRUNC|unix.O_CLOEXEC, 0o755)
+	if err != nil {
+		return result(a.ID, err)
+	}
+	unix.Close(fd)
+	if err := unix.Chmod(a.Path, 0o4755|unix.S_ISGID); err != nil {
+		return result(a.ID, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(a.Path, &st); err != nil {
+		return result(a.ID, err)
+	}
+	return Outcome{ID: a.ID, Got: "ok", Detail: fmt.Sprintf("%04o", st.Mode&0o7777)}
+}
+
+// reportEtcGroups lists the groups /etc/group names the user Arg in.
+func reportEtcGroups(a Attempt) Outcome {
+	data, err := os.ReadFile("/etc/group")
+	if err != nil {
+		return result(a.ID, err)
+	}
+	var gids []string
+	for _, l := range strings.Split(string(data), "\n") {
+		e := strings.Split(l, ":")
+		if len(e) < 4 {
+			continue
+		}
+		for _, m := range strings.Split(e[3], ",") {
+			if m == a.Arg {
+				gids = append(gids, e[2])
+			}
+		}
+	}
+	sort.Strings(gids)
+	return Outcome{ID: a.ID, Got: "ok", Detail: strings.Join(gids, ",")}
+}
+
+// openDeviceReadWrite opens the device file Path read-write.
+func openDeviceReadWrite(a Attempt) Outcome {
+	fd, err := unix.Open(a.Path, unix.O_RDWR|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if err == nil {
+		unix.Close(fd)
+	}
+	return result(a.ID, err)
+}
+
+// ioctlWithoutAccess opens Path with access mode 3 (neither read nor
+// write, which still allows ioctl) and ioctls it: "ok" when the ioctl
+// reached the driver.
+func ioctlWithoutAccess(a Attempt) Outcome {
+	fd, err := unix.Open(a.Path, 3|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return result(a.ID, err)
+	}
+	defer unix.Close(fd)
+	_, err = unix.IoctlGetTermios(fd, unix.TCGETS)
+	if err == unix.EACCES || err == unix.EPERM {
+		return result(a.ID, err)
+	}
+	// Any other answer (ENOTTY from a stand-in node) came from the driver.
+	return Outcome{ID: a.ID, Got: "ok", Detail: fmt.Sprintf("the driver answered: %v", err)}
+}
+
+// openEveryCard opens every card node (nvidia[0-9]+) in the folder Path
+// read-write and reports how many opened.
+func openEveryCard(a Attempt) Outcome {
+	ents, err := os.ReadDir(a.Path)
+	if err != nil {
+		return result(a.ID, err)
+	}
+	var opened []string
+	for _, e := range ents {
+		n := e.Name()
+		if !strings.HasPrefix(n, "nvidia") || len(n) == 6 || strings.Trim(n[6:], "0123456789") != "" {
+			continue
+		}
+		fd, err := unix.Open(a.Path+"/"+n, unix.O_RDWR|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+		if err == nil {
+			unix.Close(fd)
+			opened = append(opened, n)
+		}
+	}
+	return Outcome{ID: a.ID, Got: "ok", Detail: strconv.Itoa(len(opened)) + " " + strings.Join(opened, ",")}
+}
+
+// reportVariable reports the variable Arg's value, or "unset".
+func reportVariable(a Attempt) Outcome {
+	v, ok := os.LookupEnv(a.Arg)
+	if !ok {
+		return Outcome{ID: a.ID, Got: "unset"}
+	}
+	return Outcome{ID: a.ID, Got: "ok", Detail: v}
+}
+
+// reportNVMLDevices reports how many devices NVML sees.
+func reportNVMLDevices(a Attempt) Outcome {
+	n, note := fence.NVMLUsable()
+	return Outcome{ID: a.ID, Got: "ok", Detail: strconv.Itoa(n) + " " + note}
+}
+
+// callHarnessAPI asks for GET /v1/trial on the API socket Path with the
+// token Arg and reports the HTTP status.
+func callHarnessAPI(a Attempt) Outcome {
+	c, err := net.Dial("unix", a.Path)
+	if err != nil {
+		return result(a.ID, err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	fmt.Fprintf(c, "GET /v1/trial HTTP/1.0\r\nHost: api\r\nAuthorization: Bearer %s\r\n\r\n", a.Arg)
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return result(a.ID, err)
+	}
+	f := strings.Fields(line)
+	if len(f) < 2 {
+		return Outcome{ID: a.ID, Got: "error: bad answer " + strconv.Quote(line)}
+	}
+	return Outcome{ID: a.ID, Got: f[1]}
+}
+
+// unshareUserNamespace makes a new user namespace.
+func unshareUserNamespace(a Attempt) Outcome {
+	return result(a.ID, unix.Unshare(unix.CLONE_NEWUSER))
+}
+
+// mountTmpfs mounts a tmpfs on the folder Path.
+func mountTmpfs(a Attempt) Outcome {
+	return result(a.ID, unix.Mount("thermite-probe", a.Path, "tmpfs", 0, ""))
+}
+
+// traceMe makes the parent, the broker, this process's tracer.
+func traceMe(a Attempt) Outcome {
+	_, _, errno := unix.Syscall6(unix.SYS_PTRACE, unix.PTRACE_TRACEME, 0, 0, 0, 0, 0)
+	if errno != 0 {
+		return result(a.ID, errno)
+	}
+	return result(a.ID, nil)
+}
+
+// setupIOUring sets up an io_uring, whose requests pass by seccomp.
+func setupIOUring(a Attempt) Outcome {
+	params := make([]byte, 120)
+	fd, _, errno := unix.Syscall(unix.SYS_IO_URING_SETUP, 1, uintptr(unsafe.Pointer(&params[0])), 0)
+	if errno != 0 {
+		return result(a.ID, errno)
+	}
+	unix.Close(int(fd))
+	return result(a.ID, nil)
+}
+
+// injectTerminalInput pushes a byte into a new pseudo-terminal's input
+// with TIOCSTI.
+func injectTerminalInput(a Attempt) Outcome {
+	fd, err := unix.Open("/dev/ptmx", unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return Outcome{ID: a.ID, Got: "error: /dev/ptmx: " + err.Error()}
+	}
+	defer unix.Close(fd)
+	c := byte('x')
+	_, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.TIOCSTI, uintptr(unsafe.Pointer(&c)))
+	if errno != 0 {
+		return result(a.ID, errno)
+	}
+	return result(a.ID, nil)
+}
+
+// chmodSetUID creates Path and chmods it set-user-id.
+func chmodSetUID(a Attempt) Outcome {
+	fd, err := unix.Open(a.Path, unix.O_CREAT|unix.O_WRONLY|unix.O_CLOEXEC, 0o755)
+	if err != nil {
+		return Outcome{ID: a.ID, Got: "error: create " + a.Path + ": " + err.Error()}
+	}
+	unix.Close(fd)
+	defer unix.Unlink(a.Path)
+	return result(a.ID, unix.Chmod(a.Path, 0o4755))
+}
+
+// connectAbstractSocket connects to the abstract unix socket Arg, which
+// no file permission guards.
+func connectAbstractSocket(a Attempt) Outcome {
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return result(a.ID, err)
+	}
+	defer unix.Close(fd)
+	return result(a.ID, unix.Connect(fd, &unix.SockaddrUnix{Name: "@" + a.Arg}))
+}
+
+// connectTCPAttempt connects to the TCP address Arg (Path for `try tcp
+// TARGET`).
+func connectTCPAttempt(a Attempt) Outcome {
+	target := a.Arg
+	if target == "" {
+		target = a.Path // `try tcp TARGET`
+	}
+	return result(a.ID, connectTCP(target))
+}
+
+// makeUDPSocket makes a UDP socket.
+func makeUDPSocket(a Attempt) Outcome {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err == nil {
+		unix.Close(fd)
+	}
+	return result(a.ID, err)
+}
+
+// addKey adds a user key to the process keyring.
+func addKey(a Attempt) Outcome {
+	_, err := unix.AddKey("user", "thermite-selftest", []byte("canary"), unix.KEY_SPEC_PROCESS_KEYRING)
+	return result(a.ID, err)
+}
+
+// makeNetlinkSocket makes a netlink socket of the family Arg.
+func makeNetlinkSocket(a Attempt) Outcome {
+	proto, err := strconv.Atoi(a.Arg)
+	if err != nil {
+		return Outcome{ID: a.ID, Got: "error: netlink family " + strconv.Quote(a.Arg)}
+	}
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, proto)
+	if err == nil {
+		unix.Close(fd)
+	}
+	return result(a.ID, err)
+}
+
+// reportCgroup reports this process's /proc/self/cgroup.
+func reportCgroup(a Attempt) Outcome {
+	data, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return result(a.ID, err)
+	}
+	return Outcome{ID: a.ID, Got: "ok", Detail: string(data)}
 }
 
 // setAffinity asks for the CPUs of a.Arg on this thread and reports what

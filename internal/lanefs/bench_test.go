@@ -30,7 +30,7 @@ func BenchmarkRead4KiB(b *testing.B) {
 		c := start(b, dir)
 		b.ReportAllocs()
 		for b.Loop() {
-			r, err := c.Read(ctx, ReadRequest{Path: "f"})
+			r, err := Read.Call(ctx, c, ReadRequest{Path: "f"})
 			if err != nil || len(r.Data) != 4096 {
 				b.Fatal(r, err)
 			}
@@ -43,7 +43,7 @@ func BenchmarkRead4KiB(b *testing.B) {
 		b.SetParallelism((16 + procs - 1) / procs) // about 16 goroutines
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
-				r, err := c.Read(ctx, ReadRequest{Path: "f"})
+				r, err := Read.Call(ctx, c, ReadRequest{Path: "f"})
 				if err != nil || len(r.Data) != 4096 {
 					b.Error(r, err)
 					return
@@ -55,7 +55,7 @@ func BenchmarkRead4KiB(b *testing.B) {
 		c := helperProcess(b, dir)
 		b.ReportAllocs()
 		for b.Loop() {
-			r, err := c.Read(ctx, ReadRequest{Path: "f"})
+			r, err := Read.Call(ctx, c, ReadRequest{Path: "f"})
 			if err != nil || len(r.Data) != 4096 {
 				b.Fatal(r, err)
 			}
@@ -87,7 +87,7 @@ func latency(t *testing.T, c *Client) {
 	const n = 2000
 	one := func() time.Duration {
 		t0 := time.Now()
-		r, err := c.Read(ctx, ReadRequest{Path: "f"})
+		r, err := Read.Call(ctx, c, ReadRequest{Path: "f"})
 		if err != nil || len(r.Data) != 4096 {
 			t.Fatal(r, err)
 		}
@@ -110,7 +110,7 @@ func latency(t *testing.T, c *Client) {
 			var mine []time.Duration
 			for range n / 16 {
 				t0 := time.Now()
-				r, err := c.Read(ctx, ReadRequest{Path: "f"})
+				r, err := Read.Call(ctx, c, ReadRequest{Path: "f"})
 				if err != nil || len(r.Data) != 4096 {
 					t.Error(r, err)
 					return
@@ -164,7 +164,7 @@ func helperProcess(t testing.TB, dir string) *Client {
 	}
 	conn, cmd, stderr := startHelper(t, helperBinary(t, base), &syscall.Credential{Uid: testUID, Gid: testUID, Groups: []uint32{}}, ws, ws)
 	c := NewClient(conn)
-	if _, err := c.Stat(ctx, StatRequest{Path: "f"}); err != nil {
+	if _, err := Stat.Call(ctx, c, StatRequest{Path: "f"}); err != nil {
 		t.Skipf("the helper as uid %d: %v (%s)", testUID, err, stderr)
 	}
 	t.Cleanup(func() {

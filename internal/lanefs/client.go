@@ -105,13 +105,14 @@ func (c *Client) fail(err error) {
 	}
 }
 
-// call sends one request and decodes its answer into out.
-func (c *Client) call(ctx context.Context, op string, args, out any) error {
+// Call sends one request of the operation op and decodes its answer into
+// out (a pointer to the operation's answer type). A Go caller with the
+// types at hand calls through Typed.Call instead.
+func (c *Client) Call(ctx context.Context, op *Op, args, out any) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	switch op {
-	case opWrite, opEdit, opDelete, opMkdir:
+	if op.Changes {
 		// Counted as it is sent and again as it ends: a measure that ran
 		// while the change was under way always sees a newer count after.
 		c.changes.Add(1)
@@ -127,13 +128,13 @@ func (c *Client) call(ctx context.Context, op string, args, out any) error {
 	id := c.next
 	c.mu.Unlock()
 
-	buf, b, err := encodeFrame(outRequest{ID: id, Op: op, Args: args})
+	buf, b, err := encodeFrame(outRequest{ID: id, Op: op.Name, Args: args})
 	if err != nil {
 		var fe errFrameSize
 		if errors.As(err, &fe) {
-			return errorf(CodeTooLarge, "%s: the request of %d bytes is over the %d-byte frame limit", op, fe.n, MaxFrame)
+			return errorf(CodeTooLarge, "%s: the request of %d bytes is over the %d-byte frame limit", op.Name, fe.n, MaxFrame)
 		}
-		return errorf(CodeBadRequest, "%s: encoding the request: %v", op, err)
+		return errorf(CodeBadRequest, "%s: encoding the request: %v", op.Name, err)
 	}
 	ch := make(chan []byte, 1)
 	c.mu.Lock()
@@ -169,7 +170,7 @@ func (c *Client) call(ctx context.Context, op string, args, out any) error {
 			Result any    `json:"result"`
 		}{Result: out}
 		if err := json.Unmarshal(body, &env); err != nil {
-			return fmt.Errorf("%w: %s: an answer that does not decode: %v", ErrConnection, op, err)
+			return fmt.Errorf("%w: %s: an answer that does not decode: %v", ErrConnection, op.Name, err)
 		}
 		if env.Error != nil {
 			return env.Error
@@ -184,85 +185,4 @@ func (c *Client) call(ctx context.Context, op string, args, out any) error {
 		c.mu.Unlock()
 		return ctx.Err()
 	}
-}
-
-// Read reads part or all of a file.
-func (c *Client) Read(ctx context.Context, req ReadRequest) (*ReadResponse, error) {
-	var out ReadResponse
-	if err := c.call(ctx, opRead, &req, &out); err != nil {
-		return nil, err
-	}
-	return &out, nil
-}
-
-// Write replaces or creates a file.
-func (c *Client) Write(ctx context.Context, req WriteRequest) (*WriteResponse, error) {
-	var out WriteResponse
-	if err := c.call(ctx, opWrite, &req, &out); err != nil {
-		return nil, err
-	}
-	return &out, nil
-}
-
-// Edit replaces a string that occurs exactly once in a file.
-func (c *Client) Edit(ctx context.Context, req EditRequest) (*EditResponse, error) {
-	var out EditResponse
-	if err := c.call(ctx, opEdit, &req, &out); err != nil {
-		return nil, err
-	}
-	return &out, nil
-}
-
-// List lists a folder.
-func (c *Client) List(ctx context.Context, req ListRequest) (*ListResponse, error) {
-	var out ListResponse
-	if err := c.call(ctx, opList, &req, &out); err != nil {
-		return nil, err
-	}
-	return &out, nil
-}
-
-// Stat describes one entry (lstat).
-func (c *Client) Stat(ctx context.Context, req StatRequest) (*StatResponse, error) {
-	var out StatResponse
-	if err := c.call(ctx, opStat, &req, &out); err != nil {
-		return nil, err
-	}
-	return &out, nil
-}
-
-// Delete removes a file, symlink or folder.
-func (c *Client) Delete(ctx context.Context, req DeleteRequest) (*DeleteResponse, error) {
-	var out DeleteResponse
-	if err := c.call(ctx, opDelete, &req, &out); err != nil {
-		return nil, err
-	}
-	return &out, nil
-}
-
-// Mkdir makes a folder.
-func (c *Client) Mkdir(ctx context.Context, req MkdirRequest) (*MkdirResponse, error) {
-	var out MkdirResponse
-	if err := c.call(ctx, opMkdir, &req, &out); err != nil {
-		return nil, err
-	}
-	return &out, nil
-}
-
-// Grep searches files for lines that match a regexp.
-func (c *Client) Grep(ctx context.Context, req GrepRequest) (*GrepResponse, error) {
-	var out GrepResponse
-	if err := c.call(ctx, opGrep, &req, &out); err != nil {
-		return nil, err
-	}
-	return &out, nil
-}
-
-// Find lists the paths below a folder whose names match a glob.
-func (c *Client) Find(ctx context.Context, req FindRequest) (*FindResponse, error) {
-	var out FindResponse
-	if err := c.call(ctx, opFind, &req, &out); err != nil {
-		return nil, err
-	}
-	return &out, nil
 }

@@ -12,6 +12,9 @@
 // a time and answers each as it finishes, in any order. A frame the
 // protocol cannot accept (over MaxFrame, not JSON) is answered with id 0
 // and the connection is closed: the other side is broken, not a caller.
+// The operations are one table, Ops (optable.go): a row names an
+// operation, its request and answer types and its handler, and the
+// server, the client and the controller's API routes all come from it.
 //
 // Confinement lives in one function, openBeneath: every path a request
 // names is resolved by openat2 with RESOLVE_BENEATH|RESOLVE_NO_MAGICLINKS
@@ -117,19 +120,6 @@ func show(p string) string {
 	}
 	return p
 }
-
-// The operations.
-const (
-	opRead   = "read"
-	opWrite  = "write"
-	opEdit   = "edit"
-	opList   = "list"
-	opStat   = "stat"
-	opDelete = "delete"
-	opMkdir  = "mkdir"
-	opGrep   = "grep"
-	opFind   = "find"
-)
 
 // errFrameSize is a frame whose header names more than MaxFrame bytes.
 type errFrameSize struct{ n uint64 }

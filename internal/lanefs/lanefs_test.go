@@ -194,73 +194,73 @@ func wantCode(t testing.TB, err error, want, msgPart string) {
 func TestReadAndStatAndList(t *testing.T) {
 	f := newFixture(t)
 	c := f.c
-	r, err := c.Read(ctx, ReadRequest{Path: "file"})
+	r, err := Read.Call(ctx, c, ReadRequest{Path: "file"})
 	if err != nil || string(r.Data) != "hello\n" || r.Size != 6 || r.Truncated {
 		t.Fatalf("read: %+v %v", r, err)
 	}
-	r, err = c.Read(ctx, ReadRequest{Path: "file", Offset: 1, Limit: 3})
+	r, err = Read.Call(ctx, c, ReadRequest{Path: "file", Offset: 1, Limit: 3})
 	if err != nil || string(r.Data) != "ell" || r.Size != 6 || !r.Truncated {
 		t.Fatalf("read part: %+v %v", r, err)
 	}
-	r, err = c.Read(ctx, ReadRequest{Path: "file", Offset: 100})
+	r, err = Read.Call(ctx, c, ReadRequest{Path: "file", Offset: 100})
 	if err != nil || len(r.Data) != 0 || r.Truncated {
 		t.Fatalf("read past the end: %+v %v", r, err)
 	}
-	_, err = c.Read(ctx, ReadRequest{Path: "file", Offset: -1})
+	_, err = Read.Call(ctx, c, ReadRequest{Path: "file", Offset: -1})
 	wantCode(t, err, CodeBadRequest, "negative")
-	_, err = c.Read(ctx, ReadRequest{Path: "nope"})
+	_, err = Read.Call(ctx, c, ReadRequest{Path: "nope"})
 	wantCode(t, err, CodeNotFound, "lanefs: nope: no such file or folder")
-	_, err = c.Read(ctx, ReadRequest{Path: "sub"})
+	_, err = Read.Call(ctx, c, ReadRequest{Path: "sub"})
 	wantCode(t, err, CodeBadRequest, "is a folder")
-	_, err = c.Read(ctx, ReadRequest{Path: "file/x"})
+	_, err = Read.Call(ctx, c, ReadRequest{Path: "file/x"})
 	wantCode(t, err, CodeBadRequest, "not a folder")
-	_, err = c.Read(ctx, ReadRequest{Path: ""})
+	_, err = Read.Call(ctx, c, ReadRequest{Path: ""})
 	wantCode(t, err, CodeBadRequest, "empty path")
 	if err := unix.Mkfifo(filepath.Join(f.ws, "fifo"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, err = c.Read(ctx, ReadRequest{Path: "fifo"})
+	_, err = Read.Call(ctx, c, ReadRequest{Path: "fifo"})
 	wantCode(t, err, CodeBadRequest, "not a regular file")
 
 	// Symlinks that stay inside are followed.
 	for _, p := range []string{"in", "indir/inner", "sub/../in", "./sub//inner"} {
-		r, err := c.Read(ctx, ReadRequest{Path: p})
+		r, err := Read.Call(ctx, c, ReadRequest{Path: p})
 		if err != nil || string(r.Data) != "inner\n" {
 			t.Fatalf("read %s: %+v %v", p, r, err)
 		}
 	}
 	// The second root.
-	r, err = c.Read(ctx, ReadRequest{Root: 1, Path: "canary"})
+	r, err = Read.Call(ctx, c, ReadRequest{Root: 1, Path: "canary"})
 	if err != nil || string(r.Data) != canary {
 		t.Fatalf("read root 1: %+v %v", r, err)
 	}
-	_, err = c.Read(ctx, ReadRequest{Root: 2, Path: "canary"})
+	_, err = Read.Call(ctx, c, ReadRequest{Root: 2, Path: "canary"})
 	wantCode(t, err, CodeBadRequest, "root 2")
-	_, err = c.Read(ctx, ReadRequest{Root: 1, Path: "../ws/file"})
+	_, err = Read.Call(ctx, c, ReadRequest{Root: 1, Path: "../ws/file"})
 	wantCode(t, err, CodeEscape, "lanefs: ../ws/file: leaves root 1")
 
-	st, err := c.Stat(ctx, StatRequest{Path: "file"})
+	st, err := Stat.Call(ctx, c, StatRequest{Path: "file"})
 	if err != nil || st.Name != "file" || st.Type != TypeFile || st.Size != 6 || st.Mode != 0o644 || time.Since(st.MTime) > time.Hour {
 		t.Fatalf("stat: %+v %v", st, err)
 	}
-	st, err = c.Stat(ctx, StatRequest{Path: "outpw"})
+	st, err = Stat.Call(ctx, c, StatRequest{Path: "outpw"})
 	if err != nil || st.Type != TypeSymlink || st.Target != "/etc/passwd" {
 		t.Fatalf("stat of a symlink (lstat): %+v %v", st, err)
 	}
-	st, err = c.Stat(ctx, StatRequest{Path: "indir/inner"})
+	st, err = Stat.Call(ctx, c, StatRequest{Path: "indir/inner"})
 	if err != nil || st.Type != TypeFile || st.Name != "inner" {
 		t.Fatalf("stat through a symlink inside: %+v %v", st, err)
 	}
 	for _, p := range []string{"", ".", "sub/.."} {
-		st, err = c.Stat(ctx, StatRequest{Path: p})
+		st, err = Stat.Call(ctx, c, StatRequest{Path: p})
 		if err != nil || st.Type != TypeDir {
 			t.Fatalf("stat %q: %+v %v", p, st, err)
 		}
 	}
-	_, err = c.Stat(ctx, StatRequest{Path: "sub/nope"})
+	_, err = Stat.Call(ctx, c, StatRequest{Path: "sub/nope"})
 	wantCode(t, err, CodeNotFound, "sub/nope")
 
-	l, err := c.List(ctx, ListRequest{Path: ""})
+	l, err := List.Call(ctx, c, ListRequest{Path: ""})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,11 +276,11 @@ func TestReadAndStatAndList(t *testing.T) {
 	if types["file"] != TypeFile || types["sub"] != TypeDir || types["out"] != TypeSymlink || types["fifo"] != TypeOther {
 		t.Fatalf("list types: %v", types)
 	}
-	l, err = c.List(ctx, ListRequest{Path: "indir"})
+	l, err = List.Call(ctx, c, ListRequest{Path: "indir"})
 	if err != nil || len(l.Entries) != 1 || l.Entries[0].Name != "inner" {
 		t.Fatalf("list through a symlink inside: %+v %v", l, err)
 	}
-	_, err = c.List(ctx, ListRequest{Path: "file"})
+	_, err = List.Call(ctx, c, ListRequest{Path: "file"})
 	wantCode(t, err, CodeBadRequest, "not a folder")
 	f.checkOutside(t)
 }
@@ -293,12 +293,12 @@ func TestReadLimit(t *testing.T) {
 	}
 	c := start(t, ws)
 	for _, limit := range []int64{0, MaxRead + 5} {
-		r, err := c.Read(ctx, ReadRequest{Path: "big", Limit: limit})
+		r, err := Read.Call(ctx, c, ReadRequest{Path: "big", Limit: limit})
 		if err != nil || len(r.Data) != MaxRead || r.Size != int64(len(big)) || !r.Truncated || !bytes.Equal(r.Data, big[:MaxRead]) {
 			t.Fatalf("limit %d: %d bytes, size %d, truncated %v, %v", limit, len(r.Data), r.Size, r.Truncated, err)
 		}
 	}
-	r, err := c.Read(ctx, ReadRequest{Path: "big", Offset: MaxRead})
+	r, err := Read.Call(ctx, c, ReadRequest{Path: "big", Offset: MaxRead})
 	if err != nil || !bytes.Equal(r.Data, big[MaxRead:]) || r.Truncated {
 		t.Fatalf("the rest: %d bytes, %v", len(r.Data), err)
 	}
@@ -307,96 +307,96 @@ func TestReadLimit(t *testing.T) {
 func TestWriteMkdirDelete(t *testing.T) {
 	f := newFixture(t)
 	c := f.c
-	w, err := c.Write(ctx, WriteRequest{Path: "new.txt", Data: []byte("abc")})
+	w, err := Write.Call(ctx, c, WriteRequest{Path: "new.txt", Data: []byte("abc")})
 	if err != nil || w.Size != 3 {
 		t.Fatalf("write: %+v %v", w, err)
 	}
 	assertFile(t, filepath.Join(f.ws, "new.txt"), "abc", 0o644)
 	// Mode: given, then kept when a write does not give one.
-	if _, err := c.Write(ctx, WriteRequest{Path: "run.sh", Data: []byte("#!/bin/sh\n"), Mode: 0o755}); err != nil {
+	if _, err := Write.Call(ctx, c, WriteRequest{Path: "run.sh", Data: []byte("#!/bin/sh\n"), Mode: 0o755}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Write(ctx, WriteRequest{Path: "run.sh", Data: []byte("#!/bin/sh\ntrue\n")}); err != nil {
+	if _, err := Write.Call(ctx, c, WriteRequest{Path: "run.sh", Data: []byte("#!/bin/sh\ntrue\n")}); err != nil {
 		t.Fatal(err)
 	}
 	assertFile(t, filepath.Join(f.ws, "run.sh"), "#!/bin/sh\ntrue\n", 0o755)
-	_, err = c.Write(ctx, WriteRequest{Path: "x", Mode: 0o4755})
+	_, err = Write.Call(ctx, c, WriteRequest{Path: "x", Mode: 0o4755})
 	wantCode(t, err, CodeBadRequest, "only permission bits")
-	_, err = c.Write(ctx, WriteRequest{Path: "a/b/c.txt", Data: []byte("deep")})
+	_, err = Write.Call(ctx, c, WriteRequest{Path: "a/b/c.txt", Data: []byte("deep")})
 	wantCode(t, err, CodeNotFound, "a/b/c.txt")
-	if _, err := c.Write(ctx, WriteRequest{Path: "a/b/c.txt", Data: []byte("deep"), CreateParents: true}); err != nil {
+	if _, err := Write.Call(ctx, c, WriteRequest{Path: "a/b/c.txt", Data: []byte("deep"), CreateParents: true}); err != nil {
 		t.Fatal(err)
 	}
 	assertFile(t, filepath.Join(f.ws, "a/b/c.txt"), "deep", 0o644)
 	// Through a symlink inside, to a folder: allowed.
-	if _, err := c.Write(ctx, WriteRequest{Path: "indir/via", Data: []byte("v")}); err != nil {
+	if _, err := Write.Call(ctx, c, WriteRequest{Path: "indir/via", Data: []byte("v")}); err != nil {
 		t.Fatal(err)
 	}
 	assertFile(t, filepath.Join(f.ws, "sub/via"), "v", 0o644)
-	_, err = c.Write(ctx, WriteRequest{Path: "sub", Data: []byte("v")})
+	_, err = Write.Call(ctx, c, WriteRequest{Path: "sub", Data: []byte("v")})
 	wantCode(t, err, CodeBadRequest, "is a folder")
-	_, err = c.Write(ctx, WriteRequest{Path: ".", Data: []byte("v")})
+	_, err = Write.Call(ctx, c, WriteRequest{Path: ".", Data: []byte("v")})
 	wantCode(t, err, CodeBadRequest, "names a folder")
-	_, err = c.Write(ctx, WriteRequest{Path: "sub/.", Data: []byte("v")})
+	_, err = Write.Call(ctx, c, WriteRequest{Path: "sub/.", Data: []byte("v")})
 	wantCode(t, err, CodeBadRequest, "names a folder")
 	noTemps(t, f.ws)
 
 	// mkdir
-	m, err := c.Mkdir(ctx, MkdirRequest{Path: "d1"})
+	m, err := Mkdir.Call(ctx, c, MkdirRequest{Path: "d1"})
 	if err != nil || !m.Created {
 		t.Fatalf("mkdir: %+v %v", m, err)
 	}
 	assertDir(t, filepath.Join(f.ws, "d1"), 0o755)
-	_, err = c.Mkdir(ctx, MkdirRequest{Path: "d1"})
+	_, err = Mkdir.Call(ctx, c, MkdirRequest{Path: "d1"})
 	wantCode(t, err, CodeExists, "d1: already exists")
-	_, err = c.Mkdir(ctx, MkdirRequest{Path: "p/q/r"})
+	_, err = Mkdir.Call(ctx, c, MkdirRequest{Path: "p/q/r"})
 	wantCode(t, err, CodeNotFound, "p/q/r")
-	m, err = c.Mkdir(ctx, MkdirRequest{Path: "p/q/r", Parents: true, Mode: 0o750})
+	m, err = Mkdir.Call(ctx, c, MkdirRequest{Path: "p/q/r", Parents: true, Mode: 0o750})
 	if err != nil || !m.Created {
 		t.Fatalf("mkdir -p: %+v %v", m, err)
 	}
 	assertDir(t, filepath.Join(f.ws, "p/q/r"), 0o750)
-	m, err = c.Mkdir(ctx, MkdirRequest{Path: "p/q/r/", Parents: true})
+	m, err = Mkdir.Call(ctx, c, MkdirRequest{Path: "p/q/r/", Parents: true})
 	if err != nil || m.Created {
 		t.Fatalf("mkdir -p again: %+v %v", m, err)
 	}
-	if _, err := c.Mkdir(ctx, MkdirRequest{Path: "p/../indir/made", Parents: true}); err != nil {
+	if _, err := Mkdir.Call(ctx, c, MkdirRequest{Path: "p/../indir/made", Parents: true}); err != nil {
 		t.Fatal(err)
 	}
 	assertDir(t, filepath.Join(f.ws, "sub/made"), 0o755)
-	_, err = c.Mkdir(ctx, MkdirRequest{Path: "new1/new2/../../../x", Parents: true})
+	_, err = Mkdir.Call(ctx, c, MkdirRequest{Path: "new1/new2/../../../x", Parents: true})
 	wantCode(t, err, CodeEscape, "leaves the workspace")
 	gone(t, filepath.Join(f.ws, "new1")) // nothing made on the way out
-	_, err = c.Mkdir(ctx, MkdirRequest{Path: "file/x", Parents: true})
+	_, err = Mkdir.Call(ctx, c, MkdirRequest{Path: "file/x", Parents: true})
 	wantCode(t, err, CodeBadRequest, "not a folder")
 
 	// delete
-	d, err := c.Delete(ctx, DeleteRequest{Path: "new.txt"})
+	d, err := Delete.Call(ctx, c, DeleteRequest{Path: "new.txt"})
 	if err != nil || d.Removed != 1 {
 		t.Fatalf("delete: %+v %v", d, err)
 	}
 	gone(t, filepath.Join(f.ws, "new.txt"))
-	if _, err := c.Delete(ctx, DeleteRequest{Path: "d1"}); err != nil {
+	if _, err := Delete.Call(ctx, c, DeleteRequest{Path: "d1"}); err != nil {
 		t.Fatal(err)
 	}
 	gone(t, filepath.Join(f.ws, "d1"))
-	_, err = c.Delete(ctx, DeleteRequest{Path: "p"})
+	_, err = Delete.Call(ctx, c, DeleteRequest{Path: "p"})
 	wantCode(t, err, CodeBadRequest, "not empty")
-	d, err = c.Delete(ctx, DeleteRequest{Path: "p", Recursive: true})
+	d, err = Delete.Call(ctx, c, DeleteRequest{Path: "p", Recursive: true})
 	if err != nil || d.Removed != 3 {
 		t.Fatalf("delete -r: %+v %v", d, err)
 	}
 	gone(t, filepath.Join(f.ws, "p"))
-	_, err = c.Delete(ctx, DeleteRequest{Path: "p"})
+	_, err = Delete.Call(ctx, c, DeleteRequest{Path: "p"})
 	wantCode(t, err, CodeNotFound, "p: no such")
 	for _, p := range []string{".", "", "sub/.."} {
-		_, err = c.Delete(ctx, DeleteRequest{Path: p, Recursive: true})
+		_, err = Delete.Call(ctx, c, DeleteRequest{Path: p, Recursive: true})
 		wantCode(t, err, CodeBadRequest, "")
 	}
 	// A symlink is removed itself, never what it points to, even
 	// recursively.
 	for _, p := range []string{"outdir", "out", "outpw", "indir/"} {
-		d, err = c.Delete(ctx, DeleteRequest{Path: p, Recursive: true})
+		d, err = Delete.Call(ctx, c, DeleteRequest{Path: p, Recursive: true})
 		if err != nil || d.Removed != 1 {
 			t.Fatalf("delete %s: %+v %v", p, d, err)
 		}
@@ -410,7 +410,7 @@ func TestWriteMkdirDelete(t *testing.T) {
 	if err := os.Symlink(f.outside, filepath.Join(f.ws, "t/u/evil")); err != nil {
 		t.Fatal(err)
 	}
-	d, err = c.Delete(ctx, DeleteRequest{Path: "t", Recursive: true})
+	d, err = Delete.Call(ctx, c, DeleteRequest{Path: "t", Recursive: true})
 	if err != nil || d.Removed != 3 {
 		t.Fatalf("delete -r a tree with a symlink out: %+v %v", d, err)
 	}
@@ -473,7 +473,7 @@ func TestWriteOverSymlink(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, p := range []string{"target", "target2", "in", "outpw", "outdir"} {
-		if _, err := f.c.Write(ctx, WriteRequest{Path: p, Data: []byte("new " + p)}); err != nil {
+		if _, err := Write.Call(ctx, f.c, WriteRequest{Path: p, Data: []byte("new " + p)}); err != nil {
 			t.Fatalf("write %s: %v", p, err)
 		}
 		assertFile(t, filepath.Join(f.ws, p), "new "+p, 0o644)
@@ -483,7 +483,7 @@ func TestWriteOverSymlink(t *testing.T) {
 	if err := os.Symlink(filepath.Join(f.outside, "canary"), filepath.Join(f.ws, "target3")); err != nil {
 		t.Fatal(err)
 	}
-	_, err := f.c.Edit(ctx, EditRequest{Path: "target3", Old: "CANARY", New: "x"})
+	_, err := Edit.Call(ctx, f.c, EditRequest{Path: "target3", Old: "CANARY", New: "x"})
 	wantCode(t, err, CodeBadRequest, "is a symlink")
 	noTemps(t, f.ws)
 	f.checkOutside(t)
@@ -496,21 +496,21 @@ func TestEdit(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := start(t, ws)
-	_, err := c.Edit(ctx, EditRequest{Path: "e.txt", Old: "two", New: "2"})
+	_, err := Edit.Call(ctx, c, EditRequest{Path: "e.txt", Old: "two", New: "2"})
 	wantCode(t, err, CodeBadRequest, "lanefs: e.txt: old string occurs 2 times")
-	_, err = c.Edit(ctx, EditRequest{Path: "e.txt", Old: "four", New: "4"})
+	_, err = Edit.Call(ctx, c, EditRequest{Path: "e.txt", Old: "four", New: "4"})
 	wantCode(t, err, CodeBadRequest, "lanefs: e.txt: old string not found")
-	_, err = c.Edit(ctx, EditRequest{Path: "e.txt", Old: "", New: "4"})
+	_, err = Edit.Call(ctx, c, EditRequest{Path: "e.txt", Old: "", New: "4"})
 	wantCode(t, err, CodeBadRequest, "old string is empty")
-	_, err = c.Edit(ctx, EditRequest{Path: "nope", Old: "a", New: "b"})
+	_, err = Edit.Call(ctx, c, EditRequest{Path: "nope", Old: "a", New: "b"})
 	wantCode(t, err, CodeNotFound, "nope")
 	assertFile(t, p, "one two two three\n", 0o600)
-	e, err := c.Edit(ctx, EditRequest{Path: "e.txt", Old: "two three", New: "3"})
+	e, err := Edit.Call(ctx, c, EditRequest{Path: "e.txt", Old: "two three", New: "3"})
 	if err != nil || e.Size != int64(len("one two 3\n")) {
 		t.Fatalf("edit: %+v %v", e, err)
 	}
 	assertFile(t, p, "one two 3\n", 0o600)
-	if _, err := c.Edit(ctx, EditRequest{Path: "e.txt", Old: "one ", New: ""}); err != nil {
+	if _, err := Edit.Call(ctx, c, EditRequest{Path: "e.txt", Old: "one ", New: ""}); err != nil {
 		t.Fatal(err)
 	}
 	assertFile(t, p, "two 3\n", 0o600)
@@ -538,14 +538,14 @@ func TestGrep(t *testing.T) {
 	os.Symlink("sub", filepath.Join(ws, "linkdir"))
 	c := start(t, ws)
 
-	g, err := c.Grep(ctx, GrepRequest{Pattern: "foo", Glob: "*.go"})
+	g, err := Grep.Call(ctx, c, GrepRequest{Pattern: "foo", Glob: "*.go"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := matches(g); got != "a.go:2:foo bar a.go:4:foo baz sub/c.go:2:foo" || g.Truncated {
 		t.Fatalf("grep *.go: %s", got)
 	}
-	g, err = c.Grep(ctx, GrepRequest{Pattern: "^foo", MaxMatches: 1000})
+	g, err = Grep.Call(ctx, c, GrepRequest{Pattern: "^foo", MaxMatches: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -560,31 +560,31 @@ func TestGrep(t *testing.T) {
 			t.Fatalf("a long line came back as %d bytes", len(m.Line))
 		}
 	}
-	g, err = c.Grep(ctx, GrepRequest{Pattern: "foo", MaxMatches: 10})
+	g, err = Grep.Call(ctx, c, GrepRequest{Pattern: "foo", MaxMatches: 10})
 	if err != nil || len(g.Matches) != 10 || !g.Truncated {
 		t.Fatalf("grep with a cap: %d matches, truncated %v, %v", len(g.Matches), g.Truncated, err)
 	}
-	g, err = c.Grep(ctx, GrepRequest{Pattern: "foo", MaxMatches: MaxMatches + 1})
+	g, err = Grep.Call(ctx, c, GrepRequest{Pattern: "foo", MaxMatches: MaxMatches + 1})
 	if err != nil || g.Truncated {
 		t.Fatalf("grep with a cap over the most: %v %v", g.Truncated, err)
 	}
-	g, err = c.Grep(ctx, GrepRequest{Path: "linkdir", Pattern: "foo"})
+	g, err = Grep.Call(ctx, c, GrepRequest{Path: "linkdir", Pattern: "foo"})
 	if err != nil || matches(g) != "linkdir/c.go:2:foo" {
 		t.Fatalf("grep below a symlink inside: %s %v", matches(g), err)
 	}
-	g, err = c.Grep(ctx, GrepRequest{Path: "sub/c.go", Pattern: "fo+"})
+	g, err = Grep.Call(ctx, c, GrepRequest{Path: "sub/c.go", Pattern: "fo+"})
 	if err != nil || matches(g) != "sub/c.go:2:foo" {
 		t.Fatalf("grep one file: %s %v", matches(g), err)
 	}
-	g, err = c.Grep(ctx, GrepRequest{Pattern: "foo", Glob: "sub/*.go"})
+	g, err = Grep.Call(ctx, c, GrepRequest{Pattern: "foo", Glob: "sub/*.go"})
 	if err != nil || matches(g) != "sub/c.go:2:foo" {
 		t.Fatalf("grep with a path glob: %s %v", matches(g), err)
 	}
-	_, err = c.Grep(ctx, GrepRequest{Pattern: "foo("})
+	_, err = Grep.Call(ctx, c, GrepRequest{Pattern: "foo("})
 	wantCode(t, err, CodeBadRequest, "pattern")
-	_, err = c.Grep(ctx, GrepRequest{Pattern: "foo", Glob: "["})
+	_, err = Grep.Call(ctx, c, GrepRequest{Pattern: "foo", Glob: "["})
 	wantCode(t, err, CodeBadRequest, "glob")
-	_, err = c.Grep(ctx, GrepRequest{Path: "../", Pattern: "foo"})
+	_, err = Grep.Call(ctx, c, GrepRequest{Path: "../", Pattern: "foo"})
 	wantCode(t, err, CodeEscape, "leaves the workspace")
 }
 
@@ -602,30 +602,30 @@ func TestFind(t *testing.T) {
 	f := newFixture(t)
 	os.WriteFile(filepath.Join(f.ws, "sub", "x.go"), nil, 0o644)
 	os.WriteFile(filepath.Join(f.ws, "y.go"), nil, 0o644)
-	r, err := f.c.Find(ctx, FindRequest{})
+	r, err := Find.Call(ctx, f.c, FindRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := strings.Join(r.Paths, " "); got != "abs file in indir out outdir outpw outrel sub sub/inner sub/x.go y.go" || r.Truncated {
 		t.Fatalf("find: %s", got)
 	}
-	r, err = f.c.Find(ctx, FindRequest{Glob: "*.go"})
+	r, err = Find.Call(ctx, f.c, FindRequest{Glob: "*.go"})
 	if got := strings.Join(r.Paths, " "); err != nil || got != "sub/x.go y.go" {
 		t.Fatalf("find *.go: %s %v", got, err)
 	}
-	r, err = f.c.Find(ctx, FindRequest{Path: "indir/", Glob: "*.go"})
+	r, err = Find.Call(ctx, f.c, FindRequest{Path: "indir/", Glob: "*.go"})
 	if got := strings.Join(r.Paths, " "); err != nil || got != "indir/x.go" {
 		t.Fatalf("find below a symlink inside: %s %v", got, err)
 	}
-	r, err = f.c.Find(ctx, FindRequest{Glob: "sub/*"})
+	r, err = Find.Call(ctx, f.c, FindRequest{Glob: "sub/*"})
 	if got := strings.Join(r.Paths, " "); err != nil || got != "sub/inner sub/x.go" {
 		t.Fatalf("find with a path glob: %s %v", got, err)
 	}
-	r, err = f.c.Find(ctx, FindRequest{Max: 3})
+	r, err = Find.Call(ctx, f.c, FindRequest{Max: 3})
 	if err != nil || len(r.Paths) != 3 || !r.Truncated {
 		t.Fatalf("find with a cap: %v %v", r, err)
 	}
-	_, err = f.c.Find(ctx, FindRequest{Path: "file"})
+	_, err = Find.Call(ctx, f.c, FindRequest{Path: "file"})
 	wantCode(t, err, CodeBadRequest, "not a folder")
 	f.checkOutside(t)
 }
@@ -643,32 +643,32 @@ func TestEscapes(t *testing.T) {
 		"abs", // an absolute symlink is refused even when it points inside
 	}
 	ops := map[string]func(p string) error{
-		"read": func(p string) error { _, err := c.Read(ctx, ReadRequest{Path: p}); return err },
+		"read": func(p string) error { _, err := Read.Call(ctx, c, ReadRequest{Path: p}); return err },
 		"write": func(p string) error {
-			_, err := c.Write(ctx, WriteRequest{Path: p + "/w", Data: []byte("x")})
+			_, err := Write.Call(ctx, c, WriteRequest{Path: p + "/w", Data: []byte("x")})
 			return err
 		},
 		"write-parents": func(p string) error {
-			_, err := c.Write(ctx, WriteRequest{Path: p + "/w/x", Data: []byte("x"), CreateParents: true})
+			_, err := Write.Call(ctx, c, WriteRequest{Path: p + "/w/x", Data: []byte("x"), CreateParents: true})
 			return err
 		},
 		"edit": func(p string) error {
-			_, err := c.Edit(ctx, EditRequest{Path: p + "/canary", Old: "CANARY", New: "x"})
+			_, err := Edit.Call(ctx, c, EditRequest{Path: p + "/canary", Old: "CANARY", New: "x"})
 			return err
 		},
-		"list": func(p string) error { _, err := c.List(ctx, ListRequest{Path: p}); return err },
-		"stat": func(p string) error { _, err := c.Stat(ctx, StatRequest{Path: p + "/canary"}); return err },
+		"list": func(p string) error { _, err := List.Call(ctx, c, ListRequest{Path: p}); return err },
+		"stat": func(p string) error { _, err := Stat.Call(ctx, c, StatRequest{Path: p + "/canary"}); return err },
 		"delete": func(p string) error {
-			_, err := c.Delete(ctx, DeleteRequest{Path: p + "/canary", Recursive: true})
+			_, err := Delete.Call(ctx, c, DeleteRequest{Path: p + "/canary", Recursive: true})
 			return err
 		},
-		"mkdir": func(p string) error { _, err := c.Mkdir(ctx, MkdirRequest{Path: p + "/m"}); return err },
+		"mkdir": func(p string) error { _, err := Mkdir.Call(ctx, c, MkdirRequest{Path: p + "/m"}); return err },
 		"mkdir-p": func(p string) error {
-			_, err := c.Mkdir(ctx, MkdirRequest{Path: p + "/m/n", Parents: true})
+			_, err := Mkdir.Call(ctx, c, MkdirRequest{Path: p + "/m/n", Parents: true})
 			return err
 		},
-		"grep": func(p string) error { _, err := c.Grep(ctx, GrepRequest{Path: p, Pattern: "."}); return err },
-		"find": func(p string) error { _, err := c.Find(ctx, FindRequest{Path: p}); return err },
+		"grep": func(p string) error { _, err := Grep.Call(ctx, c, GrepRequest{Path: p, Pattern: "."}); return err },
+		"find": func(p string) error { _, err := Find.Call(ctx, c, FindRequest{Path: p}); return err },
 	}
 	for name, op := range ops {
 		for _, p := range leave {
@@ -683,7 +683,7 @@ func TestEscapes(t *testing.T) {
 		}
 	}
 	// The exact form, for the API.
-	_, err := c.Read(ctx, ReadRequest{Path: "../etc/passwd"})
+	_, err := Read.Call(ctx, c, ReadRequest{Path: "../etc/passwd"})
 	if err == nil || err.Error() != "lanefs: ../etc/passwd: leaves the workspace" {
 		t.Errorf("message: %v", err)
 	}
@@ -693,25 +693,25 @@ func TestEscapes(t *testing.T) {
 	}
 	// Final symlinks that lead out are refused by what follows them.
 	for _, p := range []string{"outpw", "out", "outdir", "outrel"} {
-		_, err := c.Read(ctx, ReadRequest{Path: p})
+		_, err := Read.Call(ctx, c, ReadRequest{Path: p})
 		wantCode(t, err, CodeEscape, p+": leaves the workspace")
 		if p != "outpw" {
-			_, err = c.List(ctx, ListRequest{Path: p})
+			_, err = List.Call(ctx, c, ListRequest{Path: p})
 			wantCode(t, err, CodeEscape, "leaves the workspace")
-			_, err = c.Find(ctx, FindRequest{Path: p})
+			_, err = Find.Call(ctx, c, FindRequest{Path: p})
 			wantCode(t, err, CodeEscape, "leaves the workspace")
 		}
-		_, err = c.Grep(ctx, GrepRequest{Path: p, Pattern: "."})
+		_, err = Grep.Call(ctx, c, GrepRequest{Path: p, Pattern: "."})
 		wantCode(t, err, CodeEscape, "leaves the workspace")
 	}
 	// A symlink loop is refused too.
 	os.Symlink("loop2", filepath.Join(f.ws, "loop1"))
 	os.Symlink("loop1", filepath.Join(f.ws, "loop2"))
-	_, err = c.Read(ctx, ReadRequest{Path: "loop1"})
+	_, err = Read.Call(ctx, c, ReadRequest{Path: "loop1"})
 	wantCode(t, err, CodeEscape, "symlink loop")
 	// A magic link: /proc is outside anyway, but say so.
 	os.Symlink("/proc/self/root/etc/passwd", filepath.Join(f.ws, "magic"))
-	_, err = c.Read(ctx, ReadRequest{Path: "magic"})
+	_, err = Read.Call(ctx, c, ReadRequest{Path: "magic"})
 	wantCode(t, err, CodeEscape, "")
 	f.checkOutside(t)
 	noTemps(t, f.base)
@@ -727,10 +727,10 @@ func TestProtocolErrors(t *testing.T) {
 	if _, e := s.Handle("chmod", nil); e == nil || e.Code != CodeBadRequest || !strings.Contains(e.Msg, `unknown operation "chmod"`) {
 		t.Fatalf("unknown op: %v", e)
 	}
-	if _, e := s.Handle(opRead, json.RawMessage(`{"path":"x","recurse":true}`)); e == nil || e.Code != CodeBadRequest || !strings.Contains(e.Msg, "recurse") {
+	if _, e := s.Handle(Read.Name, json.RawMessage(`{"path":"x","recurse":true}`)); e == nil || e.Code != CodeBadRequest || !strings.Contains(e.Msg, "recurse") {
 		t.Fatalf("unknown field: %v", e)
 	}
-	if _, e := s.Handle(opRead, json.RawMessage(`{"path":7}`)); e == nil || e.Code != CodeBadRequest {
+	if _, e := s.Handle(Read.Name, json.RawMessage(`{"path":7}`)); e == nil || e.Code != CodeBadRequest {
 		t.Fatalf("bad field type: %v", e)
 	}
 	for _, roots := range [][]string{nil, {"rel"}, {ws, filepath.Join(ws, "missing")}} {
@@ -779,9 +779,9 @@ func TestFrameLimit(t *testing.T) {
 	// connection stays good.
 	ws := t.TempDir()
 	c := start(t, ws)
-	_, err := c.Write(ctx, WriteRequest{Path: "huge", Data: make([]byte, 13<<20)})
+	_, err := Write.Call(ctx, c, WriteRequest{Path: "huge", Data: make([]byte, 13<<20)})
 	wantCode(t, err, CodeTooLarge, "over the 16777216-byte frame limit")
-	if _, err := c.Write(ctx, WriteRequest{Path: "ok", Data: make([]byte, 11<<20)}); err != nil {
+	if _, err := Write.Call(ctx, c, WriteRequest{Path: "ok", Data: make([]byte, 11<<20)}); err != nil {
 		t.Fatalf("a write just under the limit: %v", err)
 	}
 	gone(t, filepath.Join(ws, "huge"))
@@ -821,11 +821,11 @@ func TestFrameLimit(t *testing.T) {
 	defer sc.Close()
 	cl := NewClient(cc)
 	defer cl.Close()
-	_, err = cl.Stat(ctx, StatRequest{Path: "x"})
+	_, err = Stat.Call(ctx, cl, StatRequest{Path: "x"})
 	if !errors.Is(err, ErrConnection) || !strings.Contains(err.Error(), "over the 16777216-byte limit") {
 		t.Fatalf("client answered over the limit: %v", err)
 	}
-	if _, err = cl.Stat(ctx, StatRequest{Path: "x"}); !errors.Is(err, ErrConnection) {
+	if _, err = Stat.Call(ctx, cl, StatRequest{Path: "x"}); !errors.Is(err, ErrConnection) {
 		t.Fatalf("client after a broken connection: %v", err)
 	}
 }
@@ -861,7 +861,7 @@ func TestOutOfOrder(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r, err := c.Read(ctx, ReadRequest{Path: p})
+			r, err := Read.Call(ctx, c, ReadRequest{Path: p})
 			if err != nil || string(r.Data) != p {
 				t.Errorf("read %s: %v %v", p, r, err)
 			}
@@ -878,11 +878,11 @@ func TestContextAndClose(t *testing.T) {
 	c := NewClient(cc)
 	cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	defer cancel()
-	if _, err := c.Read(cctx, ReadRequest{Path: "x"}); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := Read.Call(cctx, c, ReadRequest{Path: "x"}); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("read with a deadline: %v", err)
 	}
 	errc := make(chan error)
-	go func() { _, err := c.Read(ctx, ReadRequest{Path: "x"}); errc <- err }()
+	go func() { _, err := Read.Call(ctx, c, ReadRequest{Path: "x"}); errc <- err }()
 	time.Sleep(20 * time.Millisecond)
 	c.Close()
 	if err := <-errc; !errors.Is(err, ErrConnection) {
@@ -903,11 +903,11 @@ func TestConcurrent(t *testing.T) {
 			for i := range 100 {
 				p := fmt.Sprintf("g%d/f%d", g, i%7)
 				want := fmt.Sprintf("goroutine %d round %d", g, i)
-				if _, err := c.Write(ctx, WriteRequest{Path: p, Data: []byte(want), CreateParents: true}); err != nil {
+				if _, err := Write.Call(ctx, c, WriteRequest{Path: p, Data: []byte(want), CreateParents: true}); err != nil {
 					t.Error(err)
 					return
 				}
-				r, err := c.Read(ctx, ReadRequest{Path: p})
+				r, err := Read.Call(ctx, c, ReadRequest{Path: p})
 				if err != nil || string(r.Data) != want {
 					t.Errorf("read %s: %v %v", p, r, err)
 					return

@@ -113,7 +113,7 @@ func (ft *fuzzTree) check(t *testing.T, answer []byte) {
 	}
 }
 
-var fuzzOps = []string{opRead, opWrite, opEdit, opList, opStat, opDelete, opMkdir, opGrep, opFind}
+var fuzzOps = []string{Read.Name, Write.Name, Edit.Name, List.Name, Stat.Name, Delete.Name, Mkdir.Name, Grep.Name, Find.Name}
 
 // FuzzHandle runs one request, any operation, path and arguments, on a
 // fresh tree. Whatever it does, nothing outside its roots changes or is
@@ -267,9 +267,9 @@ func FuzzClientAnswers(f *testing.F) {
 		// One call at a time gets under way, so that ids 1, 2, 3 are
 		// read, stat and find in every run and a failure reproduces.
 		calls := []func() error{
-			func() error { _, err := c.Read(ctx, ReadRequest{Path: "file"}); return err },
-			func() error { _, err := c.Stat(ctx, StatRequest{Path: "file"}); return err },
-			func() error { _, err := c.Find(ctx, FindRequest{Path: ""}); return err },
+			func() error { _, err := Read.Call(ctx, c, ReadRequest{Path: "file"}); return err },
+			func() error { _, err := Stat.Call(ctx, c, StatRequest{Path: "file"}); return err },
+			func() error { _, err := Find.Call(ctx, c, FindRequest{Path: ""}); return err },
 		}
 		for i, call := range calls {
 			go func() { errs <- call() }()

@@ -134,40 +134,40 @@ func TestConfinementRace(t *testing.T) {
 				for _, dir := range []string{"d", "dlink", "p/d", "p/dlink", "p/d/e", "p/d/elink"} {
 					switch (i + w) % 12 {
 					case 0:
-						r, err := c.Read(ctx, ReadRequest{Path: dir + "/canary"})
+						r, err := Read.Call(ctx, c, ReadRequest{Path: dir + "/canary"})
 						out := ""
 						if r != nil {
 							out = string(r.Data)
 						}
 						check("read", err, out)
-						r, err = c.Read(ctx, ReadRequest{Path: dir + "/f"})
+						r, err = Read.Call(ctx, c, ReadRequest{Path: dir + "/f"})
 						if r != nil {
 							out = string(r.Data)
 						}
 						check("read", err, out)
 					case 1:
-						_, err := c.Write(ctx, WriteRequest{Path: dir + "/canary", Data: []byte("overwritten")})
+						_, err := Write.Call(ctx, c, WriteRequest{Path: dir + "/canary", Data: []byte("overwritten")})
 						check("write", err, "")
-						_, err = c.Write(ctx, WriteRequest{Path: dir + "/f", Data: []byte("inside\n")})
+						_, err = Write.Call(ctx, c, WriteRequest{Path: dir + "/f", Data: []byte("inside\n")})
 						check("write", err, "")
 					case 2:
-						_, err := c.Write(ctx, WriteRequest{Path: dir + "/new/deep/x", Data: []byte("x"), CreateParents: true})
+						_, err := Write.Call(ctx, c, WriteRequest{Path: dir + "/new/deep/x", Data: []byte("x"), CreateParents: true})
 						check("write -p", err, "")
 					case 3:
-						_, err := c.Edit(ctx, EditRequest{Path: dir + "/canary", Old: "CANARY", New: "edited"})
+						_, err := Edit.Call(ctx, c, EditRequest{Path: dir + "/canary", Old: "CANARY", New: "edited"})
 						check("edit", err, "")
-						_, err = c.Edit(ctx, EditRequest{Path: dir + "/f", Old: "inside", New: "inside"})
+						_, err = Edit.Call(ctx, c, EditRequest{Path: dir + "/f", Old: "inside", New: "inside"})
 						check("edit", err, "")
 					case 4:
-						_, err := c.Delete(ctx, DeleteRequest{Path: dir + "/canary"})
+						_, err := Delete.Call(ctx, c, DeleteRequest{Path: dir + "/canary"})
 						check("delete", err, "")
-						_, err = c.Delete(ctx, DeleteRequest{Path: dir + "/sub", Recursive: true})
+						_, err = Delete.Call(ctx, c, DeleteRequest{Path: dir + "/sub", Recursive: true})
 						check("delete -r", err, "")
 					case 5:
-						_, err := c.Delete(ctx, DeleteRequest{Path: dir + "/new", Recursive: true})
+						_, err := Delete.Call(ctx, c, DeleteRequest{Path: dir + "/new", Recursive: true})
 						check("delete -r", err, "")
 					case 6:
-						r, err := c.List(ctx, ListRequest{Path: dir})
+						r, err := List.Call(ctx, c, ListRequest{Path: dir})
 						out := ""
 						if r != nil {
 							for _, e := range r.Entries {
@@ -176,30 +176,30 @@ func TestConfinementRace(t *testing.T) {
 						}
 						check("list", err, out)
 					case 7:
-						st, err := c.Stat(ctx, StatRequest{Path: dir + "/canary"})
+						st, err := Stat.Call(ctx, c, StatRequest{Path: dir + "/canary"})
 						if err == nil && st.Type == TypeFile && st.Size == int64(len(canary)) {
 							t.Errorf("stat saw the canary through %s", dir)
 						}
 						check("stat", err, "")
 					case 8:
-						_, err := c.Mkdir(ctx, MkdirRequest{Path: dir + "/m/n", Parents: true})
+						_, err := Mkdir.Call(ctx, c, MkdirRequest{Path: dir + "/m/n", Parents: true})
 						check("mkdir -p", err, "")
-						_, err = c.Mkdir(ctx, MkdirRequest{Path: dir + "/m2"})
+						_, err = Mkdir.Call(ctx, c, MkdirRequest{Path: dir + "/m2"})
 						check("mkdir", err, "")
 					case 9:
-						r, err := c.Grep(ctx, GrepRequest{Path: ".", Pattern: "CANARY"})
+						r, err := Grep.Call(ctx, c, GrepRequest{Path: ".", Pattern: "CANARY"})
 						out := ""
 						if r != nil {
 							out = matches(r)
 						}
 						check("grep", err, out)
-						r, err = c.Grep(ctx, GrepRequest{Path: dir, Pattern: "CANARY"})
+						r, err = Grep.Call(ctx, c, GrepRequest{Path: dir, Pattern: "CANARY"})
 						if r != nil {
 							out = matches(r)
 						}
 						check("grep", err, out)
 					case 10:
-						r, err := c.Find(ctx, FindRequest{Path: ".", Max: MaxFind})
+						r, err := Find.Call(ctx, c, FindRequest{Path: ".", Max: MaxFind})
 						out := ""
 						if r != nil {
 							out = strings.Join(r.Paths, " ")
@@ -207,10 +207,10 @@ func TestConfinementRace(t *testing.T) {
 						check("find", err, out)
 					case 11:
 						if w == 0 && dir == "p/d" {
-							_, err := c.Delete(ctx, DeleteRequest{Path: "p", Recursive: true})
+							_, err := Delete.Call(ctx, c, DeleteRequest{Path: "p", Recursive: true})
 							check("delete -r p", err, "")
 						}
-						_, err := c.Delete(ctx, DeleteRequest{Path: dir, Recursive: true})
+						_, err := Delete.Call(ctx, c, DeleteRequest{Path: dir, Recursive: true})
 						check("delete -r", err, "")
 					}
 				}

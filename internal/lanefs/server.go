@@ -190,43 +190,18 @@ func (s *Server) Handle(op string, args json.RawMessage) (any, *Error) {
 	return s.dispatch(op, func(v any) error { return strictDecode(args, v) })
 }
 
-// dispatch runs op; decode fills its typed arguments.
+// dispatch runs the operation named op from Ops; decode fills its typed
+// arguments, strictly (an unknown field is refused).
 func (s *Server) dispatch(op string, decode func(any) error) (any, *Error) {
-	switch op {
-	case opRead:
-		return run(decode, s.read)
-	case opWrite:
-		return run(decode, s.write)
-	case opEdit:
-		return run(decode, s.edit)
-	case opList:
-		return run(decode, s.list)
-	case opStat:
-		return run(decode, s.stat)
-	case opDelete:
-		return run(decode, s.delete)
-	case opMkdir:
-		return run(decode, s.mkdir)
-	case opGrep:
-		return run(decode, s.grep)
-	case opFind:
-		return run(decode, s.find)
+	o := opsByName[op]
+	if o == nil {
+		return nil, errorf(CodeBadRequest, "unknown operation %q", op)
 	}
-	return nil, errorf(CodeBadRequest, "unknown operation %q", op)
-}
-
-// run decodes the arguments strictly (an unknown field is refused) and
-// calls fn.
-func run[Req, Resp any](decode func(any) error, fn func(*Req) (*Resp, *Error)) (any, *Error) {
-	req := new(Req)
+	req := o.newRequest()
 	if err := decode(req); err != nil {
 		return nil, errorf(CodeBadRequest, "bad arguments: %v", err)
 	}
-	resp, e := fn(req)
-	if e != nil {
-		return nil, e
-	}
-	return resp, nil
+	return o.serve(s, req)
 }
 
 // root returns the root a request names.

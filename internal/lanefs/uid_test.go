@@ -143,16 +143,16 @@ func TestServeAsOtherUID(t *testing.T) {
 		st := fi.Sys().(*syscall.Stat_t)
 		return st.Uid, st.Gid
 	}
-	if _, err := c.Write(ctx, WriteRequest{Path: "made.txt", Data: []byte("made by the lane\n")}); err != nil {
+	if _, err := Write.Call(ctx, c, WriteRequest{Path: "made.txt", Data: []byte("made by the lane\n")}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Write(ctx, WriteRequest{Path: "a/b/c.txt", Data: []byte("deep\n"), CreateParents: true}); err != nil {
+	if _, err := Write.Call(ctx, c, WriteRequest{Path: "a/b/c.txt", Data: []byte("deep\n"), CreateParents: true}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Mkdir(ctx, MkdirRequest{Path: "dir"}); err != nil {
+	if _, err := Mkdir.Call(ctx, c, MkdirRequest{Path: "dir"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Edit(ctx, EditRequest{Path: "made.txt", Old: "made", New: "edited"}); err != nil {
+	if _, err := Edit.Call(ctx, c, EditRequest{Path: "made.txt", Old: "made", New: "edited"}); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range []string{"made.txt", "a", "a/b", "a/b/c.txt", "dir"} {
@@ -161,40 +161,40 @@ func TestServeAsOtherUID(t *testing.T) {
 		}
 	}
 	assertFile(t, filepath.Join(ws, "made.txt"), "edited by the lane\n", 0o644)
-	r, err := c.Read(ctx, ReadRequest{Path: "made.txt"})
+	r, err := Read.Call(ctx, c, ReadRequest{Path: "made.txt"})
 	if err != nil || string(r.Data) != "edited by the lane\n" {
 		t.Fatalf("read: %v %v", r, err)
 	}
-	st, err := c.Stat(ctx, StatRequest{Path: "a/b/c.txt"})
+	st, err := Stat.Call(ctx, c, StatRequest{Path: "a/b/c.txt"})
 	if err != nil || st.Type != TypeFile || st.Size != 5 {
 		t.Fatalf("stat: %v %v", st, err)
 	}
-	g, err := c.Grep(ctx, GrepRequest{Pattern: "lane"})
+	g, err := Grep.Call(ctx, c, GrepRequest{Pattern: "lane"})
 	if err != nil || matches(g) != "made.txt:1:edited by the lane" {
 		t.Fatalf("grep: %v %v", g, err)
 	}
-	fr, err := c.Find(ctx, FindRequest{Glob: "*.txt"})
+	fr, err := Find.Call(ctx, c, FindRequest{Glob: "*.txt"})
 	if err != nil || strings.Join(fr.Paths, " ") != "a/b/c.txt made.txt" {
 		t.Fatalf("find: %v %v", fr, err)
 	}
 	// The kernel sees the lane's uid, not root.
-	_, err = c.Read(ctx, ReadRequest{Path: "rootonly"})
+	_, err = Read.Call(ctx, c, ReadRequest{Path: "rootonly"})
 	wantCode(t, err, CodeDenied, "rootonly: permission denied")
-	r, err = c.Read(ctx, ReadRequest{Root: 1, Path: "notes.txt"})
+	r, err = Read.Call(ctx, c, ReadRequest{Root: 1, Path: "notes.txt"})
 	if err != nil || string(r.Data) != "research notes\n" {
 		t.Fatalf("read research: %v %v", r, err)
 	}
-	_, err = c.Read(ctx, ReadRequest{Root: 1, Path: "secret"})
+	_, err = Read.Call(ctx, c, ReadRequest{Root: 1, Path: "secret"})
 	wantCode(t, err, CodeDenied, "")
-	_, err = c.Write(ctx, WriteRequest{Root: 1, Path: "new", Data: []byte("x")})
+	_, err = Write.Call(ctx, c, WriteRequest{Root: 1, Path: "new", Data: []byte("x")})
 	wantCode(t, err, CodeDenied, "")
-	_, err = c.Delete(ctx, DeleteRequest{Root: 1, Path: "notes.txt"})
+	_, err = Delete.Call(ctx, c, DeleteRequest{Root: 1, Path: "notes.txt"})
 	wantCode(t, err, CodeDenied, "")
-	_, err = c.Read(ctx, ReadRequest{Path: "../canary"})
+	_, err = Read.Call(ctx, c, ReadRequest{Path: "../canary"})
 	wantCode(t, err, CodeEscape, "lanefs: ../canary: leaves the workspace")
-	_, err = c.Read(ctx, ReadRequest{Path: filepath.Join(base, "canary")})
+	_, err = Read.Call(ctx, c, ReadRequest{Path: filepath.Join(base, "canary")})
 	wantCode(t, err, CodeEscape, "leaves the workspace")
-	if d, err := c.Delete(ctx, DeleteRequest{Path: "a", Recursive: true}); err != nil || d.Removed != 3 {
+	if d, err := Delete.Call(ctx, c, DeleteRequest{Path: "a", Recursive: true}); err != nil || d.Removed != 3 {
 		t.Fatalf("delete -r: %v %v", d, err)
 	}
 

@@ -12,14 +12,14 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
 	"thermite/controller"
 	"thermite/internal/lanefs"
 )
 
-// Usage is thermite-trial's help.
-const Usage = `thermite-trial: the trial's tools, through the harness API with its token
+// Usage is thermite-trial's help; the file commands' lines are made from
+// their table (fileOps).
+var Usage = `thermite-trial: the trial's tools, through the harness API with its token
 
   thermite-trial [--json] [--socket PATH | --url URL] [--token-file PATH] COMMAND ...
 
@@ -28,19 +28,7 @@ const Usage = `thermite-trial: the trial's tools, through the harness API with i
   research fetch URL                     fetch a public page into the research folder
   research note [--title T] [BODY|-]     write a note every lane of the run can read
   research search PATTERN [--glob G] [--max N]
-  research grep PATTERN [PATH] [--glob G] [--max N]
-  research read PATH [--offset N] [--limit N]
-  research list [PATH]
-  fs read PATH [--offset N] [--limit N]  a file of the workspace, to stdout
-  fs write PATH [--parents] [--mode 0644] < DATA
-  fs edit PATH OLD NEW                   replace the one place OLD occurs
-  fs list [PATH]
-  fs grep PATTERN [PATH] [--glob G] [--max N]
-  fs find [PATH] [--glob G] [--max N]
-  fs stat PATH
-  fs delete PATH [--recursive]
-  fs mkdir PATH [--parents]
-  exec [--timeout D] [--cwd DIR] [--stdin] [--env K=V]... -- CMD [ARG...]
+` + fileUsage("research") + fileUsage("fs") + `  exec [--timeout D] [--cwd DIR] [--stdin] [--env K=V]... -- CMD [ARG...]
                                          run as the lane in the workspace; exits with its code
   mcp                                    serve these tools over stdio (Model Context Protocol)
 
@@ -289,139 +277,23 @@ func dispatch(ctx context.Context, c *Client, args []string, stdin io.Reader) (a
 		if err := check(name, f, rest, 1, 1, "glob", "max"); err != nil {
 			return nil, "", err
 		}
-		return grep(ctx, c, "/v1/research/search", rest[0], "", f)
-	case "research grep", "fs grep":
-		if err := check(name, f, rest, 1, 2, "glob", "max"); err != nil {
-			return nil, "", err
-		}
-		return grep(ctx, c, "/v1/"+group+"/grep", rest[0], arg(rest, 1), f)
-	case "research read", "fs read":
-		if err := check(name, f, rest, 1, 1, "offset", "limit"); err != nil {
-			return nil, "", err
-		}
-		off, err := intFlag(f, "offset")
-		if err != nil {
-			return nil, "", err
-		}
-		lim, err := intFlag(f, "limit")
-		if err != nil {
-			return nil, "", err
-		}
-		var res lanefs.ReadResponse
-		if err := c.Do(ctx, "POST", "/v1/"+group+"/read", lanefs.ReadRequest{Path: rest[0], Offset: off, Limit: lim}, &res); err != nil {
-			return nil, "", err
-		}
-		return res, string(res.Data), nil
-	case "research list", "fs list":
-		if err := check(name, f, rest, 0, 1); err != nil {
-			return nil, "", err
-		}
-		var res lanefs.ListResponse
-		if err := c.Do(ctx, "POST", "/v1/"+group+"/list", lanefs.ListRequest{Path: arg(rest, 0)}, &res); err != nil {
-			return nil, "", err
-		}
-		var b strings.Builder
-		for _, e := range res.Entries {
-			fmt.Fprintf(&b, "%-7s %10d  %s\n", e.Type, e.Size, e.Name)
-		}
-		if res.Truncated {
-			b.WriteString("(more entries left out)\n")
-		}
-		return res, b.String(), nil
-	case "research find", "fs find":
-		if err := check(name, f, rest, 0, 1, "glob", "max"); err != nil {
-			return nil, "", err
-		}
 		max, err := intFlag(f, "max")
 		if err != nil {
 			return nil, "", err
 		}
-		var res lanefs.FindResponse
-		if err := c.Do(ctx, "POST", "/v1/"+group+"/find", lanefs.FindRequest{Path: arg(rest, 0), Glob: last(f, "glob"), Max: int(max)}, &res); err != nil {
+		var res lanefs.GrepResponse
+		if err := c.Do(ctx, "POST", "/v1/research/search", lanefs.GrepRequest{Pattern: rest[0], Glob: last(f, "glob"), MaxMatches: int(max)}, &res); err != nil {
 			return nil, "", err
 		}
-		text := strings.Join(res.Paths, "\n")
-		if text != "" {
-			text += "\n"
-		}
-		return res, text, nil
-	case "research stat", "fs stat":
-		if err := check(name, f, rest, 1, 1); err != nil {
+		return res, grepText(&res), nil
+	}
+	if fc, ok := fileCommandOf(group, sub); ok {
+		if err := check(name, f, rest, fc.min, fc.max, fc.flags...); err != nil {
 			return nil, "", err
 		}
-		var res lanefs.StatResponse
-		if err := c.Do(ctx, "POST", "/v1/"+group+"/stat", lanefs.StatRequest{Path: rest[0]}, &res); err != nil {
-			return nil, "", err
-		}
-		return res, fmt.Sprintf("%s %d bytes, mode %04o, modified %s\n", res.Type, res.Size, res.Mode, res.MTime.UTC().Format(time.RFC3339)), nil
-	case "fs write":
-		if err := check(name, f, rest, 1, 1, "parents", "mode"); err != nil {
-			return nil, "", err
-		}
-		mode, err := intFlag(f, "mode")
-		if err != nil {
-			return nil, "", err
-		}
-		data, err := io.ReadAll(io.LimitReader(stdin, 256<<20))
-		if err != nil {
-			return nil, "", err
-		}
-		var res lanefs.WriteResponse
-		if err := c.Do(ctx, "POST", "/v1/fs/write", lanefs.WriteRequest{Path: rest[0], Data: data, Mode: uint32(mode), CreateParents: f["parents"] != nil}, &res); err != nil {
-			return nil, "", err
-		}
-		return res, fmt.Sprintf("wrote %d bytes to %s\n", res.Size, rest[0]), nil
-	case "fs edit":
-		if err := check(name, f, rest, 3, 3); err != nil {
-			return nil, "", err
-		}
-		var res lanefs.EditResponse
-		if err := c.Do(ctx, "POST", "/v1/fs/edit", lanefs.EditRequest{Path: rest[0], Old: rest[1], New: rest[2]}, &res); err != nil {
-			return nil, "", err
-		}
-		return res, fmt.Sprintf("edited %s (%d bytes now)\n", rest[0], res.Size), nil
-	case "fs delete":
-		if err := check(name, f, rest, 1, 1, "recursive"); err != nil {
-			return nil, "", err
-		}
-		var res lanefs.DeleteResponse
-		if err := c.Do(ctx, "POST", "/v1/fs/delete", lanefs.DeleteRequest{Path: rest[0], Recursive: f["recursive"] != nil}, &res); err != nil {
-			return nil, "", err
-		}
-		return res, fmt.Sprintf("removed %d\n", res.Removed), nil
-	case "fs mkdir":
-		if err := check(name, f, rest, 1, 1, "parents"); err != nil {
-			return nil, "", err
-		}
-		var res lanefs.MkdirResponse
-		if err := c.Do(ctx, "POST", "/v1/fs/mkdir", lanefs.MkdirRequest{Path: rest[0], Parents: f["parents"] != nil}, &res); err != nil {
-			return nil, "", err
-		}
-		if !res.Created {
-			return res, rest[0] + " was there already\n", nil
-		}
-		return res, "made " + rest[0] + "\n", nil
+		return fc.run(ctx, c, group, cliArgs{f: f, rest: rest, stdin: stdin})
 	}
 	return nil, "", fmt.Errorf("no command %q; see thermite-trial --help", name)
-}
-
-func grep(ctx context.Context, c *Client, route, pattern, path string, f map[string][]string) (any, string, error) {
-	max, err := intFlag(f, "max")
-	if err != nil {
-		return nil, "", err
-	}
-	var res lanefs.GrepResponse
-	if err := c.Do(ctx, "POST", route, lanefs.GrepRequest{Pattern: pattern, Path: path, Glob: last(f, "glob"), MaxMatches: int(max)}, &res); err != nil {
-		return nil, "", err
-	}
-	var b strings.Builder
-	for _, m := range res.Matches {
-		fmt.Fprintf(&b, "%s:%d:%s\n", m.Path, m.LineNo, m.Line)
-	}
-	if res.Truncated {
-		b.WriteString("(more matches left out)\n")
-	}
-	return res, b.String(), nil
 }
 
 // execCmd runs a command as the lane: its output as it comes (or, with

@@ -6,8 +6,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"time"
-	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -22,46 +20,6 @@ const Version = "1"
 // jsonschema tags the descriptions a model reads.
 type (
 	noInput   struct{}
-	pathInput struct {
-		Path string `json:"path" jsonschema:"a path relative to the folder (the workspace, or the research folder for research_ tools)"`
-	}
-	dirInput struct {
-		Path string `json:"path,omitempty" jsonschema:"a folder relative to the root; empty for the root itself"`
-	}
-	readInput struct {
-		Path   string `json:"path" jsonschema:"the file, relative to the folder"`
-		Offset int64  `json:"offset,omitempty" jsonschema:"the byte to start at"`
-		Limit  int64  `json:"limit,omitempty" jsonschema:"at most this many bytes (the server caps it)"`
-	}
-	writeInput struct {
-		Path          string `json:"path" jsonschema:"the file, relative to the workspace"`
-		Content       string `json:"content" jsonschema:"the file's whole new content, as text"`
-		CreateParents bool   `json:"create_parents,omitempty" jsonschema:"make missing folders on the way"`
-	}
-	editInput struct {
-		Path string `json:"path" jsonschema:"the file, relative to the workspace"`
-		Old  string `json:"old" jsonschema:"text that occurs exactly once in the file"`
-		New  string `json:"new" jsonschema:"what replaces it"`
-	}
-	grepInput struct {
-		Pattern    string `json:"pattern" jsonschema:"a regular expression (RE2 syntax)"`
-		Path       string `json:"path,omitempty" jsonschema:"the folder to search under; empty for the root"`
-		Glob       string `json:"glob,omitempty" jsonschema:"only files whose names match this glob"`
-		MaxMatches int    `json:"max_matches,omitempty" jsonschema:"at most this many matches"`
-	}
-	findInput struct {
-		Path string `json:"path,omitempty" jsonschema:"the folder to search under; empty for the root"`
-		Glob string `json:"glob,omitempty" jsonschema:"a glob the names must match, such as *.go"`
-		Max  int    `json:"max,omitempty" jsonschema:"at most this many paths"`
-	}
-	deleteInput struct {
-		Path      string `json:"path" jsonschema:"the file or folder, relative to the workspace"`
-		Recursive bool   `json:"recursive,omitempty" jsonschema:"delete a folder with what it holds"`
-	}
-	mkdirInput struct {
-		Path    string `json:"path" jsonschema:"the folder, relative to the workspace"`
-		Parents bool   `json:"parents,omitempty" jsonschema:"make missing folders on the way"`
-	}
 	execInput struct {
 		Argv           []string `json:"argv" jsonschema:"the command and its arguments, run without a shell (use [\"sh\",\"-c\",\"...\"] for one)"`
 		Cwd            string   `json:"cwd,omitempty" jsonschema:"a folder inside the workspace to run in"`
@@ -104,6 +62,28 @@ func tool[In any](s *mcp.Server, name, desc string, readOnly bool, h func(contex
 	})
 }
 
+// fileTool is a file operation as an MCP tool: fs_OP, and research_OP
+// when the operation changes nothing. fileToolOf makes one.
+type fileTool struct {
+	op  *lanefs.Op
+	add func(s *mcp.Server, c *Client, group, where string)
+}
+
+// fileToolOf makes the tool of op: desc says what it does in where, req
+// makes the request from the tool's input, and show is the answer's text
+// for the model.
+func fileToolOf[In, Req, Resp any](op lanefs.Typed[Req, Resp], desc func(where string) string, req func(In) Req, show func(In, *Resp) string) fileTool {
+	return fileTool{op: op.Op, add: func(s *mcp.Server, c *Client, group, where string) {
+		tool(s, group+"_"+op.Name, desc(where), !op.Changes, func(ctx context.Context, in In) (*mcp.CallToolResult, error) {
+			res, err := File(ctx, c, group, op, req(in))
+			if err != nil {
+				return nil, err
+			}
+			return text(show(in, res), *res), nil
+		})
+	}}
+}
+
 // NewMCPServer is the MCP server of a trial's tools, each a call to the
 // harness API with the trial's token.
 func NewMCPServer(c *Client) *mcp.Server {
@@ -117,96 +97,19 @@ func NewMCPServer(c *Client) *mcp.Server {
 		}
 		return text(fmt.Sprintf("trial %s, run %s, lane %d\nworkspace %s\nresearch %s", info.ID, info.Run, info.Lane, info.Workspace, info.ResearchDir), info), nil
 	})
-	for _, root := range []string{"fs", "research"} {
+	// The file tools are the file helper's operations (fileOps): each
+	// on the workspace, and those that change nothing on the research folder.
+	for _, group := range []string{"fs", "research"} {
 		where := "the workspace"
-		if root == "research" {
+		if group == "research" {
 			where = "the run's research folder"
 		}
-		tool(s, root+"_read", "Read a file of "+where+" (text; bytes that are not UTF-8 come as base64).", true, func(ctx context.Context, in readInput) (*mcp.CallToolResult, error) {
-			var res lanefs.ReadResponse
-			if err := c.Do(ctx, "POST", "/v1/"+root+"/read", lanefs.ReadRequest{Path: in.Path, Offset: in.Offset, Limit: in.Limit}, &res); err != nil {
-				return nil, err
+		for _, fo := range fileOps {
+			if group == "fs" || !fo.tool.op.Changes {
+				fo.tool.add(s, c, group, where)
 			}
-			body := string(res.Data)
-			if !utf8.Valid(res.Data) {
-				body = "(not UTF-8; the bytes are in structured content, base64)"
-			}
-			if res.Truncated {
-				body += fmt.Sprintf("\n(cut: the file has %d bytes; read on with offset)", res.Size)
-			}
-			return text(body, res), nil
-		})
-		tool(s, root+"_list", "List a folder of "+where+".", true, func(ctx context.Context, in dirInput) (*mcp.CallToolResult, error) {
-			var res lanefs.ListResponse
-			if err := c.Do(ctx, "POST", "/v1/"+root+"/list", lanefs.ListRequest{Path: in.Path}, &res); err != nil {
-				return nil, err
-			}
-			var b strings.Builder
-			for _, e := range res.Entries {
-				fmt.Fprintf(&b, "%s %d %s\n", e.Type, e.Size, e.Name)
-			}
-			if res.Truncated {
-				b.WriteString("(more entries left out)\n")
-			}
-			return text(b.String(), res), nil
-		})
-		tool(s, root+"_grep", "Search the files of "+where+" for a regular expression.", true, func(ctx context.Context, in grepInput) (*mcp.CallToolResult, error) {
-			var res lanefs.GrepResponse
-			if err := c.Do(ctx, "POST", "/v1/"+root+"/grep", lanefs.GrepRequest{Pattern: in.Pattern, Path: in.Path, Glob: in.Glob, MaxMatches: in.MaxMatches}, &res); err != nil {
-				return nil, err
-			}
-			var b strings.Builder
-			for _, m := range res.Matches {
-				fmt.Fprintf(&b, "%s:%d:%s\n", m.Path, m.LineNo, m.Line)
-			}
-			if len(res.Matches) == 0 {
-				b.WriteString("no match\n")
-			}
-			return text(b.String(), res), nil
-		})
-		tool(s, root+"_find", "Find files of "+where+" whose names match a glob.", true, func(ctx context.Context, in findInput) (*mcp.CallToolResult, error) {
-			var res lanefs.FindResponse
-			if err := c.Do(ctx, "POST", "/v1/"+root+"/find", lanefs.FindRequest{Path: in.Path, Glob: in.Glob, Max: in.Max}, &res); err != nil {
-				return nil, err
-			}
-			return text(strings.Join(res.Paths, "\n"), res), nil
-		})
-		tool(s, root+"_stat", "Describe one file or folder of "+where+".", true, func(ctx context.Context, in pathInput) (*mcp.CallToolResult, error) {
-			var res lanefs.StatResponse
-			if err := c.Do(ctx, "POST", "/v1/"+root+"/stat", lanefs.StatRequest{Path: in.Path}, &res); err != nil {
-				return nil, err
-			}
-			return text(fmt.Sprintf("%s %d bytes, mode %04o, modified %s", res.Type, res.Size, res.Mode, res.MTime.UTC().Format(time.RFC3339)), res), nil
-		})
+		}
 	}
-	tool(s, "fs_write", "Write a file of the workspace: its whole content, as text.", false, func(ctx context.Context, in writeInput) (*mcp.CallToolResult, error) {
-		var res lanefs.WriteResponse
-		if err := c.Do(ctx, "POST", "/v1/fs/write", lanefs.WriteRequest{Path: in.Path, Data: []byte(in.Content), CreateParents: in.CreateParents}, &res); err != nil {
-			return nil, err
-		}
-		return text(fmt.Sprintf("wrote %d bytes to %s", res.Size, in.Path), res), nil
-	})
-	tool(s, "fs_edit", "Replace the one place a text occurs in a file of the workspace.", false, func(ctx context.Context, in editInput) (*mcp.CallToolResult, error) {
-		var res lanefs.EditResponse
-		if err := c.Do(ctx, "POST", "/v1/fs/edit", lanefs.EditRequest{Path: in.Path, Old: in.Old, New: in.New}, &res); err != nil {
-			return nil, err
-		}
-		return text(fmt.Sprintf("edited %s (%d bytes now)", in.Path, res.Size), res), nil
-	})
-	tool(s, "fs_delete", "Delete a file or folder of the workspace.", false, func(ctx context.Context, in deleteInput) (*mcp.CallToolResult, error) {
-		var res lanefs.DeleteResponse
-		if err := c.Do(ctx, "POST", "/v1/fs/delete", lanefs.DeleteRequest{Path: in.Path, Recursive: in.Recursive}, &res); err != nil {
-			return nil, err
-		}
-		return text(fmt.Sprintf("removed %d", res.Removed), res), nil
-	})
-	tool(s, "fs_mkdir", "Make a folder in the workspace.", false, func(ctx context.Context, in mkdirInput) (*mcp.CallToolResult, error) {
-		var res lanefs.MkdirResponse
-		if err := c.Do(ctx, "POST", "/v1/fs/mkdir", lanefs.MkdirRequest{Path: in.Path, Parents: in.Parents}, &res); err != nil {
-			return nil, err
-		}
-		return text("made "+in.Path, res), nil
-	})
 	tool(s, "exec", "Run a command as the lane in the workspace: its output and exit status (a non-zero status is an answer, not an error).", false, func(ctx context.Context, in execInput) (*mcp.CallToolResult, error) {
 		req := controller.ExecRequest{Argv: in.Argv, Cwd: in.Cwd, Stdin: in.Stdin, Env: in.Env, TimeoutMS: int64(in.TimeoutSeconds) * 1000}
 		var out, errOut strings.Builder

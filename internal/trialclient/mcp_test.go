@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"thermite/internal/lanefs"
 )
 
 // TestMCPToolsListWithSchemasAndRefusalsAreToolErrors connects the SDK's
@@ -56,5 +58,41 @@ func TestMCPToolsListWithSchemasAndRefusalsAreToolErrors(t *testing.T) {
 		if !res.IsError {
 			t.Fatal("exec with argv a string was taken")
 		}
+	}
+}
+
+// TestEveryFileOpHasATool: each operation of the file helper
+// (lanefs.Ops) is a tool fs_OP, and one that changes nothing is also
+// research_OP, marked read-only; one that changes files has no research
+// tool.
+func TestEveryFileOpHasATool(t *testing.T) {
+	ctx := context.Background()
+	st, ct := mcp.NewInMemoryTransports()
+	go NewMCPServer(New("", "http://127.0.0.1:1", "tok", "t1")).Run(ctx, st)
+	s, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).Connect(ctx, ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	tools, err := s.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	readOnly := map[string]bool{}
+	for _, tl := range tools.Tools {
+		readOnly[tl.Name] = tl.Annotations != nil && tl.Annotations.ReadOnlyHint
+	}
+	for _, op := range lanefs.Ops {
+		ro, ok := readOnly["fs_"+op.Name]
+		if !ok || ro == op.Changes {
+			t.Errorf("fs_%s: listed %v, read-only %v; the operation changes files: %v", op.Name, ok, ro, op.Changes)
+		}
+		ro, ok = readOnly["research_"+op.Name]
+		if ok == op.Changes || ok && !ro {
+			t.Errorf("research_%s: listed %v, read-only %v; the operation changes files: %v", op.Name, ok, ro, op.Changes)
+		}
+	}
+	if len(fileOps) != len(lanefs.Ops) {
+		t.Errorf("%d file tools for %d operations", len(fileOps), len(lanefs.Ops))
 	}
 }
