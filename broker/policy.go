@@ -731,6 +731,7 @@ const (
 var policySwitches = []string{
 	seccomp.WeakenSysVIPC, seccomp.WeakenSetIDOpenat2, seccomp.WeakenAPITCP,
 	weaken.APITCP, weaken.AdvisoryCPUs, weaken.ControllerBare, weakNoLandlock, weakFenceOnly,
+	weaken.EgressOpen,
 }
 
 // weakenedNow are the switches this build was started with: none outside

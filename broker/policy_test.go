@@ -505,3 +505,40 @@ func TestSnapshotCopiesWhatIsHeld(t *testing.T) {
 		t.Error("the snapshot shares the broker's handed folders")
 	}
 }
+
+// Where agent.egress lists providers, every agent command and a lane
+// harness's asked-for run plan egress (TCP to the proxy's port alone, in
+// the role's namespace); a lane's other commands keep api, and asking for
+// egress where the rig gives none is refused, never run on the host's
+// network.
+func TestPlanEgressOnlyWhereTheRigGivesIt(t *testing.T) {
+	cfg, table := rig(t)
+	cfg.Agent.Egress = []string{"api.example.com:443"}
+	cfg.Agent.EgressPort = 3128
+	for _, c := range []struct {
+		role   string
+		asked  bool
+		egress bool
+	}{{"agent-1", false, true}, {"lane-1", true, true}, {"lane-1", false, false}} {
+		p, err := PlanRun(cfg, table, &rpc.RunRequest{Role: c.role, Argv: []string{"true"}, Egress: c.asked}, held(t, table))
+		if err != nil {
+			t.Fatalf("%s asked %v: %v", c.role, c.asked, err)
+		}
+		wantNet, wantPort := netpolicy.API, 0
+		if c.egress {
+			wantNet, wantPort = netpolicy.Egress, 3128
+		}
+		if p.Egress != c.egress || p.Network != wantNet || p.Seccomp.Network != wantNet || p.Landlock.Network != wantNet || p.Landlock.EgressPort != wantPort {
+			t.Errorf("%s asked %v: egress %v network %s/%s/%s port %d", c.role, c.asked, p.Egress, p.Network, p.Seccomp.Network, p.Landlock.Network, p.Landlock.EgressPort)
+		}
+	}
+	cfg.Agent.Egress = nil
+	_, err := PlanRun(cfg, table, &rpc.RunRequest{Role: "lane-1", Argv: []string{"true"}, Egress: true}, held(t, table))
+	var ref *Refusal
+	if !errors.As(err, &ref) || ref.Field != "egress" || !strings.HasPrefix(err.Error(), "egress: lane-1 gets none") {
+		t.Errorf("egress asked where the rig gives none: %v", err)
+	}
+	if p, err := PlanRun(cfg, table, &rpc.RunRequest{Role: "agent-1", Argv: []string{"true"}}, held(t, table)); err != nil || p.Egress || p.Network != netpolicy.API {
+		t.Errorf("agent without agent.egress: %+v %v", p, err)
+	}
+}
