@@ -44,7 +44,6 @@ func forkExec(p *prepared, pidfd *int32) (pid uintptr, errno syscall.Errno) {
 		i, fd, to, j  int
 		report, spare int
 		err1          syscall.Errno
-		r1            uintptr
 		hasRlim       bool
 		sawEACCES     bool
 		rec           record
@@ -66,42 +65,81 @@ func forkExec(p *prepared, pidfd *int32) (pid uintptr, errno syscall.Errno) {
 
 	// The child.
 	runtimeAfterForkInChild()
+	report = p.report
+	spare = p.spare
 
 	// Its own session: the broker signals the command's process group,
 	// and no terminal of the broker's reaches it.
 	if _, _, err1 = syscall.RawSyscall(unix.SYS_SETSID, 0, 0, 0); err1 != 0 {
-		childFail(p.report, StageSetsid, err1, 0)
+		childFail(report, StageSetsid, err1, 0)
 	}
 	// cgroup v1: in its group before the command exists, written as root.
 	for i = 0; i < len(p.cgroupProcs); i++ {
 		if _, _, err1 = syscall.RawSyscall(unix.SYS_WRITE, uintptr(p.cgroupProcs[i]), uintptr(unsafe.Pointer(&zeroPID[0])), 1); err1 != 0 {
-			childFail(p.report, StageCgroup, err1, i)
+			childFail(report, StageCgroup, err1, i)
 		}
 	}
 	// setns needs CAP_SYS_ADMIN, so it comes while the child is root.
 	if p.netns >= 0 {
 		if _, _, err1 = syscall.RawSyscall(unix.SYS_SETNS, uintptr(p.netns), unix.CLONE_NEWNET, 0); err1 != 0 {
-			childFail(p.report, StageNetNS, err1, 0)
+			childFail(report, StageNetNS, err1, 0)
 		}
 	}
 	if len(p.cpuMask) > 0 {
 		if _, _, err1 = syscall.RawSyscall(unix.SYS_SCHED_SETAFFINITY, 0, uintptr(len(p.cpuMask)*8), uintptr(unsafe.Pointer(&p.cpuMask[0]))); err1 != 0 {
-			childFail(p.report, StageAffinity, err1, 0)
+			childFail(report, StageAffinity, err1, 0)
 		}
 	}
 	// no_new_privs before Landlock and seccomp, which require it of a
 	// task without CAP_SYS_ADMIN, and so that no set-id exec sheds them.
 	if _, _, err1 = syscall.RawSyscall6(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0, 0); err1 != 0 {
-		childFail(p.report, StageNoNewPrivs, err1, 0)
+		childFail(report, StageNoNewPrivs, err1, 0)
 	}
 	if p.landlock >= 0 {
 		if _, _, err1 = syscall.RawSyscall(unix.SYS_LANDLOCK_RESTRICT_SELF, uintptr(p.landlock), 0, 0); err1 != 0 {
-			childFail(p.report, StageLandlock, err1, 0)
+			childFail(report, StageLandlock, err1, 0)
 		}
 	}
+	// A weakened test build keeps its permitted set through setresuid, to
+	// raise an ambient capability from it.
+	if p.ambient != 0 {
+		if _, _, err1 = syscall.RawSyscall6(unix.SYS_PRCTL, unix.PR_SET_KEEPCAPS, 1, 0, 0, 0, 0); err1 != 0 {
+			childFail(report, StageCapabilities, err1, 0)
+		}
+	}
+	// Credentials, groups first: after setresuid the child may not.
+	if len(p.groups) > 0 {
+		_, _, err1 = syscall.RawSyscall(unix.SYS_SETGROUPS, uintptr(len(p.groups)), uintptr(unsafe.Pointer(&p.groups[0])), 0)
+	} else {
+		_, _, err1 = syscall.RawSyscall(unix.SYS_SETGROUPS, 0, 0, 0)
+	}
+	if err1 != 0 {
+		childFail(report, StageGroups, err1, 0)
+	}
+	if _, _, err1 = syscall.RawSyscall(unix.SYS_SETRESGID, p.gid, p.gid, p.gid); err1 != 0 {
+		childFail(report, StageGID, err1, 0)
+	}
+	if _, _, err1 = syscall.RawSyscall(unix.SYS_SETRESUID, p.uid, p.uid, p.uid); err1 != 0 {
+		childFail(report, StageUID, err1, 0)
+	}
+	// Not dumpable: no other process of the user may ptrace this child,
+	// which shares the broker's memory until its execve.
+	if _, _, err1 = syscall.RawSyscall6(unix.SYS_PRCTL, unix.PR_SET_DUMPABLE, 0, 0, 0, 0, 0); err1 != 0 {
+		childFail(report, StageDumpable, err1, 0)
+	}
+	// setresuid emptied the permitted and effective sets; inheritable is
+	// emptied here, and with it the ambient set.
+	if p.ambient == 0 {
+		if _, _, err1 = syscall.RawSyscall(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&p.capHdr)), uintptr(unsafe.Pointer(&p.capData[0])), 0); err1 != 0 {
+			childFail(report, StageCapabilities, err1, 0)
+		}
+	} else {
+		raiseAmbient(p, report)
+	}
+	// The working folder as the user, who must be able to enter it.
 	if p.cwd >= 0 {
 		if _, _, err1 = syscall.RawSyscall(unix.SYS_FCHDIR, uintptr(p.cwd), 0, 0); err1 != 0 {
-			childFail(p.report, StageCwd, err1, 0)
+			childFail(report, StageCwd, err1, 0)
 		}
 	}
 	// The broker works with umask 077; a command gets the usual 022.
@@ -111,8 +149,6 @@ func forkExec(p *prepared, pidfd *int32) (pid uintptr, errno syscall.Errno) {
 	// the report pipe and every source that a slot would overwrite move
 	// above every number in play; then each source goes into its slot.
 	// p.from is the parent's copy of the sources, the child's to change.
-	report = p.report
-	spare = p.spare
 	if isSlot(p, report) {
 		if _, _, err1 = syscall.RawSyscall(unix.SYS_DUP3, uintptr(report), uintptr(spare), unix.O_CLOEXEC); err1 != 0 {
 			childFail(report, StageDescriptors, err1, report)
@@ -152,43 +188,17 @@ func forkExec(p *prepared, pidfd *int32) (pid uintptr, errno syscall.Errno) {
 	// Nothing else survives the exec, whatever the broker had open, with
 	// or without close-on-exec: the inherited slots are left out.
 	if p.keepHi >= p.keepLo {
-		r1, _, err1 = syscall.RawSyscall(unix.SYS_CLOSE_RANGE, 3, uintptr(p.keepLo-1), unix.CLOSE_RANGE_CLOEXEC)
+		_, _, err1 = syscall.RawSyscall(unix.SYS_CLOSE_RANGE, 3, uintptr(p.keepLo-1), unix.CLOSE_RANGE_CLOEXEC)
 		if err1 == 0 {
-			r1, _, err1 = syscall.RawSyscall(unix.SYS_CLOSE_RANGE, uintptr(p.keepHi+1), ^uintptr(0), unix.CLOSE_RANGE_CLOEXEC)
+			_, _, err1 = syscall.RawSyscall(unix.SYS_CLOSE_RANGE, uintptr(p.keepHi+1), ^uintptr(0), unix.CLOSE_RANGE_CLOEXEC)
 		}
 	} else {
-		r1, _, err1 = syscall.RawSyscall(unix.SYS_CLOSE_RANGE, 3, ^uintptr(0), unix.CLOSE_RANGE_CLOEXEC)
+		_, _, err1 = syscall.RawSyscall(unix.SYS_CLOSE_RANGE, 3, ^uintptr(0), unix.CLOSE_RANGE_CLOEXEC)
 	}
 	if err1 != 0 {
 		childFail(report, StageDescriptors, err1, 0)
 	}
-	_ = r1
 
-	// Credentials, groups first: after setresuid the child may not.
-	if len(p.groups) > 0 {
-		_, _, err1 = syscall.RawSyscall(unix.SYS_SETGROUPS, uintptr(len(p.groups)), uintptr(unsafe.Pointer(&p.groups[0])), 0)
-	} else {
-		_, _, err1 = syscall.RawSyscall(unix.SYS_SETGROUPS, 0, 0, 0)
-	}
-	if err1 != 0 {
-		childFail(report, StageGroups, err1, 0)
-	}
-	if _, _, err1 = syscall.RawSyscall(unix.SYS_SETRESGID, p.gid, p.gid, p.gid); err1 != 0 {
-		childFail(report, StageGID, err1, 0)
-	}
-	if _, _, err1 = syscall.RawSyscall(unix.SYS_SETRESUID, p.uid, p.uid, p.uid); err1 != 0 {
-		childFail(report, StageUID, err1, 0)
-	}
-	// Not dumpable: no other process of the user may ptrace this child,
-	// which shares the broker's memory until its execve.
-	if _, _, err1 = syscall.RawSyscall6(unix.SYS_PRCTL, unix.PR_SET_DUMPABLE, 0, 0, 0, 0, 0); err1 != 0 {
-		childFail(report, StageDumpable, err1, 0)
-	}
-	// setresuid emptied the permitted and effective sets; inheritable is
-	// emptied here, and with it the ambient set.
-	if _, _, err1 = syscall.RawSyscall(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&p.capHdr)), uintptr(unsafe.Pointer(&p.capData[0])), 0); err1 != 0 {
-		childFail(report, StageCapabilities, err1, 0)
-	}
 	hasRlim = len(p.rlimits) > 0
 	for i = 0; hasRlim && i < len(p.rlimits); i++ {
 		if _, _, err1 = syscall.RawSyscall6(unix.SYS_PRLIMIT64, 0, p.rlimRes[i], uintptr(unsafe.Pointer(&p.rlimits[i])), 0, 0, 0); err1 != 0 {
@@ -202,6 +212,9 @@ func forkExec(p *prepared, pidfd *int32) (pid uintptr, errno syscall.Errno) {
 		}
 	}
 
+	if p.slow {
+		slowStart()
+	}
 	// The clock's start, then the exec; the report pipe closes with it.
 	syscall.RawSyscall(unix.SYS_CLOCK_GETTIME, unix.CLOCK_MONOTONIC, uintptr(unsafe.Pointer(&ts)), 0)
 	syscall.RawSyscall(unix.SYS_GETRUSAGE, unix.RUSAGE_SELF, uintptr(unsafe.Pointer(&ru)), 0)
@@ -258,4 +271,51 @@ func childFail(report int, stage Stage, errno syscall.Errno, index int) {
 	for {
 		syscall.RawSyscall(unix.SYS_EXIT_GROUP, 127, 0, 0)
 	}
+}
+
+// raiseAmbient is a weakened test build's: the capabilities in p.ambient
+// go into the inheritable and ambient sets, from the permitted set that
+// PR_SET_KEEPCAPS kept.
+//
+//go:nosplit
+//go:norace
+func raiseAmbient(p *prepared, report int) {
+	var (
+		err1 syscall.Errno
+		c    uintptr
+	)
+	if _, _, err1 = syscall.RawSyscall(unix.SYS_CAPGET, uintptr(unsafe.Pointer(&p.capHdr)), uintptr(unsafe.Pointer(&p.capData[0])), 0); err1 != 0 {
+		childFail(report, StageCapabilities, err1, 0)
+	}
+	p.capData[0].Inheritable |= p.ambient
+	p.capData[0].Effective = 0
+	if _, _, err1 = syscall.RawSyscall(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&p.capHdr)), uintptr(unsafe.Pointer(&p.capData[0])), 0); err1 != 0 {
+		childFail(report, StageCapabilities, err1, 0)
+	}
+	for c = 0; c < 32; c++ {
+		if p.ambient&(1<<c) == 0 {
+			continue
+		}
+		if _, _, err1 = syscall.RawSyscall6(unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_RAISE, c, 0, 0, 0); err1 != 0 {
+			childFail(report, StageCapabilities, err1, int(c))
+		}
+	}
+}
+
+// slowStart is a weakened test build's: about 300 ms of CPU time, then
+// 300 ms asleep.
+//
+//go:nosplit
+//go:norace
+func slowStart() {
+	var start, now, pause unix.Timespec
+	syscall.RawSyscall(unix.SYS_CLOCK_GETTIME, unix.CLOCK_PROCESS_CPUTIME_ID, uintptr(unsafe.Pointer(&start)), 0)
+	for {
+		syscall.RawSyscall(unix.SYS_CLOCK_GETTIME, unix.CLOCK_PROCESS_CPUTIME_ID, uintptr(unsafe.Pointer(&now)), 0)
+		if (now.Sec-start.Sec)*1e9+(now.Nsec-start.Nsec) >= 300e6 {
+			break
+		}
+	}
+	pause.Nsec = 300e6
+	syscall.RawSyscall(unix.SYS_NANOSLEEP, uintptr(unsafe.Pointer(&pause)), 0, 0)
 }

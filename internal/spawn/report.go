@@ -31,8 +31,6 @@ const (
 	StageRlimit
 	StageSeccomp
 	StageExec
-	// StageSpec is the Go helper's own: its spec could not be read.
-	StageSpec
 )
 
 var stageNames = [...]string{
@@ -53,7 +51,6 @@ var stageNames = [...]string{
 	StageRlimit:       "prlimit64",
 	StageSeccomp:      "seccomp",
 	StageExec:         "execve",
-	StageSpec:         "spec",
 }
 
 func (s Stage) String() string {
@@ -148,10 +145,10 @@ func parseReport(data []byte) report {
 	return r
 }
 
-// ReadReport reads what a child (raw or the Go helper in exec mode) wrote
-// on its report pipe until end of file: its stamp, if it reached one, and
-// why it could not exec, if it could not. detail names the program.
-func ReadReport(f *os.File, detail func(rec Stage, index int) string) (Stamp, bool, error) {
+// readReport reads what a child wrote on its report pipe until end of
+// file: its stamp, if it reached one, and why it could not exec, if it
+// could not. detail names what the failed stage worked on.
+func readReport(f *os.File, detail func(rec Stage, index int) string) (Stamp, bool, error) {
 	buf := make([]byte, 4*recordSize)
 	n := 0
 	for n < len(buf) {
@@ -173,10 +170,4 @@ func ReadReport(f *os.File, detail func(rec Stage, index int) string) (Stamp, bo
 		return r.stamp, r.stamped, e
 	}
 	return r.stamp, r.stamped, nil
-}
-
-// writeRecord writes one record with an ordinary write (the Go helper's
-// side; the raw child has its own, with no allocation).
-func writeRecord(f *os.File, rec record) {
-	f.Write(unsafe.Slice((*byte)(unsafe.Pointer(&rec)), recordSize))
 }

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"thermite/internal/seccomp"
+	"thermite/internal/weaken"
 )
 
 // Command is everything a role's command is started with. The caller
@@ -57,6 +58,20 @@ type Command struct {
 	CPUs []int
 	// Seccomp is the filter, loaded last; nil, none.
 	Seccomp *seccomp.Built
+
+	// Weakened switches protections off; only a thermite_weaken test
+	// build honours it, for the self-test's breakage tests.
+	Weakened Weakening
+}
+
+// Weakening is what a thermite_weaken test build may leave out of a start.
+type Weakening struct {
+	// AmbientCaps are raised into the command's ambient set (they must be
+	// in the caller's permitted and inheritable sets).
+	AmbientCaps []int
+	// SlowStart spends about 300 ms of CPU time and 300 ms asleep before
+	// the stamp: a start a clock counting the child would see.
+	SlowStart bool
 }
 
 // Child is a started command: it has exec'd, or failed at a stage and
@@ -139,6 +154,11 @@ type prepared struct {
 	seccomp  *unix.SockFprog
 	clone3   *cloneArgs
 	cloneFlg uintptr
+
+	// A thermite_weaken build's: capabilities to raise into the ambient
+	// set (a mask of the first 32), and the slow start.
+	ambient uint32
+	slow    bool
 }
 
 // Start starts c: clone, then in the child (raw system calls only) the
@@ -176,7 +196,7 @@ func Start(c *Command) (*Child, error) {
 	}
 	ch := &Child{PID: int(pid), PIDFD: int(pidfd)}
 	rep := os.NewFile(uintptr(pipe[0]), "report")
-	ch.Stamp, ch.Stamped, err = ReadReport(rep, func(s Stage, i int) string { return c.detail(s, i) })
+	ch.Stamp, ch.Stamped, err = readReport(rep, func(s Stage, i int) string { return c.detail(s, i) })
 	rep.Close()
 	if err == nil && !ch.Stamped {
 		err = errors.New("spawn: the child ended before its execve")
@@ -321,6 +341,15 @@ func prepare(c *Command) (*prepared, error) {
 	p.capHdr = unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	if c.Seccomp != nil {
 		p.seccomp = c.Seccomp.Prog()
+	}
+	if weaken.Enabled {
+		for _, cap := range c.Weakened.AmbientCaps {
+			if cap < 0 || cap >= 32 {
+				return nil, fmt.Errorf("spawn: ambient capability %d is out of range", cap)
+			}
+			p.ambient |= 1 << cap
+		}
+		p.slow = c.Weakened.SlowStart
 	}
 	p.cloneFlg = unix.CLONE_VM | unix.CLONE_VFORK | unix.CLONE_PIDFD
 	if c.UseCgroupDir {

@@ -261,6 +261,7 @@ func TestChildPinnedToItsCPUsWithItsLimits(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
+	os.Chmod(dir, 0o755)
 	d, err := os.OpenFile(dir, unix.O_PATH|unix.O_DIRECTORY, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -545,6 +546,29 @@ func TestFailedStageIsReportedByName(t *testing.T) {
 	c.Argv = []string{"no-such-program-here"}
 	if _, err := r.start(c); err == nil || err.Error() != "spawn: execve no-such-program-here: not found (ENOENT)" {
 		t.Errorf("got %v", err)
+	}
+}
+
+// TestCwdTheUserCannotEnterIsRefused: the working folder is entered as
+// the user, after the credentials: a folder only root may enter is
+// refused, not entered with the starting process's rights.
+func TestCwdTheUserCannotEnterIsRefused(t *testing.T) {
+	r := newRig(t)
+	dir, err := os.MkdirTemp("", "spawn-closed-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	os.Chmod(dir, 0o700)
+	d, err := os.OpenFile(dir, unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	c := r.command("status")
+	c.Dir = d
+	if _, err := r.start(c); err == nil || err.Error() != "spawn: fchdir: EACCES" {
+		t.Errorf("got %v, want spawn: fchdir: EACCES", err)
 	}
 }
 
