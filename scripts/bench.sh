@@ -10,6 +10,7 @@ out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 run() { go test -run '^$' "$@" | tee -a "$out" >&2; }
 run -bench 'RunTrue|StopUser500|Fence|Policy|Selftest|API' -benchtime "${n}x" -timeout 60m ./cmd/thermite/
+run -bench 'Start' -benchtime "${n}x" -timeout 30m ./internal/spawn/
 run -bench 'TimingNoise' -benchtime 1x -timeout 30m ./cmd/thermite/
 run -bench 'SetIDSweep100k' -benchtime 10x -timeout 30m ./internal/confined/
 run -bench 'Hash1GiB' -benchtime 3x -timeout 30m ./internal/hashtree/
@@ -27,9 +28,13 @@ function p50(label, a, b, aim) {
 }
 END {
 	printf "%-52s %15s %15s %8s   %s\n", "what (against its peer)", "thermite", "peer", "ratio", "aim"
-	row("Run /bin/true as a lane vs os/exec", "BenchmarkRunTrue/broker-lane", "BenchmarkRunTrue/exec", "<= 2x")
+	row("spawn.Start /bin/true, a lane's full start vs os/exec", "BenchmarkStart/spawn-lane-full", "BenchmarkStart/exec", "<= 1.5x")
+	row("  setpriv --reuid /bin/true vs os/exec", "BenchmarkStart/setpriv", "BenchmarkStart/exec", "(peer)")
+	row("  bwrap --ro-bind / / /bin/true vs os/exec", "BenchmarkStart/bwrap", "BenchmarkStart/exec", "(peer)")
+	row("Run /bin/true as a lane (broker round trip) vs os/exec", "BenchmarkRunTrue/broker-lane", "BenchmarkRunTrue/exec", "<= 1.5x")
 	row("setpriv --reuid /bin/true vs os/exec", "BenchmarkRunTrue/setpriv", "BenchmarkRunTrue/exec", "(peer)")
 	row("bwrap --ro-bind / / /bin/true vs os/exec", "BenchmarkRunTrue/bwrap", "BenchmarkRunTrue/exec", "(peer)")
+	row("thermite run-as lane-1 -- /bin/true vs setpriv", "BenchmarkRunTrue/run-as", "BenchmarkRunTrue/setpriv", "<= 1.5x")
 	row("Run with the GPU fence vs no rule set", "BenchmarkFence/fenced", "BenchmarkFence/unfenced", "< 1.10x")
 	row("Run with the full policy vs the fence only", "BenchmarkPolicy/full", "BenchmarkPolicy/fence-only", "< 1.25x")
 	row("set-id sweep, 100k files vs find -perm /6000", "BenchmarkSetIDSweep100k/thermite", "BenchmarkSetIDSweep100k/find", "<= 1.2x")

@@ -27,8 +27,10 @@ import (
 
 // BenchmarkRunTrue is the round trip of `/bin/true` as a lane through the
 // broker, beside the same program started directly with os/exec, through
-// setpriv (a uid switch) and through bwrap (namespaces), in one run.
-// scripts/bench.sh prints each as a ratio to os/exec.
+// setpriv (a uid switch) and through bwrap (namespaces), and `thermite
+// run-as lane-1 -- /bin/true` as an operator types it (the CLI's own start
+// included), in one run. scripts/bench.sh prints each as a ratio to
+// os/exec, and run-as to setpriv.
 func BenchmarkRunTrue(b *testing.B) {
 	r := testrig.New(b, testrig.Options{})
 	lane := r.Role("lane-1")
@@ -56,6 +58,13 @@ func BenchmarkRunTrue(b *testing.B) {
 		for i := 0; i < b.N; i++ {
 			if err := exec.Command("setpriv", "--reuid", uid, "--regid", uid, "--clear-groups", "/bin/true").Run(); err != nil {
 				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("run-as", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			if _, stderr, code := r.Thermite("run-as", "lane-1", "--", "/bin/true"); code != 0 {
+				b.Fatalf("run-as: exit %d: %s", code, stderr)
 			}
 		}
 	})
