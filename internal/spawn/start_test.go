@@ -510,6 +510,33 @@ func TestCgroupV1PlacesTheChildBeforeExec(t *testing.T) {
 	}
 }
 
+// TestCgroupV2BornInItsGroup: given a cgroup v2 directory, the child is
+// born in the group (clone3 CLONE_INTO_CGROUP): it never ran outside it.
+func TestCgroupV2BornInItsGroup(t *testing.T) {
+	r := newRig(t)
+	var fs unix.Statfs_t
+	if err := unix.Statfs("/sys/fs/cgroup", &fs); err != nil || fs.Type != unix.CGROUP2_SUPER_MAGIC {
+		t.Skip("needs cgroup v2 at /sys/fs/cgroup (e2e/vm boots a kernel with it: THERMITE_VM=1 THERMITE_VM_MODES=true THERMITE_VM_PACKAGES=./internal/spawn e2e/vm/run.sh)")
+	}
+	name := fmt.Sprintf("thermite-spawn-test-%d", os.Getpid())
+	dir := filepath.Join("/sys/fs/cgroup", name)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Skipf("needs a writable cgroup v2 tree: %v", err)
+	}
+	defer os.Remove(dir)
+	d, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	c := r.command("cgroup")
+	c.UseCgroupDir, c.CgroupDir = true, int(d.Fd())
+	out := r.run(c)
+	if out != "0::/"+name+"\n" {
+		t.Errorf("the child's cgroup: %q, want 0::/%s", out, name)
+	}
+}
+
 // TestFailedStageIsReportedByName: a stage the kernel refuses comes back
 // as that stage and its errno, and the child ends with 127 having run
 // nothing.
