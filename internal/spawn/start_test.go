@@ -303,7 +303,11 @@ func TestBrokerDescriptorsAreNotInherited(t *testing.T) {
 	r := newRig(t)
 	// A leak the way a careless library would make one, at a low number
 	// and at a high one.
-	leak, err := unix.Open("/etc/hostname", unix.O_RDONLY, 0)
+	leaked := filepath.Join(filepath.Dir(probeBin), "leaked")
+	if err := os.WriteFile(leaked, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	leak, err := unix.Open(leaked, unix.O_RDONLY, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -318,7 +322,7 @@ func TestBrokerDescriptorsAreNotInherited(t *testing.T) {
 	}
 	defer given.Close()
 	out := r.run(r.commandInherit("fds", []*os.File{given}, strconv.Itoa(leak), "300", strconv.Itoa(FDInherit+1)))
-	if strings.Contains(out, "/etc/hostname") {
+	if strings.Contains(out, leaked) {
 		t.Errorf("a descriptor the broker opened without close-on-exec reached the command:\n%s", out)
 	}
 	for _, want := range []string{
@@ -346,17 +350,27 @@ func (r *rig) commandInherit(what string, inherit []*os.File, args ...string) *C
 // must not get, and the other way round.
 func TestInheritedSlotsSurviveCollisions(t *testing.T) {
 	r := newRig(t)
-	a, _ := os.Open("/etc/passwd")
-	defer a.Close()
-	b, _ := os.Open("/etc/group")
-	defer b.Close()
 	// /etc/passwd sits at FDInherit and goes to stdin and FDInherit+1;
-	// /etc/group sits at FDInherit+1 and goes to FDInherit.
-	if err := unix.Dup3(int(a.Fd()), FDInherit, unix.O_CLOEXEC); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Dup3(int(b.Fd()), FDInherit+1, unix.O_CLOEXEC); err != nil {
-		t.Fatal(err)
+	// /etc/group sits at FDInherit+1 and goes to FDInherit. Both are
+	// opened high first, so that neither lands on the other's number.
+	for i, name := range []string{"/etc/passwd", "/etc/group"} {
+		fd, err := unix.Open(name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			t.Skipf("needs %s: %v", name, err)
+		}
+		high, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 400)
+		unix.Close(fd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := unix.FcntlInt(uintptr(FDInherit+i), unix.F_GETFD, 0); err == nil {
+			unix.Close(high)
+			t.Skipf("descriptor %d is this test process's own", FDInherit+i)
+		}
+		if err := unix.Dup3(high, FDInherit+i, unix.O_CLOEXEC); err != nil {
+			t.Fatal(err)
+		}
+		unix.Close(high)
 	}
 	atSlot := os.NewFile(FDInherit, "passwd-at-slot")
 	defer atSlot.Close()
@@ -417,10 +431,12 @@ func TestLandlockRefusesOutsideTheRuleSet(t *testing.T) {
 	os.Chmod(outside, 0o755)
 	secret := filepath.Join(outside, "f")
 	os.WriteFile(secret, []byte("x"), 0o644)
-	c := r.command("open", secret, "/etc/hostname")
+	inside := filepath.Join(filepath.Dir(probeBin), "readable")
+	os.WriteFile(inside, []byte("x"), 0o644)
+	c := r.command("open", secret, inside)
 	c.Landlock = ruleset(t, filepath.Dir(probeBin), "/etc", "/proc", "/usr", "/lib", "/lib64")
 	out := r.run(c)
-	for _, want := range []string{"open " + secret + ": EACCES", "open /etc/hostname: ok"} {
+	for _, want := range []string{"open " + secret + ": EACCES", "open " + inside + ": ok"} {
 		if !strings.Contains(out, want+"\n") {
 			t.Errorf("want %q in:\n%s", want, out)
 		}
