@@ -281,7 +281,7 @@ func (c *child) kill() {
 }
 
 // validEnvName is a shell-safe variable name. (Not a regexp: package-level
-// regexps compile at start-up, and the shim starts for every command.)
+// regexps compile at start-up, in every process of the binary.)
 func validEnvName(k string) bool {
 	if k == "" {
 		return false

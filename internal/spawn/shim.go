@@ -26,7 +26,7 @@ import (
 	"thermite/internal/weaken"
 )
 
-// Arg is the hidden subcommand that runs the shim.
+// Arg is the hidden subcommand that runs the Go helper.
 const Arg = "__spawn"
 
 // The descriptors the helper inherits, after stdin, stdout and stderr.
