@@ -161,11 +161,12 @@ type prepared struct {
 	slow    bool
 }
 
-// Start starts c: clone, then in the child (raw system calls only) the
-// session, cgroup, network namespace, affinity, no_new_privs, Landlock,
-// working folder, umask 022, descriptors, credentials, dumpable off, no
-// inheritable (so no ambient) capability, rlimits, seccomp, the stamp and
-// execve. It returns when the child has exec'd or failed; a failure is a
+// Start starts c: clone, then in the child (raw system calls only, see
+// forkExec) as root the session, cgroup v1 placement, network namespace,
+// affinity, no_new_privs and Landlock; then groups, gid and uid, dumpable
+// off, no inheritable (so no ambient) capability; as the user the working
+// folder, umask 022, the descriptor slots, the rlimits, the seccomp filter,
+// the stamp and execve. It returns when the child has exec'd or failed; a failure is a
 // *StageError, returned with the Child, which the caller still reaps.
 func Start(c *Command) (*Child, error) {
 	p, err := prepare(c)
