@@ -17,7 +17,7 @@ run -bench 'Hash1GiB' -benchtime 3x -timeout 30m ./internal/hashtree/
 awk '
 /^Benchmark/ {
 	name=$1; sub(/-[0-9]+$/, "", name); ns[name]=$3
-	for (i = 4; i < NF; i++) if ($(i+1) ~ /^(p50-µs|p99-µs|cv%-pinned|cv%-unpinned|MB\/s)$/) metric[name, $(i+1)] = $i
+	for (i = 4; i < NF; i++) if ($(i+1) ~ /^(p50-µs|p99-µs|cv%-pinned|cv%-unpinned|MB\/s|full\/exec|setpriv\/exec)$/) metric[name, $(i+1)] = $i
 }
 function row(label, a, b, aim) {
 	if ((a in ns) && (b in ns)) printf "%-52s %12.3f ms %12.3f ms %7.2fx   %s\n", label, ns[a]/1e6, ns[b]/1e6, ns[a]/ns[b], aim
@@ -28,7 +28,8 @@ function p50(label, a, b, aim) {
 }
 END {
 	printf "%-52s %15s %15s %8s   %s\n", "what (against its peer)", "thermite", "peer", "ratio", "aim"
-	row("spawn.Start /bin/true, a lane's full start vs os/exec", "BenchmarkStart/spawn-lane-full", "BenchmarkStart/exec", "<= 1.5x")
+	row("spawn.Start /bin/true, the full lane start vs os/exec", "BenchmarkStart/spawn-lane-full", "BenchmarkStart/exec", "<= 1.5x")
+	if (("BenchmarkStart/interleaved", "full/exec") in metric) printf "%-52s %28s %7.2fx   %s (setpriv %.2fx)\n", "  the same, taken in turn (medians)", "", metric["BenchmarkStart/interleaved", "full/exec"], "<= 1.5x", metric["BenchmarkStart/interleaved", "setpriv/exec"]
 	row("  setpriv --reuid /bin/true vs os/exec", "BenchmarkStart/setpriv", "BenchmarkStart/exec", "(peer)")
 	row("  bwrap --ro-bind / / /bin/true vs os/exec", "BenchmarkStart/bwrap", "BenchmarkStart/exec", "(peer)")
 	row("Run /bin/true as a lane (broker round trip) vs os/exec", "BenchmarkRunTrue/broker-lane", "BenchmarkRunTrue/exec", "<= 1.5x")

@@ -6,8 +6,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"sort"
 	"strconv"
 	"testing"
+	"time"
 
 	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
 	"golang.org/x/sys/unix"
@@ -65,6 +67,45 @@ func BenchmarkStart(b *testing.B) {
 		}
 	})
 
+	// interleaved takes one of each start in turn, so that a shared
+	// machine's drift falls on all of them alike, and reports the median
+	// of each and spawn-lane-full's and setpriv's ratio to exec.
+	b.Run("interleaved", func(b *testing.B) {
+		c := laneCommand(b, base, null)
+		uid := strconv.Itoa(base + 1)
+		_, noSetpriv := exec.LookPath("setpriv")
+		var execT, fullT, setprivT []time.Duration
+		for i := 0; i < b.N; i++ {
+			t0 := time.Now()
+			if err := exec.Command("/bin/true").Run(); err != nil {
+				b.Fatal(err)
+			}
+			t1 := time.Now()
+			ch, err := Start(c)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if ws, _, err := ch.Wait(); err != nil || ws.ExitStatus() != 0 {
+				b.Fatalf("%v %v", err, ws)
+			}
+			t2 := time.Now()
+			execT, fullT = append(execT, t1.Sub(t0)), append(fullT, t2.Sub(t1))
+			if noSetpriv == nil {
+				if err := exec.Command("setpriv", "--reuid", uid, "--regid", uid, "--clear-groups", "/bin/true").Run(); err != nil {
+					b.Fatal(err)
+				}
+				setprivT = append(setprivT, time.Since(t2))
+			}
+		}
+		e, f := median(execT), median(fullT)
+		b.ReportMetric(float64(e.Microseconds()), "exec-p50-µs")
+		b.ReportMetric(float64(f.Microseconds()), "full-p50-µs")
+		b.ReportMetric(float64(f)/float64(e), "full/exec")
+		if len(setprivT) > 0 {
+			b.ReportMetric(float64(median(setprivT))/float64(e), "setpriv/exec")
+		}
+	})
+
 	b.Run("bwrap", func(b *testing.B) {
 		if _, err := exec.LookPath("bwrap"); err != nil {
 			b.Skip("needs bwrap (Debian package bubblewrap)")
@@ -75,6 +116,15 @@ func BenchmarkStart(b *testing.B) {
 			}
 		}
 	})
+}
+
+func median(ds []time.Duration) time.Duration {
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	if len(s) == 0 {
+		return 0
+	}
+	return s[len(s)/2]
 }
 
 // laneCommand is /bin/true with what a lane's command gets: its own user
