@@ -31,9 +31,10 @@ var zeroPID = [1]byte{'0'}
 // forkExec clones the child and, in it, carries out p up to execve.
 // The child shares this goroutine's stack and memory (CLONE_VM|CLONE_VFORK)
 // until it execs or exits, so after the clone it must not allocate, grow
-// the stack, return from this frame, or write anything but its own locals:
-// every variable is declared before the clone and every call after it is
-// a raw system call or a nosplit function. The parent is suspended until
+// the stack, return from this frame, or write anything but its own locals
+// and p's working copies (from, capData), which the parent never reads
+// again: every variable is declared before the clone and every call after
+// it is a raw system call or a nosplit function. The parent is suspended until
 // the child execs or exits, and returns at once.
 //
 //go:noinline
@@ -44,7 +45,6 @@ func forkExec(p *prepared, pidfd *int32) (pid uintptr, errno syscall.Errno) {
 		i, fd, to, j  int
 		report, spare int
 		err1          syscall.Errno
-		hasRlim       bool
 		sawEACCES     bool
 		rec           record
 		ts            unix.Timespec
@@ -199,8 +199,7 @@ func forkExec(p *prepared, pidfd *int32) (pid uintptr, errno syscall.Errno) {
 		childFail(report, StageDescriptors, err1, 0)
 	}
 
-	hasRlim = len(p.rlimits) > 0
-	for i = 0; hasRlim && i < len(p.rlimits); i++ {
+	for i = 0; i < len(p.rlimits); i++ {
 		if _, _, err1 = syscall.RawSyscall6(unix.SYS_PRLIMIT64, 0, p.rlimRes[i], uintptr(unsafe.Pointer(&p.rlimits[i])), 0, 0, 0); err1 != 0 {
 			childFail(report, StageRlimit, err1, i)
 		}
