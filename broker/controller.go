@@ -18,7 +18,7 @@ import (
 const ControllerArg = "__controller"
 
 // startController starts `thermite __controller` as the controller's user
-// through the shim, confined as confineController decides (its rule set,
+// through spawn.Start, as every role command, confined as confineController decides (its rule set,
 // its filter, its cgroup, no_new_privs and no capability), and hands it
 // the configuration and the secrets on a pipe.
 func (b *Broker) startController() (int, int, <-chan exit, error) {
@@ -46,7 +46,7 @@ func (b *Broker) startController() (int, int, <-chan exit, error) {
 	}
 	egressFiles, egress := b.egressListeners(len(c.inherit))
 	c.inherit = append(c.inherit, egressFiles...)
-	ch, err := b.startShim(c, b.execSpec(c))
+	ch, err := b.startCommand(c)
 	if err != nil {
 		return 0, -1, nil, fmt.Errorf("controller: start: %w", err)
 	}

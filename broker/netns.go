@@ -175,28 +175,6 @@ func listenLoopback(port int) (*os.File, error) {
 	return os.NewFile(uintptr(fd), "egress-proxy"), nil
 }
 
-// forkInNetNS runs fork on a thread that has joined ns, so the child
-// starts in it (a child is born in its forking thread's network
-// namespace); with no ns it forks here. setns(CLONE_NEWNET) takes
-// CAP_SYS_ADMIN, which the broker keeps only where agent.egress is set.
-func forkInNetNS(ns *os.File, fork func() (int, error)) (int, error) {
-	if ns == nil {
-		return fork()
-	}
-	var pid int
-	var ferr error
-	err := onNetNSThread(func() error {
-		if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
-			return fmt.Errorf("join its network namespace: %w", err)
-		}
-		return nil
-	}, func() { pid, ferr = fork() })
-	if err != nil {
-		return 0, err
-	}
-	return pid, ferr
-}
-
 // egressListeners hands the controller each role's proxy listener, as
 // descriptors from spawn.FDInherit+first on, and says which is whose.
 func (b *Broker) egressListeners(first int) ([]*os.File, []rpc.EgressListener) {

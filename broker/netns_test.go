@@ -6,11 +6,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"thermite/internal/spawn"
 )
 
 // nsOf is the network namespace's inode of a path under /proc.
@@ -23,8 +24,9 @@ func nsOf(t *testing.T, path string) uint64 {
 	return st.Ino
 }
 
-// TestChildForkedIntoAgentNetNSAndNoThreadLeftThere: a child forked by
-// forkInNetNS is born in the agent's namespace, which has lo up and the
+// TestChildForkedIntoAgentNetNSAndNoThreadLeftThere: a command started
+// with the agent's namespace (spawn.Command.NetNS, as startCommand gives
+// it) runs in that namespace, which has lo up and the
 // proxy's listener alone; and no thread of the broker stays in that
 // namespace afterwards (a Go thread returned to the scheduler there would
 // start unrelated commands, or make the broker's own sockets, inside it).
@@ -45,8 +47,9 @@ func TestChildForkedIntoAgentNetNSAndNoThreadLeftThere(t *testing.T) {
 	}
 	for i := range 20 {
 		r, w, _ := os.Pipe()
-		pid, err := forkInNetNS(n.ns, func() (int, error) {
-			return syscall.ForkExec("/bin/sh", []string{"sh", "-c", "cat /proc/net/dev; readlink /proc/self/ns/net"}, &syscall.ProcAttr{Files: []uintptr{0, w.Fd(), 2}})
+		ch, err := spawn.Start(&spawn.Command{
+			Argv:  []string{"/bin/sh", "-c", "cat /proc/net/dev; readlink /proc/self/ns/net"},
+			Stdin: os.Stdin, Stdout: w, Stderr: os.Stderr, NetNS: n.ns, UID: 65534, GID: 65534,
 		})
 		w.Close()
 		if err != nil {
@@ -54,8 +57,8 @@ func TestChildForkedIntoAgentNetNSAndNoThreadLeftThere(t *testing.T) {
 		}
 		out, _ := io.ReadAll(r)
 		r.Close()
-		var ws syscall.WaitStatus
-		syscall.Wait4(pid, &ws, 0, nil)
+		ch.Wait()
+		unix.Close(ch.PIDFD)
 		got := string(out)
 		if want := fmt.Sprintf("net:[%d]", st.Ino); !strings.Contains(got, want) || !strings.Contains(got, "lo:") || strings.Contains(got, "eth") {
 			t.Fatalf("child %d: %q, want only lo and %s", i, got, want)
@@ -79,35 +82,4 @@ func TestChildForkedIntoAgentNetNSAndNoThreadLeftThere(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Errorf("threads %v are still in the agent's namespace, not the broker's %d", left, own)
-}
-
-// BenchmarkForkInNetNS compares a fork+exec of /bin/true into an agent's
-// namespace (a fresh locked thread that joins it, forks, and goes back)
-// with one in the broker's own: what egress mode adds to a command's start.
-func BenchmarkForkInNetNS(b *testing.B) {
-	if os.Geteuid() != 0 {
-		b.Skip("needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN) to make a network namespace")
-	}
-	n, err := newEgressNet(3128)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer n.close()
-	for _, c := range []struct {
-		name string
-		ns   *os.File
-	}{{"host", nil}, {"agent-netns", n.ns}} {
-		b.Run(c.name, func(b *testing.B) {
-			for range b.N {
-				pid, err := forkInNetNS(c.ns, func() (int, error) {
-					return syscall.ForkExec("/bin/true", []string{"true"}, &syscall.ProcAttr{})
-				})
-				if err != nil {
-					b.Fatal(err)
-				}
-				var ws syscall.WaitStatus
-				syscall.Wait4(pid, &ws, 0, nil)
-			}
-		})
-	}
 }

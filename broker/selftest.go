@@ -219,7 +219,7 @@ func (b *Broker) StartCanary(r roles.Role, gpus []int) (int, func(), error) {
 		inW.Close()
 		return 0, nil, err
 	}
-	ch, err := b.startShim(cmd, b.execSpec(cmd))
+	ch, err := b.startCommand(cmd)
 	cmd.release()
 	inR.Close()
 	if err != nil {

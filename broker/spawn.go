@@ -2,10 +2,12 @@ package broker
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"sort"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -34,11 +36,14 @@ type command struct {
 	cpus     cpuset.Set
 	rlimits  []spawn.Rlimit
 	landlock *os.File // the role's rule set, or nil
-	// unland lets go of landlock once the shim has it (or never will).
+	// unland lets go of landlock once the command has it (or never will).
 	unland  func()
 	groups  []int
 	seccomp *seccomp.Options // the role's system-call filter, or nil
 	cgroup  *cgroup.Group    // the role's cgroup, or nil where none is writable
+	// netns is a network namespace the command joins, or nil: its own
+	// namespace of the one it was started from.
+	netns *os.File
 	// inherit are descriptors the command keeps, from spawn.FDInherit on
 	// (the controller's bootstrap and API listener).
 	inherit []*os.File
@@ -46,34 +51,132 @@ type command struct {
 	// cardStops says which processes of other roles were stopped because
 	// they had a card this timed run holds open.
 	cardStops []string
-	// netns is the network namespace the command starts in (egress mode,
-	// netns.go), or nil for the broker's own.
-	netns *os.File
 }
 
-// child is a started command.
+// child is a started command, or a Go helper.
 type child struct {
 	pid     int
 	pidfd   int
 	started time.Time
 	exited  <-chan exit
-	execErr string // why the shim could not exec, if it could not
-	// execAt is the moment the shim called execve, in this process's
-	// clock, and shimUser and shimSys the shim's own CPU time until then;
-	// zero where the shim wrote no stamp.
-	execAt            time.Time
-	shimUser, shimSys int64
+	execErr string // why the command could not be exec'd, if it could not
+	// execAt is the moment the child called execve, in this process's
+	// clock, and startUser and startSys the child's own CPU time until
+	// then; zero where it wrote no stamp.
+	execAt              time.Time
+	startUser, startSys int64
+	// answer is what a Go helper (stop, held) reported.
+	answer string
 }
 
-// execSpec is the shim's spec for a prepared command.
-func (b *Broker) execSpec(c *command) *spawn.Spec {
-	return &spawn.Spec{Mode: spawn.ModeExec, Argv: c.argv, Env: c.env, CPUs: c.cpus, Rlimits: c.rlimits, Seccomp: c.seccomp}
+// filters holds every seccomp filter the broker has assembled, one per
+// option set: a filter depends on its options alone.
+var filters seccomp.Cache
+
+// startCommand starts a prepared command: spawn.Start's raw child takes on
+// its credentials and confinement and execs it, and this returns when it
+// has, or has failed at a stage (execErr says which, and the child has
+// exited 127). The reaper knows the child before it can be reaped.
+func (b *Broker) startCommand(c *command) (*child, error) {
+	sc, done, err := b.spawnCommand(c)
+	if err != nil {
+		return nil, fmt.Errorf("start %s: %w", c.role.Name, err)
+	}
+	defer done()
+	var sch *spawn.Child
+	var startErr error
+	started := time.Now()
+	pid, exited, err := b.reaper.fork(func() (int, error) {
+		sch, startErr = spawn.Start(sc)
+		if sch == nil {
+			return 0, startErr
+		}
+		return sch.PID, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("start %s: %w", c.role.Name, err)
+	}
+	// Anything of the role may change what it holds: no disk measure of
+	// it taken before is reused.
+	b.bumpRole(c.role.UID)
+	ch := &child{pid: pid, pidfd: sch.PIDFD, started: started, exited: exited}
+	if startErr != nil {
+		ch.execErr = startErr.Error()
+	}
+	if sch.Stamped {
+		ch.readStamp(sch.Stamp)
+	}
+	return ch, nil
 }
 
-// startShim forks `/proc/self/exe __spawn` as the role's user with its
+// spawnCommand is c as spawn.Start takes it: its filter from the cache,
+// its cgroup as a v2 directory (born in it) or v1 cgroup.procs files (the
+// child writes itself in before its exec). done closes what it opened.
+func (b *Broker) spawnCommand(c *command) (*spawn.Command, func(), error) {
+	sc := &spawn.Command{
+		Argv: c.argv, Env: c.env,
+		Stdin: c.stdio[0], Stdout: c.stdio[1], Stderr: c.stdio[2],
+		Inherit:  c.inherit,
+		Dir:      c.cwd,
+		Landlock: c.landlock,
+		NetNS:    c.netns,
+		UID:      c.role.UID, GID: c.role.GID, Groups: c.groups,
+		Rlimits: c.rlimits,
+		CPUs:    c.cpus,
+	}
+	done := func() {}
+	if c.seccomp != nil {
+		f, err := filters.Get(*c.seccomp)
+		if err != nil {
+			return nil, done, err
+		}
+		sc.Seccomp = f
+	}
+	if c.cgroup != nil {
+		fd, err := c.cgroup.FD()
+		switch {
+		case err == nil:
+			sc.UseCgroupDir, sc.CgroupDir = true, fd
+		case errors.Is(err, cgroup.ErrNoFD):
+			for _, d := range c.cgroup.Paths() {
+				f, err := os.OpenFile(filepath.Join(d, "cgroup.procs"), os.O_WRONLY, 0)
+				if err != nil {
+					closeAll(sc.CgroupProcs)
+					return nil, done, fmt.Errorf("cgroup: %w", err)
+				}
+				sc.CgroupProcs = append(sc.CgroupProcs, f)
+			}
+			done = func() { closeAll(sc.CgroupProcs) }
+		default:
+			return nil, done, err
+		}
+	}
+	if weaken.Enabled {
+		if weaken.Has("leak-fd") && c.cwd != nil {
+			// The test build's leak: the working folder's descriptor.
+			sc.Inherit = append(append([]*os.File(nil), c.inherit...), c.cwd)
+		}
+		if weaken.Has("cap-amb") {
+			sc.Weakened.AmbientCaps = []int{unix.CAP_CHOWN}
+		}
+		// The clock's test build slows the timed runs' starts only: the
+		// child is a vfork child, and the broker's starts wait on it.
+		sc.Weakened.SlowStart = weaken.Has(weaken.SlowShim) && c.role.Kind == roles.Timing
+	}
+	return sc, done, nil
+}
+
+func closeAll(fs []*os.File) {
+	for _, f := range fs {
+		f.Close()
+	}
+}
+
+// startHelper forks `/proc/self/exe __spawn` as the role's user with its
 // credentials, a new session and a pidfd, hands it the spec on a pipe and
-// waits until it has exec'd the command or said why it could not.
-func (b *Broker) startShim(c *command, spec *spawn.Spec) (*child, error) {
+// returns when it has answered (stop and held modes run Go code as the
+// role, which the raw child cannot).
+func (b *Broker) startHelper(c *command, spec *spawn.Spec) (*child, error) {
 	specR, specW, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -89,31 +192,13 @@ func (b *Broker) startShim(c *command, spec *spawn.Spec) (*child, error) {
 		c.stdio[0].Fd(), c.stdio[1].Fd(), c.stdio[2].Fd(),
 		specR.Fd(), repW.Fd(),
 	}
-	if c.cwd != nil {
-		files = append(files, c.cwd.Fd())
-	} else {
-		files = append(files, b.devnull.Fd())
-	}
-	if c.landlock != nil {
-		files = append(files, c.landlock.Fd())
-		spec.Landlock = true
-	}
-	if len(c.inherit) > 0 {
-		if c.landlock == nil {
-			files = append(files, b.devnull.Fd()) // FDLandlock's place
-		}
-		for i, f := range c.inherit {
-			files = append(files, f.Fd())
-			spec.Inherit = append(spec.Inherit, spawn.FDInherit+i)
-		}
-	}
 	groups := make([]uint32, len(c.groups))
 	for i, g := range c.groups {
 		groups[i] = uint32(g)
 	}
 	pidfd := -1
 	attr := &syscall.ProcAttr{
-		Env:   []string{}, // the shim's own environment is empty: the command's comes in the spec
+		Env:   []string{}, // the helper's own environment is empty
 		Files: files,
 		Sys: &syscall.SysProcAttr{
 			Credential: &syscall.Credential{Uid: uint32(c.role.UID), Gid: uint32(c.role.GID), Groups: groups},
@@ -121,26 +206,9 @@ func (b *Broker) startShim(c *command, spec *spawn.Spec) (*child, error) {
 			PidFD:      &pidfd,
 		},
 	}
-	cgFD := -1
-	if c.cgroup != nil && spec.Mode == spawn.ModeExec {
-		// cgroup v2: the child is born in its group (clone3 CLONE_INTO_CGROUP).
-		if fd, err := c.cgroup.FD(); err == nil {
-			cgFD = fd
-			attr.Sys.UseCgroupFD = true
-			attr.Sys.CgroupFD = fd
-		}
-	}
-	if weaken.Enabled && spec.Mode == spawn.ModeExec {
-		if weaken.Has("cap-amb") {
-			attr.Sys.AmbientCaps = []uintptr{unix.CAP_CHOWN}
-		}
-		spec.KeepFDs = weaken.Has("leak-fd")
-		spec.KeepCaps = weaken.Has("cap-amb")
-		spec.SlowStart = weaken.Has(weaken.SlowShim)
-	}
 	started := time.Now()
 	pid, exited, err := b.reaper.fork(func() (int, error) {
-		return forkInNetNS(c.netns, func() (int, error) { return syscall.ForkExec(b.exe, []string{"thermite", spawn.Arg}, attr) })
+		return syscall.ForkExec(b.exe, []string{"thermite", spawn.Arg}, attr)
 	})
 	repW.Close()
 	if err != nil {
@@ -148,8 +216,6 @@ func (b *Broker) startShim(c *command, spec *spawn.Spec) (*child, error) {
 	}
 	ch := &child{pid: pid, pidfd: pidfd, started: started, exited: exited}
 	if spec.Mode != spawn.ModeHeld {
-		// Anything of the role may change what it holds: no disk measure
-		// of it taken before is reused.
 		b.bumpRole(c.role.UID)
 	}
 	b.mu.Lock()
@@ -160,16 +226,6 @@ func (b *Broker) startShim(c *command, spec *spawn.Spec) (*child, error) {
 		delete(b.starting, pid)
 		b.mu.Unlock()
 	}()
-	if c.cgroup != nil && spec.Mode == spawn.ModeExec && cgFD < 0 {
-		// cgroup v1: the shim waits for its spec, so it is placed in its
-		// group before the command exists, never moved in after it ran.
-		if err := c.cgroup.Add(pid); err != nil {
-			unix.Kill(pid, unix.SIGKILL)
-			<-exited
-			ch.close()
-			return nil, fmt.Errorf("start %s: %w", c.role.Name, err)
-		}
-	}
 	data, _ := json.Marshal(spec)
 	if _, err := specW.Write(data); err != nil {
 		unix.Kill(pid, unix.SIGKILL)
@@ -178,28 +234,19 @@ func (b *Broker) startShim(c *command, spec *spawn.Spec) (*child, error) {
 		return nil, fmt.Errorf("start %s: spec: %w", c.role.Name, err)
 	}
 	specW.Close()
-	// The report pipe closes when the command is exec'd (close-on-exec), or
-	// carries the shim's reason when it could not be.
 	msg, _ := io.ReadAll(io.LimitReader(repR, 4096))
-	ch.execErr = ch.readStamp(string(msg))
+	ch.answer = string(msg)
 	return ch, nil
 }
 
-// readStamp takes the shim's stamp from its report and returns the rest.
-// The stamp's CLOCK_MONOTONIC time becomes a time.Time of this process by
-// the distance from now, so scheduling delays here do not move it.
-func (c *child) readStamp(msg string) string {
-	mono, user, sys, rest, ok := spawn.ParseStamp(msg)
-	if !ok {
-		return msg
+// readStamp takes the child's stamp: its CLOCK_MONOTONIC time becomes a
+// time.Time of this process by the distance from now, so scheduling delays
+// here do not move it.
+func (c *child) readStamp(s spawn.Stamp) {
+	if at, ok := s.StartedAt(); ok {
+		c.execAt = at
+		c.startUser, c.startSys = s.UserNS, s.SysNS
 	}
-	var ts unix.Timespec
-	now := time.Now()
-	if unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts) == nil && ts.Nano() >= mono {
-		c.execAt = now.Add(-time.Duration(ts.Nano() - mono))
-		c.shimUser, c.shimSys = user, sys
-	}
-	return rest
 }
 
 // release closes what a prepared command holds.
@@ -262,7 +309,7 @@ func (b *Broker) heldCPUs() cpuset.Set {
 // cancel closes), and fills in how it ended.
 func (b *Broker) runCommand(c *command, timeout time.Duration, cancel <-chan struct{}) (*rpc.RunResult, error) {
 	oomBefore := oomKills(c.cgroup)
-	ch, err := b.startShim(c, b.execSpec(c))
+	ch, err := b.startCommand(c)
 	if err != nil {
 		return nil, err
 	}
@@ -336,20 +383,20 @@ func (b *Broker) runCommand(c *command, timeout time.Duration, cancel <-chan str
 }
 
 // clock is what a command took: wall time from its execve to its exit,
-// and the CPU time of the command alone, without the shim's start (its Go
-// runtime, the spec, the filter) before the execve. Where the shim wrote
-// no stamp (it could not exec), from the fork, all of it.
+// and the CPU time of the command alone, without its start (credentials,
+// limits, the filter) before the execve. Where the child wrote no stamp
+// (it could not exec), from the clone, all of it.
 func clock(ch *child, e exit) (wall, user, sys int64) {
 	from := ch.started
 	if !ch.execAt.IsZero() {
 		from = ch.execAt
 	}
-	user = max(0, e.ru.Utime.Nano()-ch.shimUser)
-	sys = max(0, e.ru.Stime.Nano()-ch.shimSys)
+	user = max(0, e.ru.Utime.Nano()-ch.startUser)
+	sys = max(0, e.ru.Stime.Nano()-ch.startSys)
 	return max(0, e.at.Sub(from).Nanoseconds()), user, sys
 }
 
-// execError is a command the shim could not start.
+// execError is a command its child could not exec.
 type execError struct{ msg string }
 
 func (e *execError) Error() string { return e.msg }
@@ -363,7 +410,7 @@ func rlimitOf(rl []spawn.Rlimit, r int) uint64 {
 	return 0
 }
 
-// heldHelper runs the shim in held mode as the role's user: it sums what
+// heldHelper runs the Go helper in held mode as the role's user: it sums what
 // the user's processes keep in unlinked files (procs.HeldUnlinked). As the
 // user, it reads its own processes' descriptor tables without a
 // capability the broker does not keep (CAP_SYS_PTRACE). It holds the stop
@@ -386,23 +433,23 @@ func (b *Broker) heldHelper(r roles.Role) (procs.Held, error) {
 		}
 	}
 	b.mu.Unlock()
-	ch, err := b.startShim(c, spec)
+	ch, err := b.startHelper(c, spec)
 	if err != nil {
 		return procs.Held{}, fmt.Errorf("unlinked files of %s: %w", r.Name, err)
 	}
 	e := <-ch.exited
 	ch.close()
 	var h procs.Held
-	if _, serr := fmt.Sscanf(ch.execErr, "ok %d %d", &h.Bytes, &h.Files); serr == nil && e.ws.Exited() && e.ws.ExitStatus() == 0 {
+	if _, serr := fmt.Sscanf(ch.answer, "ok %d %d", &h.Bytes, &h.Files); serr == nil && e.ws.Exited() && e.ws.ExitStatus() == 0 {
 		return h, nil
 	}
 	if e.ws.Signaled() {
 		return h, fmt.Errorf("unlinked files of %s: the measure %s: %w", r.Name, describe(e.ws), procs.ErrHidden)
 	}
-	return h, fmt.Errorf("unlinked files of %s: %s", r.Name, ch.execErr)
+	return h, fmt.Errorf("unlinked files of %s: %s", r.Name, ch.answer)
 }
 
-// stopHelper runs the shim in stop mode as the role's user: kill(-1,
+// stopHelper runs the Go helper in stop mode as the role's user: kill(-1,
 // SIGKILL) until no process of that user is left, then every SysV IPC
 // object the user owns or made is removed. It returns how many
 // processes the helper saw when it began.
@@ -418,19 +465,19 @@ func (b *Broker) stopHelper(r roles.Role) (int, error) {
 		if weaken.Enabled {
 			spec.KeepIPC = weaken.Has(seccomp.WeakenSysVIPC)
 		}
-		ch, err := b.startShim(c, spec)
+		ch, err := b.startHelper(c, spec)
 		if err != nil {
 			return 0, err
 		}
 		e := <-ch.exited
 		ch.close()
 		var n int
-		if _, serr := fmt.Sscanf(ch.execErr, "ok %d", &n); serr == nil && e.ws.Exited() && e.ws.ExitStatus() == 0 {
+		if _, serr := fmt.Sscanf(ch.answer, "ok %d", &n); serr == nil && e.ws.Exited() && e.ws.ExitStatus() == 0 {
 			return n, nil
 		}
 		// Another process of the user may have killed the helper first;
 		// it is dead by now or dies in the next round.
-		lastErr = fmt.Errorf("stop %s: helper %s: %s", r.Name, describe(e.ws), ch.execErr)
+		lastErr = fmt.Errorf("stop %s: helper %s: %s", r.Name, describe(e.ws), ch.answer)
 	}
 	return 0, lastErr
 }

@@ -10,13 +10,14 @@ out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 run() { go test -run '^$' "$@" | tee -a "$out" >&2; }
 run -bench 'RunTrue|StopUser500|Fence|Policy|Selftest|API' -benchtime "${n}x" -timeout 60m ./cmd/thermite/
+run -bench 'Start' -benchtime "${n}x" -timeout 30m ./internal/spawn/
 run -bench 'TimingNoise' -benchtime 1x -timeout 30m ./cmd/thermite/
 run -bench 'SetIDSweep100k' -benchtime 10x -timeout 30m ./internal/confined/
 run -bench 'Hash1GiB' -benchtime 3x -timeout 30m ./internal/hashtree/
 awk '
 /^Benchmark/ {
 	name=$1; sub(/-[0-9]+$/, "", name); ns[name]=$3
-	for (i = 4; i < NF; i++) if ($(i+1) ~ /^(p50-µs|p99-µs|cv%-pinned|cv%-unpinned|MB\/s)$/) metric[name, $(i+1)] = $i
+	for (i = 4; i < NF; i++) if ($(i+1) ~ /^(p50-µs|p99-µs|cv%-pinned|cv%-unpinned|MB\/s|full\/exec|setpriv\/exec|broker-lane\/exec|run-as\/setpriv)$/) metric[name, $(i+1)] = $i
 }
 function row(label, a, b, aim) {
 	if ((a in ns) && (b in ns)) printf "%-52s %12.3f ms %12.3f ms %7.2fx   %s\n", label, ns[a]/1e6, ns[b]/1e6, ns[a]/ns[b], aim
@@ -27,9 +28,16 @@ function p50(label, a, b, aim) {
 }
 END {
 	printf "%-52s %15s %15s %8s   %s\n", "what (against its peer)", "thermite", "peer", "ratio", "aim"
-	row("Run /bin/true as a lane vs os/exec", "BenchmarkRunTrue/broker-lane", "BenchmarkRunTrue/exec", "<= 2x")
+	row("spawn.Start /bin/true, the full lane start vs os/exec", "BenchmarkStart/spawn-lane-full", "BenchmarkStart/exec", "<= 1.5x")
+	if (("BenchmarkStart/interleaved", "full/exec") in metric) printf "%-52s %28s %7.2fx   %s (setpriv %.2fx)\n", "  the same, taken in turn (medians)", "", metric["BenchmarkStart/interleaved", "full/exec"], "<= 1.5x", metric["BenchmarkStart/interleaved", "setpriv/exec"]
+	row("  setpriv --reuid /bin/true vs os/exec", "BenchmarkStart/setpriv", "BenchmarkStart/exec", "(peer)")
+	row("  bwrap --ro-bind / / /bin/true vs os/exec", "BenchmarkStart/bwrap", "BenchmarkStart/exec", "(peer)")
+	row("Run /bin/true as a lane (broker round trip) vs os/exec", "BenchmarkRunTrue/broker-lane", "BenchmarkRunTrue/exec", "<= 1.5x")
+	if (("BenchmarkRunTrue/interleaved", "broker-lane/exec") in metric) printf "%-52s %28s %7.2fx   %s (setpriv %.2fx)\n", "  the same, taken in turn (medians)", "", metric["BenchmarkRunTrue/interleaved", "broker-lane/exec"], "<= 1.5x", metric["BenchmarkRunTrue/interleaved", "setpriv/exec"]
 	row("setpriv --reuid /bin/true vs os/exec", "BenchmarkRunTrue/setpriv", "BenchmarkRunTrue/exec", "(peer)")
 	row("bwrap --ro-bind / / /bin/true vs os/exec", "BenchmarkRunTrue/bwrap", "BenchmarkRunTrue/exec", "(peer)")
+	row("thermite run-as lane-1 -- /bin/true vs setpriv", "BenchmarkRunTrue/run-as", "BenchmarkRunTrue/setpriv", "<= 1.5x")
+	if (("BenchmarkRunTrue/interleaved", "run-as/setpriv") in metric) printf "%-52s %28s %7.2fx   %s\n", "  the same, taken in turn (medians)", "", metric["BenchmarkRunTrue/interleaved", "run-as/setpriv"], "<= 1.5x"
 	row("Run with the GPU fence vs no rule set", "BenchmarkFence/fenced", "BenchmarkFence/unfenced", "< 1.10x")
 	row("Run with the full policy vs the fence only", "BenchmarkPolicy/full", "BenchmarkPolicy/fence-only", "< 1.25x")
 	row("set-id sweep, 100k files vs find -perm /6000", "BenchmarkSetIDSweep100k/thermite", "BenchmarkSetIDSweep100k/find", "<= 1.2x")

@@ -27,8 +27,10 @@ import (
 
 // BenchmarkRunTrue is the round trip of `/bin/true` as a lane through the
 // broker, beside the same program started directly with os/exec, through
-// setpriv (a uid switch) and through bwrap (namespaces), in one run.
-// scripts/bench.sh prints each as a ratio to os/exec.
+// setpriv (a uid switch) and through bwrap (namespaces), and `thermite
+// run-as lane-1 -- /bin/true` as an operator types it (the CLI's own start
+// included), in one run. scripts/bench.sh prints each as a ratio to
+// os/exec, and run-as to setpriv.
 func BenchmarkRunTrue(b *testing.B) {
 	r := testrig.New(b, testrig.Options{})
 	lane := r.Role("lane-1")
@@ -56,6 +58,50 @@ func BenchmarkRunTrue(b *testing.B) {
 		for i := 0; i < b.N; i++ {
 			if err := exec.Command("setpriv", "--reuid", uid, "--regid", uid, "--clear-groups", "/bin/true").Run(); err != nil {
 				b.Fatal(err)
+			}
+		}
+	})
+	// interleaved takes one of each in turn, so that a shared machine's
+	// drift falls on all alike, and reports the medians' ratios.
+	b.Run("interleaved", func(b *testing.B) {
+		uid := strconv.Itoa(lane.UID)
+		req := &rpc.Request{Op: rpc.OpRun, Run: &rpc.RunRequest{Role: "lane-1", Argv: []string{"/bin/true"}}}
+		var ex, br, sp, ra []int64
+		timed := func(into *[]int64, f func() error) {
+			t0 := time.Now()
+			if err := f(); err != nil {
+				b.Fatal(err)
+			}
+			*into = append(*into, time.Since(t0).Nanoseconds())
+		}
+		for i := 0; i < b.N; i++ {
+			timed(&ex, func() error { return exec.Command("/bin/true").Run() })
+			timed(&br, func() error {
+				resp, err := rpc.Call(r.Cfg.BrokerSocket(), req)
+				if err == nil && resp.Run.ExitCode != 0 {
+					err = fmt.Errorf("%+v", resp)
+				}
+				return err
+			})
+			timed(&sp, func() error {
+				return exec.Command("setpriv", "--reuid", uid, "--regid", uid, "--clear-groups", "/bin/true").Run()
+			})
+			timed(&ra, func() error {
+				if _, stderr, code := r.Thermite("run-as", "lane-1", "--", "/bin/true"); code != 0 {
+					return fmt.Errorf("run-as: exit %d: %s", code, stderr)
+				}
+				return nil
+			})
+		}
+		e, bl, s, a := medianNS(ex), medianNS(br), medianNS(sp), medianNS(ra)
+		b.ReportMetric(bl/e, "broker-lane/exec")
+		b.ReportMetric(s/e, "setpriv/exec")
+		b.ReportMetric(a/s, "run-as/setpriv")
+	})
+	b.Run("run-as", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			if _, stderr, code := r.Thermite("run-as", "lane-1", "--", "/bin/true"); code != 0 {
+				b.Fatalf("run-as: exit %d: %s", code, stderr)
 			}
 		}
 	})

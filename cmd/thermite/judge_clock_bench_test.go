@@ -13,7 +13,7 @@ import (
 
 // BenchmarkJudgeClock: the median wall time the judge path measures for a
 // trivial candidate (/bin/true as the timing user, through the broker's
-// shim and hold, from its execve to its exit), against the same program
+// start and hold, from its execve to its exit), against the same program
 // timed directly around a plain fork+exec+wait, in one run. judged/direct
 // near 1 or below means the clock counts the candidate, not the sandbox.
 func BenchmarkJudgeClock(b *testing.B) {

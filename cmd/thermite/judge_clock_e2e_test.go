@@ -11,10 +11,10 @@ import (
 	"thermite/internal/weaken"
 )
 
-// TestJudgeClockStartsAtExecve: in a test build whose shim spends 300 ms
+// TestJudgeClockStartsAtExecve: in a test build whose start spends 300 ms
 // of CPU and 300 ms asleep before each exec, a trivial candidate's every
 // repeat is measured from its execve: wall and CPU time both well under
-// the shim's 300 ms, stored per repeat, and given to the check (which
+// the start's 300 ms, stored per repeat, and given to the check (which
 // scores 0 unless it sees one wall time and one CPU time per repeat).
 func TestJudgeClockStartsAtExecve(t *testing.T) {
 	r := testrig.New(t, testrig.Options{Tags: "thermite_weaken", Env: []string{"THERMITE_WEAKEN=" + weaken.SlowShim}})
@@ -42,17 +42,17 @@ command = ["sh", "-c", "set -- $THERMITE_WALL_NS; w=$#; set -- $THERMITE_CPU_NS;
 	if tr.PublicScore == nil || *tr.PublicScore != 1 {
 		t.Fatalf("the check was not given a wall and a CPU time per repeat: %+v", tr)
 	}
-	// The control: the slow shim really ran before each repeat.
+	// The control: the slow start really ran before each repeat.
 	if took < 3*600*time.Millisecond {
-		t.Fatalf("judge time took %v for 3 repeats; the slow shim did not run", took)
+		t.Fatalf("judge time took %v for 3 repeats; the slow start did not run", took)
 	}
-	const shim = 300 * time.Millisecond
+	const slow = 300 * time.Millisecond
 	for i, rep := range tr.Repeats {
-		if rep.WallNS <= 0 || time.Duration(rep.WallNS) >= shim {
-			t.Errorf("repeat %d: wall %v, want from the candidate's execve (under the shim's %v)", i+1, time.Duration(rep.WallNS), shim)
+		if rep.WallNS <= 0 || time.Duration(rep.WallNS) >= slow {
+			t.Errorf("repeat %d: wall %v, want from the candidate's execve (under the start's %v)", i+1, time.Duration(rep.WallNS), slow)
 		}
-		if cpu := time.Duration(rep.UserNS + rep.SysNS); cpu >= shim {
-			t.Errorf("repeat %d: CPU %v, want the candidate's alone (under the shim's %v)", i+1, cpu, shim)
+		if cpu := time.Duration(rep.UserNS + rep.SysNS); cpu >= slow {
+			t.Errorf("repeat %d: CPU %v, want the candidate's alone (under the start's %v)", i+1, cpu, slow)
 		}
 	}
 	if len(tr.Repeats) != 3 {

@@ -1,8 +1,13 @@
-// Package spawn is the shim between the broker's fork and a role's command.
-// The broker starts `/proc/self/exe __spawn` already as the role's user
-// (fork with credentials); the shim reads its spec from an inherited pipe,
-// locks itself down, and execs the command. The same shim, in stop mode,
-// is the helper that ends every process of a role's user.
+// Package spawn starts a role's commands. Start is the spawn boundary for
+// every command: one raw child between clone and execve takes on the
+// command's credentials, limits, affinity, Landlock domain, descriptors
+// and seccomp filter with system calls alone, and reports a stamp (or the
+// stage it failed at) in binary on a pipe. No second runtime runs as the
+// role before the command.
+//
+// The Go helper (Main, `thermite __spawn`) remains for the two jobs that
+// run Go code as the role's user: stop mode ends every process of the
+// user, held mode measures what its processes keep in unlinked files.
 package spawn
 
 import (
@@ -10,32 +15,26 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"runtime"
-	"strings"
 	"time"
 
-	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
 	"golang.org/x/sys/unix"
 
 	"thermite/internal/caps"
 	"thermite/internal/procs"
-	"thermite/internal/seccomp"
 	"thermite/internal/sysvipc"
 	"thermite/internal/weaken"
 )
 
-// Arg is the hidden subcommand that runs the shim.
+// Arg is the hidden subcommand that runs the Go helper.
 const Arg = "__spawn"
 
-// The descriptors the shim inherits, after stdin, stdout and stderr.
+// The descriptors the helper inherits, after stdin, stdout and stderr.
 const (
-	FDSpec     = 3 // the spec, JSON, on a pipe the broker closes after writing
-	FDReport   = 4 // the shim writes a failure here; exec closes it on success
-	FDCwd      = 5 // the working folder, opened by the broker beneath scratch
-	FDLandlock = 6 // the role's Landlock rule set, when there is one
+	FDSpec   = 3 // the spec, JSON, on a pipe the broker closes after writing
+	FDReport = 4 // the helper writes its answer or why it failed here
 	// FDInherit is the first descriptor a command may be handed to keep
-	// (Spec.Inherit): the controller's bootstrap and API listener.
+	// (Command.Inherit): the controller's bootstrap and API listener.
 	FDInherit = 7
 )
 
@@ -46,92 +45,37 @@ type Rlimit struct {
 	Max      uint64 `json:"max"`
 }
 
-// Modes of the shim.
+// Modes of the helper.
 const (
-	ModeExec = "exec"
+	// ModeStop ends every process of the user and removes its SysV IPC
+	// objects, and reports "ok N".
 	ModeStop = "stop"
 	// ModeHeld measures what the user's processes keep in unlinked files
 	// (procs.HeldUnlinked) and reports "ok BYTES FILES".
 	ModeHeld = "held"
 )
 
-// Spec is everything the shim does, in order.
+// Spec is what the helper does.
 type Spec struct {
-	Mode     string   `json:"mode"`
-	Argv     []string `json:"argv,omitempty"`
-	Env      []string `json:"env,omitempty"`
-	CPUs     []int    `json:"cpus,omitempty"`
-	Rlimits  []Rlimit `json:"rlimits,omitempty"`
-	Landlock bool     `json:"landlock,omitempty"`
+	Mode string `json:"mode"`
+	CPUs []int  `json:"cpus,omitempty"`
 	// StopTimeoutMS bounds the stop loop.
 	StopTimeoutMS int64 `json:"stop_timeout_ms,omitempty"`
-	// Seccomp is the command's system-call filter, installed last.
-	Seccomp *seccomp.Options `json:"seccomp,omitempty"`
-	// Inherit lists descriptors, each FDInherit or above, that the command
-	// keeps across the exec: the controller's bootstrap pipe and listener.
-	Inherit []int `json:"inherit,omitempty"`
-	// KeepFDs leaves a descriptor open across the exec; only a
-	// thermite_weaken test build honours it.
-	KeepFDs bool `json:"keep_fds,omitempty"`
 	// KeepIPC leaves the stopped user's SysV IPC objects; only a
 	// thermite_weaken test build honours it.
 	KeepIPC bool `json:"keep_ipc,omitempty"`
 	// SkipPIDs are processes the held mode passes over: the broker's own
 	// thermite commands (procs.HeldUnlinked).
 	SkipPIDs []int `json:"skip_pids,omitempty"`
-	// KeepCaps leaves the inheritable (and so the ambient) set as the
-	// broker's fork left it; only a thermite_weaken build honours it.
-	KeepCaps bool `json:"keep_caps,omitempty"`
-	// SlowStart makes the shim spend CPU time and wall time before its
-	// exec; only a thermite_weaken build honours it (the clock's test).
-	SlowStart bool `json:"slow_start,omitempty"`
 }
 
-// StampPrefix starts the line the shim writes on FDReport just before it
-// execs: "stamp MONO_NS USER_NS SYS_NS", the CLOCK_MONOTONIC time and the
-// shim's own CPU time until then. A reason it could not exec may follow.
-const StampPrefix = "stamp "
-
-// stamp writes the clock's start on the report pipe.
-func stamp(report *os.File) {
-	var ts unix.Timespec
-	var ru unix.Rusage
-	unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
-	unix.Getrusage(unix.RUSAGE_SELF, &ru)
-	fmt.Fprintf(report, "%s%d %d %d\n", StampPrefix, ts.Nano(), ru.Utime.Nano(), ru.Stime.Nano())
-}
-
-// ParseStamp splits what a shim wrote on FDReport into its stamp (ok
-// false when there is none) and the rest, a reason it could not exec.
-func ParseStamp(msg string) (monoNS, userNS, sysNS int64, rest string, ok bool) {
-	line, after, found := strings.Cut(msg, "\n")
-	if !found || !strings.HasPrefix(line, StampPrefix) {
-		return 0, 0, 0, msg, false
-	}
-	if _, err := fmt.Sscanf(line[len(StampPrefix):], "%d %d %d", &monoNS, &userNS, &sysNS); err != nil {
-		return 0, 0, 0, msg, false
-	}
-	return monoNS, userNS, sysNS, after, true
-}
-
-// slowStart spends about 300 ms of CPU time and 300 ms asleep: a start
-// that a clock counting the shim would see.
-func slowStart() {
-	end := time.Now().Add(300 * time.Millisecond)
-	for n := 0; time.Now().Before(end); n++ {
-		_ = n * n
-	}
-	time.Sleep(300 * time.Millisecond)
-}
-
-// Main is the shim. It never returns: it execs the command, or reports on
-// FDReport and exits 127.
+// Main is the helper. It never returns: it reports on FDReport and exits,
+// 0 when it did its job, 127 when it could not.
 func Main() {
-	// A shim is not dumpable, so that no other process of the role can
-	// ptrace it or read its memory while it holds the spec.
+	// The helper is not dumpable, so that no other process of the role
+	// can ptrace it or read its memory.
 	unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
-	// Affinity, no_new_privs and the Landlock domain are per thread, and
-	// execve keeps those of the thread that calls it: all on this one.
+	// Affinity is per thread: the measure runs on the thread it pinned.
 	runtime.LockOSThread()
 	report := os.NewFile(FDReport, "report")
 	fail := func(stage string, err error) {
@@ -187,108 +131,9 @@ func Main() {
 		}
 		fmt.Fprintf(report, "ok %d %d", h.Bytes, h.Files)
 		os.Exit(0)
-	case ModeExec:
 	default:
 		fail("spec", fmt.Errorf("unknown mode %q", s.Mode))
 	}
-	if len(s.Argv) == 0 {
-		fail("spec", fmt.Errorf("empty argv"))
-	}
-	if err := pinCPUs(s.CPUs); err != nil {
-		fail("affinity", err)
-	}
-	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		fail("no_new_privs", err)
-	}
-	// The broker clears it on its threads; this is the exec'ing thread's
-	// own, for a build where it could not. Lowering inheritable also
-	// lowers the ambient set.
-	if !(weaken.Enabled && s.KeepCaps) {
-		if err := caps.ClearInheritable(); err != nil {
-			fail("capabilities", err)
-		}
-	}
-	if s.Landlock {
-		if err := llsys.LandlockRestrictSelf(FDLandlock, 0); err != nil {
-			fail("landlock", err)
-		}
-	}
-	if err := unix.Fchdir(FDCwd); err != nil {
-		fail("cwd", err)
-	}
-	// The broker works with umask 077; a role's command gets the usual 022
-	// (its own folders are 0700 whatever it makes in them).
-	unix.Umask(0o022)
-	path, err := lookPath(s.Argv[0], s.Env)
-	if err != nil {
-		fail("exec", err)
-	}
-	// The process limit goes last: it counts every task of the user, and
-	// the shim's own runtime threads must exist before it bites.
-	var nproc *Rlimit
-	for i := range s.Rlimits {
-		r := &s.Rlimits[i]
-		if r.Resource == unix.RLIMIT_NPROC {
-			nproc = r
-			continue
-		}
-		if err := unix.Setrlimit(r.Resource, &unix.Rlimit{Cur: r.Cur, Max: r.Max}); err != nil {
-			fail(fmt.Sprintf("rlimit %d", r.Resource), err)
-		}
-	}
-	if nproc != nil {
-		if err := unix.Setrlimit(nproc.Resource, &unix.Rlimit{Cur: nproc.Cur, Max: nproc.Max}); err != nil {
-			fail("rlimit nproc", err)
-		}
-	}
-	// Nothing but stdio survives the exec, whatever the runtime opened.
-	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
-		fail("close_range", err)
-	}
-	for _, fd := range s.Inherit {
-		if fd < FDInherit {
-			fail("inherit", fmt.Errorf("descriptor %d is the shim's own", fd))
-		}
-		if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, 0); err != nil {
-			fail("inherit", fmt.Errorf("descriptor %d: %w", fd, err))
-		}
-	}
-	if weaken.Enabled && s.KeepFDs {
-		// The test build's leak: the working folder's descriptor.
-		unix.FcntlInt(FDCwd, unix.F_SETFD, 0)
-	}
-	// The filter goes last: nothing the shim does after it is filtered,
-	// and execve keeps it on this thread.
-	if s.Seccomp != nil {
-		if err := seccomp.Install(*s.Seccomp); err != nil {
-			fail("seccomp", err)
-		}
-	}
-	if weaken.Enabled && s.SlowStart {
-		slowStart()
-	}
-	// The clock's start: the moment before execve, and the CPU time the
-	// shim spent so far, so the broker counts the command alone.
-	stamp(report)
-	err = unix.Exec(path, s.Argv, s.Env)
-	fail("exec", fmt.Errorf("%s: %w", s.Argv[0], err))
-}
-
-// lookPath finds argv[0] the way a shell would, in the command's own PATH.
-func lookPath(name string, env []string) (string, error) {
-	if strings.Contains(name, "/") {
-		return name, nil
-	}
-	for _, kv := range env {
-		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
-			os.Setenv("PATH", v)
-		}
-	}
-	p, err := exec.LookPath(name)
-	if err != nil {
-		return "", fmt.Errorf("%s: not found in PATH", name)
-	}
-	return p, nil
 }
 
 // unprivileged checks that this process is a plain user with no

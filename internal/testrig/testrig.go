@@ -217,6 +217,14 @@ closed_tmp = [%q, %q, %q]
 // reserveDir holds one marker per uid range a running test holds.
 const reserveDir = "/run/thermite-testrig"
 
+// FreeUIDs reserves a range of 500 user and group ids that nothing on the
+// machine uses, for the length of the test, and returns its base: for
+// tests that start processes under ids no user needs to exist for.
+func FreeUIDs(t testing.TB) int {
+	_, base := freeIDs(t)
+	return base
+}
+
 // freeIDs picks a role prefix and a uid base that nothing on the machine
 // uses: no user or group id in [base, base+500).
 func freeIDs(t testing.TB) (string, int) {

@@ -16,8 +16,9 @@ const (
 	// AdvisoryCPUs holds judge CPUs by request only, as before issue 12:
 	// no cpuset is narrowed or widened for a timed run.
 	AdvisoryCPUs = "advisory-cpus"
-	// SlowShim makes the shim spend 300 ms of CPU and 300 ms asleep before
-	// its exec, so a test sees whether the judge's clock counts the shim.
+	// SlowShim makes a timed run's start spend 300 ms of CPU and 300 ms
+	// asleep before its exec, so a test sees whether the judge's clock
+	// counts the start.
 	SlowShim = "slow-shim"
 	// SharedHeldCard leaves a held card's node in its GPU group and its
 	// holders running, as before issue 12.
