@@ -424,6 +424,9 @@ func printStatus(s *rpc.Status) {
 	fmt.Fprintf(w, "controller\t%s\n", ctl)
 	fmt.Fprintf(w, "landlock\tABI %d\n", s.LandlockABI)
 	fmt.Fprintf(w, "cgroup\t%s\n", s.Cgroup)
+	if s.DiskCheck != "" {
+		fmt.Fprintf(w, "disk check\t%s\n", s.DiskCheck)
+	}
 	for _, l := range s.Without {
 		fmt.Fprintf(w, "without\t%s\n", l)
 	}

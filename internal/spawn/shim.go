@@ -79,6 +79,9 @@ type Spec struct {
 	// SkipPIDs are processes the held mode passes over: the broker's own
 	// thermite commands (procs.HeldUnlinked).
 	SkipPIDs []int `json:"skip_pids,omitempty"`
+	// SkipDev is a file system the held mode passes over (st_dev): one
+	// whose user quota already counts its unlinked files.
+	SkipDev uint64 `json:"skip_dev,omitempty"`
 	// KeepCaps leaves the inheritable (and so the ambient) set as the
 	// broker's fork left it; only a thermite_weaken build honours it.
 	KeepCaps bool `json:"keep_caps,omitempty"`
@@ -181,7 +184,7 @@ func Main() {
 		for _, p := range s.SkipPIDs {
 			skip[p] = true
 		}
-		h, err := procs.HeldUnlinked("/proc", os.Getuid(), skip)
+		h, err := procs.HeldUnlinkedExcept("/proc", os.Getuid(), skip, s.SkipDev)
 		if err != nil {
 			fail("held", err)
 		}
