@@ -18,7 +18,7 @@ import (
 // accounting on: tmpfs with usrquota (Linux 6.6+ with CONFIG_TMPFS_QUOTA),
 // else a loop-mounted ext4 image made with the quota feature (needs
 // CONFIG_QFMT_V2). Where neither mounts, the test skips, naming both.
-func mountWithUserQuotas(t *testing.T, dir string, sizeMB int) string {
+func mountWithUserQuotas(t testing.TB, dir string, sizeMB int) string {
 	t.Helper()
 	err := unix.Mount("tmpfs", dir, "tmpfs", 0, "usrquota,size="+itoa(sizeMB)+"m,mode=0755")
 	if err == nil {
