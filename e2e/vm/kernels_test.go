@@ -34,8 +34,8 @@ type vmResult struct {
 		EndReason string  `json:"end_reason"`
 		Seconds   float64 `json:"seconds"`
 	} `json:"quota"`
-	Errors        []string  `json:"errors"`
-	Seconds       float64   `json:"scenario_seconds"`
+	Errors  []string `json:"errors"`
+	Seconds float64  `json:"scenario_seconds"`
 }
 
 // riginit's limits: 64 tasks and 128 MiB per role's cgroup, RLIMIT_NPROC

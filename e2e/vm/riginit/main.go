@@ -61,13 +61,13 @@ type Result struct {
 	// StopCgroupMS and StopHelperMS are `thermite stop lane-1` of 50
 	// sleeping processes, with the role's cgroup (cgroup.kill, then the
 	// helper) and with cgroups off (the helper alone), in milliseconds.
-	StopCgroupMS   []float64 `json:"stop_cgroup_ms,omitempty"`
-	StopHelperMS   []float64 `json:"stop_helper_ms,omitempty"`
+	StopCgroupMS []float64 `json:"stop_cgroup_ms,omitempty"`
+	StopHelperMS []float64 `json:"stop_helper_ms,omitempty"`
 	// Quota is the quota path's case (thermite.quota=1): scratch on an
 	// ext4 with user quotas, one more start of the rig.
-	Quota  *QuotaResult `json:"quota,omitempty"`
-	Errors         []string  `json:"errors,omitempty"`
-	ScenarioSecond float64   `json:"scenario_seconds"`
+	Quota          *QuotaResult `json:"quota,omitempty"`
+	Errors         []string     `json:"errors,omitempty"`
+	ScenarioSecond float64      `json:"scenario_seconds"`
 }
 
 func main() {
