@@ -2,6 +2,7 @@ package broker
 
 import (
 	"errors"
+	"fmt"
 	"os"
 
 	"golang.org/x/sys/unix"
@@ -44,6 +45,13 @@ type quotaState struct {
 func (b *Broker) probeQuota() {
 	q := &quotaState{retired: map[string]map[int]quota.Usage{}, charged: map[int]quota.Usage{}, removing: map[int]int{}}
 	fs, err := quota.Probe(b.cfg.ScratchDir())
+	if err == nil {
+		// A role's quota is read as the role's user, on a thread of its own.
+		if _, rerr := fs.Of(b.table.Controller().UID); rerr != nil {
+			fs.Close()
+			fs, err = nil, fmt.Errorf("%s: reading a role's user quota: %w", b.cfg.ScratchDir(), rerr)
+		}
+	}
 	if err != nil {
 		q.why = err.Error()
 		b.log.Info("disk check: walk (no user quotas on scratch's file system)", "why", q.why)

@@ -32,6 +32,7 @@ type vmResult struct {
 		DiskCheck string  `json:"disk_check"`
 		KeptBytes int64   `json:"kept_bytes"`
 		EndReason string  `json:"end_reason"`
+		DiskError string  `json:"disk_error"`
 		Seconds   float64 `json:"seconds"`
 	} `json:"quota"`
 	Errors  []string `json:"errors"`
@@ -129,7 +130,7 @@ func TestRigOnKernelsAndCgroupSetups(t *testing.T) {
 			t.Errorf("status's disk check on an ext4 with user quotas: %q, want the quota path", q.DiskCheck)
 		}
 		if q.KeptBytes < 0 || q.KeptBytes >= 40<<20 {
-			t.Errorf("trial two's measure %d bytes: want measured, and the 40 MiB trial one's kept folder holds not counted", q.KeptBytes)
+			t.Errorf("trial two's measure %d bytes (%s): want measured, and the 40 MiB trial one's kept folder holds not counted", q.KeptBytes, q.DiskError)
 		}
 		if !strings.HasPrefix(q.EndReason, "over its disk limit: ") || !strings.Contains(q.EndReason, "of 64 MiB") || !strings.Contains(q.EndReason, "user quota") {
 			t.Errorf("100 MiB unlinked and open against a 64 MiB cap: end reason %q, want the cap's message naming the quota", q.EndReason)

@@ -77,3 +77,36 @@ func TestOfCountsAUsersFilesAndUnlinkedOpenOnes(t *testing.T) {
 		t.Fatalf("uid %d's 4 MiB file, unlinked and open: quota grew by %+v", uid, got)
 	}
 }
+
+// Of reads another user's quota on a thread whose effective uid is that
+// user's for the one call; every thread of the process is root's after.
+func TestOfLeavesEveryThreadRoot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: it changes one thread's effective uid")
+	}
+	dir, err := os.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dir.Close()
+	fs := &FS{dir: dir, Source: "test"}
+	for i := 0; i < 50; i++ {
+		// Quotas are off here: the answer is an error, the path the same.
+		fs.Of(65534)
+	}
+	tasks, _ := os.ReadDir("/proc/self/task")
+	for _, tk := range tasks {
+		data, err := os.ReadFile("/proc/self/task/" + tk.Name() + "/status")
+		if err != nil {
+			continue
+		}
+		for _, l := range strings.Split(string(data), "\n") {
+			if strings.HasPrefix(l, "Uid:") && strings.Join(strings.Fields(l)[1:], " ") != "0 0 0 0" {
+				t.Fatalf("thread %s after Of: %s", tk.Name(), l)
+			}
+			if strings.HasPrefix(l, "CapEff:") && strings.Fields(l)[1] == "0000000000000000" {
+				t.Fatalf("thread %s lost its capabilities after Of: %s", tk.Name(), l)
+			}
+		}
+	}
+}

@@ -22,6 +22,7 @@ type QuotaResult struct {
 	// left 40 MiB in its kept (retired) folder.
 	KeptBytes int64   `json:"kept_bytes"`
 	EndReason string  `json:"end_reason"` // trial two's, after 100 MiB unlinked and open
+	DiskError string  `json:"disk_error,omitempty"` // why trial two was not measured, if it was not
 	Seconds   float64 `json:"seconds"`
 }
 
@@ -98,12 +99,18 @@ func quotaCase(base string, errf func(string, ...any)) (*QuotaResult, *exec.Cmd)
 	}
 	q.KeptBytes = -1
 	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		if n, ok := trialDisk(two); ok {
+		n, ok, why := trialDisk(two)
+		if ok {
 			q.KeptBytes = n
 			break
 		}
+		q.DiskError = why
 	}
-	fmt.Printf("RIG: quota: trial two's first measure, after trial one kept 40 MiB: %d bytes\n", q.KeptBytes)
+	fmt.Printf("RIG: quota: trial two's first measure, after trial one kept 40 MiB: %d bytes %s\n", q.KeptBytes, q.DiskError)
+	if q.KeptBytes < 0 {
+		errf("quota: trial two was not measured: %s", q.DiskError)
+		return q, broker
+	}
 	if out, err := run(bin, "trial", "exec", two, "--", "sh", "-c",
 		`setsid -f sh -c 'exec 3>big && rm big && head -c 104857600 /dev/zero >&3 && exec sleep 600' </dev/null >/dev/null 2>&1`); err != nil {
 		errf("quota: trial exec: %v: %s", err, out)
@@ -137,23 +144,25 @@ func trialStart(errf func(string, ...any)) (string, bool) {
 	return tr.ID, true
 }
 
-// trialDisk is an open trial's last disk measure, once it has one.
-func trialDisk(id string) (int64, bool) {
+// trialDisk is an open trial's last disk measure, once it has one, or why
+// its measure failed.
+func trialDisk(id string) (int64, bool, string) {
 	out, _ := run(bin, "trial", "list", "--json")
 	var list []struct {
 		ID   string `json:"id"`
 		Disk *struct {
 			Bytes   int64  `json:"bytes"`
 			Checked string `json:"checked"`
+			Error   string `json:"error"`
 		} `json:"disk"`
 	}
 	json.Unmarshal(out, &list)
 	for _, t := range list {
-		if t.ID == id && t.Disk != nil && t.Disk.Checked != "" {
-			return t.Disk.Bytes, true
+		if t.ID == id && t.Disk != nil {
+			return t.Disk.Bytes, t.Disk.Checked != "", t.Disk.Error
 		}
 	}
-	return 0, false
+	return 0, false, ""
 }
 
 // loadModule loads one kernel module; one already there is fine.
