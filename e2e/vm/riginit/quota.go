@@ -21,7 +21,7 @@ type QuotaResult struct {
 	// KeptBytes is trial two's first measure on the lane whose trial one
 	// left 40 MiB in its kept (retired) folder.
 	KeptBytes int64   `json:"kept_bytes"`
-	EndReason string  `json:"end_reason"` // trial two's, after 100 MiB unlinked and open
+	EndReason string  `json:"end_reason"`           // trial two's, after 100 MiB unlinked and open
 	DiskError string  `json:"disk_error,omitempty"` // why trial two was not measured, if it was not
 	Seconds   float64 `json:"seconds"`
 }
