@@ -354,7 +354,7 @@ func statusCmd() *cobra.Command {
 				printStatus(st)
 				if st.ControllerUp {
 					var ts []controller.TrialStatus
-					if err := ctlCallWithin(cfg, 5*time.Second, "GET", "/v1/trials", nil, &ts); err == nil {
+					if err := ctlCallWithin(cfg, 5*time.Second, "GET", "/v1/trials?state=open", nil, &ts); err == nil {
 						fmt.Println(diskIntervals(ts, cfg.Trial.DiskCheck.Duration))
 						diskAlerts(os.Stdout, ts, cfg.Trial.DiskCheck.Duration)
 					}
