@@ -61,7 +61,7 @@ var (
 	// removed (id -> nothing): what retention and `status` look at, so
 	// their cost follows what the rig keeps, not its whole history.
 	tKept = table{"", []byte("kept_trials")}
-	tMeta      = table{"", []byte("meta")}
+	tMeta = table{"", []byte("meta")}
 )
 
 // exportTables is Export's allow-list, in output order. A table is
