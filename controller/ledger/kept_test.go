@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"fmt"
 	"testing"
 
 	bolt "go.etcd.io/bbolt"
@@ -64,4 +65,38 @@ func TestKeptIndexBuiltForAnOlderLedger(t *testing.T) {
 	if err != nil || len(kept) != 1 || kept[0].ID != "a" {
 		t.Fatalf("kept trials after the upgrade: %v %v, want [a]", ids(kept), err)
 	}
+}
+
+// BenchmarkRetentionTick is what one retention tick reads from a ledger of
+// 10,000 trials of which 100 are kept: the kept index against every trial
+// (what the tick read before the index).
+//
+//	go test ./controller/ledger -run '^$' -bench RetentionTick
+func BenchmarkRetentionTick(b *testing.B) {
+	l, _ := openTemp(b)
+	if err := l.PutRun(Run{ID: "r", Created: at}); err != nil {
+		b.Fatal(err)
+	}
+	for i := 0; i < 10000; i++ {
+		id := fmt.Sprintf("t%05d", i)
+		l.StartTrial(trial(id, "r", 1, "tok-"+id))
+		l.EndTrial(id, "done", at)
+		if i < 9900 {
+			l.TrialRemoved(id, at)
+		}
+	}
+	b.Run("kept-index", func(b *testing.B) {
+		for b.Loop() {
+			if ts, err := l.KeptTrials(); err != nil || len(ts) != 100 {
+				b.Fatal(len(ts), err)
+			}
+		}
+	})
+	b.Run("every-trial", func(b *testing.B) {
+		for b.Loop() {
+			if ts, err := l.Trials(); err != nil || len(ts) != 10000 {
+				b.Fatal(len(ts), err)
+			}
+		}
+	})
 }

@@ -58,7 +58,7 @@ var (
 	// Internal tables: never exported (derived or bookkeeping only).
 	tOpenLanes = table{"", []byte("open_lanes")} // lane number -> open trial id
 	// tKept indexes the trials that ended and whose folder is not yet
-	// removed (id -> nothing): what retention and `status` look at, so
+	// removed (id -> "1"): what retention and `status` look at, so
 	// their cost follows what the rig keeps, not its whole history.
 	tKept = table{"", []byte("kept_trials")}
 	tMeta = table{"", []byte("meta")}
