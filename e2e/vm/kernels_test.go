@@ -29,11 +29,12 @@ type vmResult struct {
 	StopCgroupMS  []float64 `json:"stop_cgroup_ms"`
 	StopHelperMS  []float64 `json:"stop_helper_ms"`
 	Quota         *struct {
-		DiskCheck string  `json:"disk_check"`
-		KeptBytes int64   `json:"kept_bytes"`
-		EndReason string  `json:"end_reason"`
-		DiskError string  `json:"disk_error"`
-		Seconds   float64 `json:"seconds"`
+		DiskCheck  string  `json:"disk_check"`
+		KeptBytes  int64   `json:"kept_bytes"`
+		AfterPrune int64   `json:"after_prune"`
+		EndReason  string  `json:"end_reason"`
+		DiskError  string  `json:"disk_error"`
+		Seconds    float64 `json:"seconds"`
 	} `json:"quota"`
 	Errors  []string `json:"errors"`
 	Seconds float64  `json:"scenario_seconds"`
@@ -134,6 +135,9 @@ func TestRigOnKernelsAndCgroupSetups(t *testing.T) {
 		}
 		if !strings.HasPrefix(q.EndReason, "over its disk limit: ") || !strings.Contains(q.EndReason, "of 64 MiB") || !strings.Contains(q.EndReason, "user quota") {
 			t.Errorf("100 MiB unlinked and open against a 64 MiB cap: end reason %q, want the cap's message naming the quota", q.EndReason)
+		}
+		if q.AfterPrune < 8<<20 || q.AfterPrune >= 40<<20 {
+			t.Errorf("after the prune, trial three with 8 MiB written measured %d bytes: want the 8 MiB counted (the kept folders' shares given back) and nothing of theirs", q.AfterPrune)
 		}
 		t.Logf("quota case (%.1f s): %s; trial two at first %d bytes; %q", q.Seconds, q.DiskCheck, q.KeptBytes, q.EndReason)
 	})

@@ -20,10 +20,13 @@ type QuotaResult struct {
 	DiskCheck string `json:"disk_check"` // status's disk check line
 	// KeptBytes is trial two's first measure on the lane whose trial one
 	// left 40 MiB in its kept (retired) folder.
-	KeptBytes int64   `json:"kept_bytes"`
-	EndReason string  `json:"end_reason"`           // trial two's, after 100 MiB unlinked and open
-	DiskError string  `json:"disk_error,omitempty"` // why trial two was not measured, if it was not
-	Seconds   float64 `json:"seconds"`
+	KeptBytes int64 `json:"kept_bytes"`
+	// AfterPrune is trial three's measure once the kept folders are
+	// removed and it wrote 8 MiB: their shares given back, it counts.
+	AfterPrune int64   `json:"after_prune"`
+	EndReason  string  `json:"end_reason"`           // trial two's, after 100 MiB unlinked and open
+	DiskError  string  `json:"disk_error,omitempty"` // why trial two was not measured, if it was not
+	Seconds    float64 `json:"seconds"`
 }
 
 // modulesDir holds the modules kernels.sh packs for this case, and their
@@ -129,6 +132,27 @@ func quotaCase(base string, errf func(string, ...any)) (*QuotaResult, *exec.Cmd)
 		}
 	}
 	fmt.Printf("RIG: quota: trial two ended: %q\n", q.EndReason)
+	if out, err := run(bin, "trial", "prune"); err != nil {
+		errf("quota: trial prune: %v: %s", err, out)
+		return q, broker
+	}
+	three, ok := trialStart(errf)
+	if !ok {
+		return q, broker
+	}
+	if out, err := run(bin, "trial", "exec", three, "--", "sh", "-c", "head -c 8388608 /dev/zero > eight && sync"); err != nil {
+		errf("quota: trial exec: %v: %s", err, out)
+	}
+	q.AfterPrune = -1
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		if n, ok, _ := trialDisk(three); ok && n >= 8<<20 {
+			q.AfterPrune = n
+			break
+		} else if ok {
+			q.AfterPrune = n
+		}
+	}
+	fmt.Printf("RIG: quota: after the prune, trial three with 8 MiB written: %d bytes\n", q.AfterPrune)
 	return q, broker
 }
 
