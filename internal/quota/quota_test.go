@@ -110,3 +110,29 @@ func TestOfLeavesEveryThreadRoot(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkOf is one role's read on the quota path: a thread whose
+// effective uid is the role's for one quotactl_fd. Where the folder's file
+// system has no user quotas the kernel answers ESRCH after the same
+// permission check and lookup of the super block; with quotas it also
+// copies the user's cached dquot.
+//
+//	go test ./internal/quota -run '^$' -bench Of
+func BenchmarkOf(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("needs root: it changes one thread's effective uid")
+	}
+	dir, err := os.Open(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer dir.Close()
+	fs := &FS{dir: dir, Source: "bench"}
+	if q, err := Probe(dir.Name()); err == nil {
+		fs = q
+		defer q.Close()
+	}
+	for b.Loop() {
+		fs.Of(65534)
+	}
+}
