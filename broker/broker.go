@@ -92,6 +92,7 @@ type Broker struct {
 	runGen  map[int]uint64
 	handGen uint64
 	usage   map[int]keptUsage
+	quota   *quotaState // how roles' disks are measured (quota.go)
 	// starting are shims forked but not yet exec'd: not dumpable until
 	// they exec, and holding nothing of the role's.
 	starting  map[int]bool
@@ -220,6 +221,7 @@ func (b *Broker) Serve() (err error) {
 	if err := b.prepareState(); err != nil {
 		return err
 	}
+	b.probeQuota()
 	// A broker that died with the places closed left their modes here.
 	if err := b.restoreClosedTmp(); err != nil {
 		return err
@@ -458,5 +460,6 @@ func (b *Broker) status() *rpc.Status {
 		}
 	}
 	st.GPU = b.gpuStatus()
+	st.DiskCheck = b.DiskCheckMethod()
 	return st
 }

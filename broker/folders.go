@@ -189,6 +189,13 @@ func (b *Broker) ClearSetID(r roles.Role) *rpc.SetIDReport {
 // DiskUsage measures a role's HOME, TMPDIR and the folders handed to it,
 // and what its processes keep in unlinked files.
 func (b *Broker) DiskUsage(r roles.Role, helperIdle bool) (*rpc.DiskUsage, error) {
+	// Where scratch's file system keeps user quotas, one quotactl
+	// (quota.go); elsewhere, and while the quota cannot say, the walk.
+	if fs := b.quotaFS(); fs != nil {
+		if u, ok, err := b.quotaUsage(r, fs); ok {
+			return u, err
+		}
+	}
 	gen, idle := b.roleGen(r.UID), b.roleIdle(r.UID)
 	if u, ok := b.reusableUsage(r.UID, gen, helperIdle && idle); ok {
 		return u, nil
@@ -205,7 +212,7 @@ func (b *Broker) DiskUsage(r roles.Role, helperIdle bool) (*rpc.DiskUsage, error
 	}, func(err error) { errs = append(errs, err) })
 	// Space in files unlinked but kept open or mapped by the role's
 	// processes: no walk sees it, and the disk holds it all the same.
-	h, err := b.heldHelper(r)
+	h, err := b.heldHelper(r, 0)
 	u.Bytes += h.Bytes
 	u.Unlinked, u.UnlinkedFiles = h.Bytes, h.Files
 	if err != nil {

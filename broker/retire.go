@@ -29,9 +29,13 @@ func (b *Broker) RetireFolder(req *rpc.RetireRequest) (*rpc.RetireResult, error)
 	if filepath.Dir(p) != trials || name == "." || name == ".." {
 		return nil, fmt.Errorf("retire_folder: %s: not a folder directly in %s", req.Path, trials)
 	}
-	if err := b.forgetBeneath(p); err != nil {
+	uids, err := b.forgetBeneath(p)
+	if err != nil {
 		return nil, fmt.Errorf("retire_folder: %w", err)
 	}
+	// Where quotas measure roles, the folder's share of each user's quota
+	// is taken off before it is out of their measure (quota.go).
+	b.chargeRetired(p, uids)
 	parent, err := confined.OpenRoot(trials)
 	if err != nil {
 		return nil, fmt.Errorf("retire_folder: %w", err)
@@ -56,7 +60,9 @@ func (b *Broker) RetireFolder(req *rpc.RetireRequest) (*rpc.RetireResult, error)
 	}
 	res := &rpc.RetireResult{}
 	if req.Remove {
+		done := b.removingRetired(p)
 		n, err := confined.RemoveTree(parent, name)
+		done()
 		res.Removed = n
 		if err != nil {
 			return res, fmt.Errorf("retire_folder: remove %s: %w", p, err)
@@ -67,18 +73,25 @@ func (b *Broker) RetireFolder(req *rpc.RetireRequest) (*rpc.RetireResult, error)
 }
 
 // forgetBeneath drops every handed folder at or beneath p from every role,
-// refusing while a role whose folder it is has a command running.
-func (b *Broker) forgetBeneath(p string) error {
+// refusing while a role whose folder it is has a command running. It
+// returns the users that held one.
+func (b *Broker) forgetBeneath(p string) ([]int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	var uids []int
 	for uid, m := range b.handed {
+		held := false
 		for h := range m {
 			if h != p && !strings.HasPrefix(h, p+"/") {
 				continue
 			}
 			if pids, err := procs.ByUID("/proc", uid); err != nil || len(pids) > 0 {
-				return fmt.Errorf("%s: %s is still handed to uid %d, which has %d processes: end its trial first", p, h, uid, len(pids))
+				return nil, fmt.Errorf("%s: %s is still handed to uid %d, which has %d processes: end its trial first", p, h, uid, len(pids))
 			}
+			held = true
+		}
+		if held {
+			uids = append(uids, uid)
 		}
 	}
 	for _, m := range b.handed {
@@ -89,5 +102,5 @@ func (b *Broker) forgetBeneath(p string) error {
 		}
 	}
 	b.bumpAllLocked()
-	return nil
+	return uids, nil
 }

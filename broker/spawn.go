@@ -416,12 +416,12 @@ func rlimitOf(rl []spawn.Rlimit, r int) uint64 {
 // capability the broker does not keep (CAP_SYS_PTRACE). It holds the stop
 // lock, so the broker's own stop never kills it; a helper killed anyway
 // was killed by the user's processes, which hides what they hold.
-func (b *Broker) heldHelper(r roles.Role) (procs.Held, error) {
+func (b *Broker) heldHelper(r roles.Role, skipDev uint64) (procs.Held, error) {
 	lk := b.stopLock(r.UID)
 	lk.Lock()
 	defer lk.Unlock()
 	c := &command{role: r, stdio: [3]*os.File{b.devnull, b.devnull, b.devnull}}
-	spec := &spawn.Spec{Mode: spawn.ModeHeld}
+	spec := &spawn.Spec{Mode: spawn.ModeHeld, SkipDev: skipDev}
 	// Off the CPUs a timed run holds, so the measure never disturbs it.
 	if free := b.online.Minus(b.heldCPUs()); len(free) > 0 {
 		spec.CPUs = free

@@ -210,6 +210,9 @@ func (c *Controller) checkDisk(rt *trialRT) int64 {
 		if u.Unlinked > 0 {
 			reason += fmt.Sprintf(" (%d MiB of it in %d deleted files its processes kept open)", u.Unlinked>>20, u.UnlinkedFiles)
 		}
+		if u.Quota {
+			reason += " (counted by the file system's user quota, deleted files still open included)"
+		}
 		switch {
 		case verdict == diskUnwalkable && strings.Contains(err.Error(), procs.ErrHidden.Error()):
 			reason = "over its disk limit: its processes keep their open files from the measure (" + err.Error() + ")"
@@ -338,6 +341,7 @@ func (c *Controller) measureRoles(lane int, laneIdle bool) (rpc.DiskUsage, error
 	}{{l.Name, laneIdle}, {a.Name, true}} {
 		u, err := c.broker.diskUsage(r.name, r.idle)
 		total.Reused = (r.name == l.Name || total.Reused) && u.Reused
+		total.Quota = (r.name == l.Name || total.Quota) && u.Quota
 		total.Bytes += u.Bytes
 		total.Entries += u.Entries
 		total.Unlinked += u.Unlinked

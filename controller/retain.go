@@ -51,7 +51,7 @@ func (c *Controller) pruneEnded(olderThan time.Duration) (PruneResult, error) {
 	c.pruneMu.Lock()
 	defer c.pruneMu.Unlock()
 	res := PruneResult{Trials: []string{}}
-	ts, err := c.ledger.Trials()
+	ts, err := c.ledger.KeptTrials()
 	if err != nil {
 		return res, err
 	}
@@ -82,7 +82,7 @@ func (c *Controller) pruneEnded(olderThan time.Duration) (PruneResult, error) {
 
 // keptEnded is what ended trials not yet removed hold.
 func (c *Controller) keptEnded() (Kept, error) {
-	ts, err := c.ledger.Trials()
+	ts, err := c.ledger.KeptTrials()
 	if err != nil {
 		return Kept{}, err
 	}

@@ -360,7 +360,7 @@ func statusCmd() *cobra.Command {
 				printStatus(st)
 				if st.ControllerUp {
 					var ts []controller.TrialStatus
-					if err := ctlCallWithin(cfg, 5*time.Second, "GET", "/v1/trials", nil, &ts); err == nil {
+					if err := ctlCallWithin(cfg, 5*time.Second, "GET", "/v1/trials?state=open", nil, &ts); err == nil {
 						fmt.Println(diskIntervals(ts, cfg.Trial.DiskCheck.Duration))
 						diskAlerts(os.Stdout, ts, cfg.Trial.DiskCheck.Duration)
 					}
@@ -430,6 +430,9 @@ func printStatus(s *rpc.Status) {
 	fmt.Fprintf(w, "controller\t%s\n", ctl)
 	fmt.Fprintf(w, "landlock\tABI %d\n", s.LandlockABI)
 	fmt.Fprintf(w, "cgroup\t%s\n", s.Cgroup)
+	if s.DiskCheck != "" {
+		fmt.Fprintf(w, "disk check\t%s\n", s.DiskCheck)
+	}
 	for _, l := range s.Without {
 		fmt.Fprintf(w, "without\t%s\n", l)
 	}

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,10 +19,18 @@ import (
 // (the broker's and the controller's together) with 1, 4 and 16 open,
 // idle trials of IDLE_FILES files each (default 10,000), against one
 // `du -s` of one such workspace: an idle trial's check reuses its last
-// walk, so the aim is that 16 idle trials cost less than one du.
+// walk, so the aim is that 16 idle trials cost less than one du. The
+// quota case runs the same on a scratch with user quotas, where each
+// check is one quotactl per role (it skips where no such file system
+// mounts).
 //
 //	go test ./cmd/thermite -run '^$' -bench IdleTrialsDiskCheck -benchtime 1x -timeout 30m
 func BenchmarkIdleTrialsDiskCheck(b *testing.B) {
+	b.Run("walk", func(b *testing.B) { idleTrialsDiskCheck(b, false) })
+	b.Run("quota", func(b *testing.B) { idleTrialsDiskCheck(b, true) })
+}
+
+func idleTrialsDiskCheck(b *testing.B, onQuota bool) {
 	files := 10000
 	if v := os.Getenv("IDLE_FILES"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -30,7 +39,16 @@ func BenchmarkIdleTrialsDiskCheck(b *testing.B) {
 		}
 		files = n
 	}
-	r := testrig.New(b, testrig.Options{Lanes: 16, Extra: "[trial]\ndisk_check = \"1s\"\n"})
+	r := testrig.New(b, testrig.Options{Lanes: 16, Extra: "[trial]\ndisk_check = \"1s\"\n", NoStart: onQuota})
+	if onQuota {
+		mountWithUserQuotas(b, r.Cfg.StateDir, 4096)
+		if err := r.Start(); err != nil {
+			b.Fatalf("start: %v\n%s", err, r.LogText())
+		}
+		if st := r.Status(); !strings.HasPrefix(st.DiskCheck, "quota") {
+			b.Fatalf("disk check %q on a file system with user quotas", st.DiskCheck)
+		}
+	}
 	project := filepath.Join(r.Dir, "project")
 	for i := 0; i < files; i++ {
 		d := filepath.Join(project, fmt.Sprintf("d%03d", i/100))
@@ -70,8 +88,8 @@ func BenchmarkIdleTrialsDiskCheck(b *testing.B) {
 			unix.Getrusage(unix.RUSAGE_CHILDREN, &ru1)
 			du = time.Duration(ru1.Utime.Nano()+ru1.Stime.Nano()-ru0.Utime.Nano()-ru0.Stime.Nano()) / 3
 		}
-		fmt.Printf("%2d idle trials of %d files: rig CPU per 1s interval %6.1f ms; one du -s of one workspace %6.1f ms; ratio %.2f\n",
-			n, files, float64(per.Microseconds())/1000, float64(du.Microseconds())/1000, float64(per)/float64(du))
+		fmt.Printf("%s: %2d idle trials of %d files: rig CPU per 1s interval %6.1f ms; one du -s of one workspace %6.1f ms; ratio %.2f\n",
+			map[bool]string{false: "walk", true: "quota"}[onQuota], n, files, float64(per.Microseconds())/1000, float64(du.Microseconds())/1000, float64(per)/float64(du))
 		b.ReportMetric(float64(per)/float64(du), fmt.Sprintf("cpu-per-interval/du-%dtrials", n))
 	}
 }

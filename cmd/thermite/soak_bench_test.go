@@ -114,6 +114,9 @@ func BenchmarkSoak(b *testing.B) {
 		brokerCPU, ctl time.Duration
 		brokerRSS      int64
 		ctlRSS         int64
+		ctlAnon        int64 // the controller's anonymous RSS (the Go heap and stacks)
+		ctlFile        int64 // its file-backed RSS (bbolt's mapping of ledger.db, the binary)
+		ledger         int64 // ledger.db's size
 		disk           int64
 	}
 	var usages []usage
@@ -125,7 +128,12 @@ func BenchmarkSoak(b *testing.B) {
 			ctl := r.Status().ControllerPID
 			bc, br := procUsage(st.BrokerPID)
 			cc, cr := procUsage(ctl)
-			usages = append(usages, usage{at: time.Since(start), brokerCPU: bc, ctl: cc, brokerRSS: br, ctlRSS: cr, disk: duBytes(filepath.Join(r.Cfg.ScratchDir(), "trials"))})
+			anon, file := rssKinds(ctl)
+			var ledger int64
+			if fi, err := os.Stat(filepath.Join(r.Cfg.ControllerDir(), "ledger.db")); err == nil {
+				ledger = fi.Size()
+			}
+			usages = append(usages, usage{at: time.Since(start), brokerCPU: bc, ctl: cc, brokerRSS: br, ctlRSS: cr, ctlAnon: anon, ctlFile: file, ledger: ledger, disk: duBytes(filepath.Join(r.Cfg.ScratchDir(), "trials"))})
 		}
 	}()
 	wg.Wait()
@@ -163,6 +171,18 @@ func BenchmarkSoak(b *testing.B) {
 		rw := row{rate: float64(len(ex)) / quarter.Seconds(), e50: pct(ex, 50), e99: pct(ex, 99), a50: pct(ap, 50), a99: pct(ap, 99)}
 		rows = append(rows, rw)
 		fmt.Printf("%-8d %9.1f %8.1fms %8.1fms %8.2fms %8.2fms %10.2fs %10.2fs %10d %10d %9d\n", q+1, rw.rate, rw.e50, rw.e99, rw.a50, rw.a99, bcpu.Seconds(), ccpu.Seconds(), brss>>20, crss>>20, disk>>20)
+	}
+	// Where the controller's RSS goes: anonymous memory is the Go heap
+	// (and stacks), file-backed is bbolt's mapping of a growing ledger.
+	if n := len(usages); n > 1 {
+		u0, u1 := usages[0], usages[n-1]
+		fmt.Printf("controller RSS first -> last sample: anon %.1f -> %.1f MB, file-backed %.1f -> %.1f MB; ledger.db %.1f -> %.1f MB\n",
+			mb(u0.ctlAnon), mb(u1.ctlAnon), mb(u0.ctlFile), mb(u1.ctlFile), mb(u0.ledger), mb(u1.ledger))
+		for i := range usages {
+			if i%8 == 7 || i == n-1 {
+				fmt.Printf("  at %5.0fs: controller anon %.1f MB, file-backed %.1f MB, ledger.db %.1f MB\n", usages[i].at.Seconds(), mb(usages[i].ctlAnon), mb(usages[i].ctlFile), mb(usages[i].ledger))
+			}
+		}
 	}
 	if rows[0].rate > 0 && rows[0].e50 > 0 && rows[0].a50 > 0 {
 		fmt.Printf("last quarter / first: cmds/s %.2fx, exec p50 %.2fx, api p50 %.2fx\n", rows[3].rate/rows[0].rate, rows[3].e50/rows[0].e50, rows[3].a50/rows[0].a50)
@@ -229,6 +249,30 @@ func procUsage(pid int) (time.Duration, int64) {
 	// Clock ticks are 100 a second on Linux.
 	return time.Duration(ut+stt) * 10 * time.Millisecond, rss * int64(os.Getpagesize())
 }
+
+// rssKinds is a process's anonymous and file-backed resident memory.
+func rssKinds(pid int) (anon, file int64) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0
+	}
+	for _, l := range strings.Split(string(data), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 2 {
+			continue
+		}
+		n, _ := strconv.ParseInt(f[1], 10, 64)
+		switch f[0] {
+		case "RssAnon:":
+			anon = n << 10
+		case "RssFile:":
+			file = n << 10
+		}
+	}
+	return anon, file
+}
+
+func mb(n int64) float64 { return float64(n) / (1 << 20) }
 
 // duBytes is what a folder holds, as root sees it.
 func duBytes(dir string) int64 {

@@ -57,7 +57,11 @@ var (
 
 	// Internal tables: never exported (derived or bookkeeping only).
 	tOpenLanes = table{"", []byte("open_lanes")} // lane number -> open trial id
-	tMeta      = table{"", []byte("meta")}
+	// tKept indexes the trials that ended and whose folder is not yet
+	// removed (id -> "1"): what retention and `status` look at, so
+	// their cost follows what the rig keeps, not its whole history.
+	tKept = table{"", []byte("kept_trials")}
+	tMeta = table{"", []byte("meta")}
 )
 
 // exportTables is Export's allow-list, in output order. A table is
@@ -67,7 +71,7 @@ var exportTables = []table{tRuns, tTrials, tEvents, tSelftests, tBuilds, tTimedR
 // allBuckets are created at Open.
 var allBuckets = [][]byte{
 	tRuns.bucket, tTrials.bucket, tEvents.bucket, tSelftests.bucket,
-	tBuilds.bucket, tTimedRuns.bucket, tOpenLanes.bucket, tMeta.bucket,
+	tBuilds.bucket, tTimedRuns.bucket, tOpenLanes.bucket, tKept.bucket, tMeta.bucket,
 	hiddenBucket,
 }
 
@@ -151,7 +155,7 @@ func (l *Ledger) init() error {
 		case string(v) != schemaVersion:
 			return fmt.Errorf("schema version %q, this build reads %q", v, schemaVersion)
 		}
-		return nil
+		return indexKept(tx)
 	})
 	if err != nil {
 		return fmt.Errorf("ledger: %s: init: %w", l.path, err)

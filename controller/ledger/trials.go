@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"encoding/hex"
 	"fmt"
+	"sort"
 	"strconv"
 	"time"
 
@@ -205,6 +206,9 @@ func (l *Ledger) EndTrial(id, reason string, at time.Time) error {
 			return fmt.Errorf("%w at %s (%s)", ErrTrialEnded, t.Ended.Format(time.RFC3339), t.EndReason)
 		}
 		t.State, t.Ended, t.EndReason = TrialEnded, utc(at), reason
+		if err := tx.Bucket(tKept.bucket).Put([]byte(id), []byte("1")); err != nil {
+			return err
+		}
 		lanes := tx.Bucket(tOpenLanes.bucket)
 		if string(lanes.Get(laneKey(t.Lane))) == id {
 			return lanes.Delete(laneKey(t.Lane))
@@ -223,13 +227,74 @@ func (l *Ledger) SetTrialDisk(id string, bytes int64) error {
 
 // TrialRemoved records that an ended trial's folder is gone.
 func (l *Ledger) TrialRemoved(id string, at time.Time) error {
-	return l.changeTrial("remove trial "+id, id, func(_ *bolt.Tx, t *Trial) error {
+	return l.changeTrial("remove trial "+id, id, func(tx *bolt.Tx, t *Trial) error {
 		if t.State == TrialOpen {
 			return fmt.Errorf("%w: trial %s is open", ErrInvalid, id)
 		}
 		t.Removed = utc(at)
-		return nil
+		return tx.Bucket(tKept.bucket).Delete([]byte(id))
 	})
+}
+
+// KeptTrials lists the ended trials whose folders are not yet removed, in
+// id order, from their index: its cost is what the rig keeps.
+func (l *Ledger) KeptTrials() ([]Trial, error) {
+	var out []Trial
+	err := l.view("list kept trials", func(tx *bolt.Tx) error {
+		return tx.Bucket(tKept.bucket).ForEach(func(k, _ []byte) error {
+			var t Trial
+			ok, err := getJSON(tx, tTrials, string(k), &t)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				return fmt.Errorf("kept trial %s: %w", k, ErrNotFound)
+			}
+			out = append(out, t)
+			return nil
+		})
+	})
+	return out, err
+}
+
+// OpenTrials lists the open trials (at most one per lane), from their
+// index.
+func (l *Ledger) OpenTrials() ([]Trial, error) {
+	var out []Trial
+	err := l.view("list open trials", func(tx *bolt.Tx) error {
+		return tx.Bucket(tOpenLanes.bucket).ForEach(func(_, id []byte) error {
+			var t Trial
+			ok, err := getJSON(tx, tTrials, string(id), &t)
+			if err == nil && ok {
+				out = append(out, t)
+			}
+			return err
+		})
+	})
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, err
+}
+
+// indexKept builds the kept trials' index once, for a ledger written
+// before it existed: every ended trial not yet removed.
+func indexKept(tx *bolt.Tx) error {
+	meta := tx.Bucket(tMeta.bucket)
+	if meta.Get([]byte("kept_index")) != nil {
+		return nil
+	}
+	ts, err := listJSON[Trial](tx, tTrials)
+	if err != nil {
+		return err
+	}
+	kept := tx.Bucket(tKept.bucket)
+	for _, t := range ts {
+		if t.State != TrialOpen && t.Removed.IsZero() {
+			if err := kept.Put([]byte(t.ID), []byte("1")); err != nil {
+				return err
+			}
+		}
+	}
+	return meta.Put([]byte("kept_index"), []byte("1"))
 }
 
 // changeTrial reads a trial, lets f change it (and what else its

@@ -5,7 +5,8 @@
 # binary and e2e/vm/riginit as /init. Each machine starts the broker with the
 # default configuration, then with the losses its setup needs accepted, and
 # runs the self-test, a command as a lane, a memory bomb, a fork bomb, the
-# lane's stop and a trial; it prints one "THERMITE-VM: RESULT {json}" line,
+# lane's stop and a trial (6.12-rw then starts the rig once more with its
+# state dir on an ext4 with user quotas: the quota path); it prints one "THERMITE-VM: RESULT {json}" line,
 # which e2e/vm/kernels_test.go reads and asserts on per setup.
 #
 # Setups (THERMITE_VM_SETUPS picks some by name):
@@ -78,6 +79,34 @@ if [ ! -s "$cache/kernel61/current" ]; then
 	echo "vm: downloaded $pkg"
 fi
 
+# The quota case (6.12-rw) mounts an ext4 with user quotas as the rig's
+# state dir: Debian builds ext4, loop and the quota format as modules, so
+# they come from the kernel's package, decompressed, kept beside it.
+release612=$(cat "$cache/kernel/current")
+mods=$cache/kernel/modules-$release612
+quota_mods="kernel/lib/crc16 kernel/fs/mbcache kernel/fs/jbd2/jbd2 kernel/crypto/crc32c_generic kernel/fs/ext4/ext4 kernel/drivers/block/loop kernel/fs/quota/quota_tree kernel/fs/quota/quota_v2"
+if [ ! -s "$mods/quota_v2.ko" ]; then
+	dl=$(mktemp -d "$cache/tmp/dl.XXXXXX")
+	aptopts=()
+	[ -s "$cache/apt/sources.list" ] && aptopts=(-o "Dir::Etc::SourceList=$cache/apt/sources.list" -o "Dir::Etc::SourceParts=$cache/apt/sources.list.d"
+		-o "Dir::State::Lists=$cache/apt/lists" -o Dir::Cache::pkgcache= -o Dir::Cache::srcpkgcache=)
+	(cd "$dl" && { apt-get download -qq "linux-image-$release612-unsigned" || apt-get "${aptopts[@]}" download -qq "linux-image-$release612-unsigned"; } >/dev/null 2>&1) ||
+		skip "could not download linux-image-$release612-unsigned for the quota case's modules"
+	globs=()
+	for m in $quota_mods; do globs+=("./lib/modules/$release612/$m.ko*"); done
+	dpkg-deb --fsys-tarfile "$dl"/*.deb | tar -x -C "$dl" --wildcards "${globs[@]}"
+	mkdir -p "$mods.part"
+	for f in $(find "$dl/lib/modules" -name '*.ko*'); do
+		case $f in
+		*.xz) xz -dc "$f" >"$mods.part/$(basename "${f%.xz}")" ;;
+		*.zst) zstd -qdc "$f" >"$mods.part/$(basename "${f%.zst}")" ;;
+		*) cp "$f" "$mods.part/" ;;
+		esac
+	done
+	rm -rf "$dl" "$mods" && mv "$mods.part" "$mods"
+	echo "vm: kept the quota case's modules in $mods"
+fi
+
 # The root file system: debootstrap's minbase of bookworm, trimmed, kept as
 # a tar in the cache (about 50 s once).
 rootfs_tar=$cache/rootfs-bookworm-minbase.tar
@@ -107,6 +136,7 @@ mkdir -p "$root/usr/local/bin" "$root/opt/thermite/examples/projects"
 (cd "$repo" && CGO_ENABLED=0 go build -trimpath -o "$work/init" ./e2e/vm/riginit)
 rm -f "$root/init" && cp "$work/init" "$root/init"
 cp -r "$repo/examples/projects/sum" "$root/opt/thermite/examples/projects/"
+mkdir -p "$root/opt/thermite/modules" && cp "$mods"/*.ko "$root/opt/thermite/modules/"
 (cd "$root" && find . -mindepth 1 | LC_ALL=C sort | cpio -o -H newc --quiet) >"$work/initramfs.cpio"
 rm -rf "$root"
 echo "vm: packed the root, thermite and /init in $(since "$t") s (initramfs $(du -h "$work/initramfs.cpio" | cut -f1))"
@@ -114,7 +144,7 @@ echo "vm: packed the root, thermite and /init in $(since "$t") s (initramfs $(du
 status=0
 for setup in $setups; do
 	case $setup in
-	6.12-rw) kdir=kernel cg=rw accept="" extra="thermite.stopbench=1" ;;
+	6.12-rw) kdir=kernel cg=rw accept="" extra="thermite.stopbench=1 thermite.quota=1" ;;
 	6.12-ro) kdir=kernel cg=ro accept="cgroup-limits" extra="" ;;
 	6.1) kdir=kernel61 cg=rw accept="landlock-scope" extra="" ;;
 	*) fail "unknown setup $setup" ;;

@@ -28,8 +28,16 @@ type vmResult struct {
 	Trial         string    `json:"trial"`
 	StopCgroupMS  []float64 `json:"stop_cgroup_ms"`
 	StopHelperMS  []float64 `json:"stop_helper_ms"`
-	Errors        []string  `json:"errors"`
-	Seconds       float64   `json:"scenario_seconds"`
+	Quota         *struct {
+		DiskCheck  string  `json:"disk_check"`
+		KeptBytes  int64   `json:"kept_bytes"`
+		AfterPrune int64   `json:"after_prune"`
+		EndReason  string  `json:"end_reason"`
+		DiskError  string  `json:"disk_error"`
+		Seconds    float64 `json:"seconds"`
+	} `json:"quota"`
+	Errors  []string `json:"errors"`
+	Seconds float64  `json:"scenario_seconds"`
 }
 
 // riginit's limits: 64 tasks and 128 MiB per role's cgroup, RLIMIT_NPROC
@@ -114,6 +122,24 @@ func TestRigOnKernelsAndCgroupSetups(t *testing.T) {
 			t.Errorf("no stop figures: cgroup %v, helper %v", r.StopCgroupMS, r.StopHelperMS)
 		}
 		t.Logf("stop of 50 sleepers: with the role's cgroup (cgroup.kill, then the helper) %v ms; the helper alone %v ms", r.StopCgroupMS, r.StopHelperMS)
+		// The quota path: scratch on an ext4 made with the quota feature.
+		q := r.Quota
+		if q == nil {
+			t.Fatal("no result from the quota case")
+		}
+		if !strings.HasPrefix(q.DiskCheck, "quota (ext4 user quota on /dev/loop") {
+			t.Errorf("status's disk check on an ext4 with user quotas: %q, want the quota path", q.DiskCheck)
+		}
+		if q.KeptBytes < 0 || q.KeptBytes >= 40<<20 {
+			t.Errorf("trial two's measure %d bytes (%s): want measured, and the 40 MiB trial one's kept folder holds not counted", q.KeptBytes, q.DiskError)
+		}
+		if !strings.HasPrefix(q.EndReason, "over its disk limit: ") || !strings.Contains(q.EndReason, "of 64 MiB") || !strings.Contains(q.EndReason, "user quota") {
+			t.Errorf("100 MiB unlinked and open against a 64 MiB cap: end reason %q, want the cap's message naming the quota", q.EndReason)
+		}
+		if q.AfterPrune < 8<<20 || q.AfterPrune >= 40<<20 {
+			t.Errorf("after the prune, trial three with 8 MiB written measured %d bytes: want the 8 MiB counted (the kept folders' shares given back) and nothing of theirs", q.AfterPrune)
+		}
+		t.Logf("quota case (%.1f s): %s; trial two at first %d bytes; %q", q.Seconds, q.DiskCheck, q.KeptBytes, q.EndReason)
 	})
 	check("6.12-ro", func(t *testing.T, r vmResult) {
 		if !strings.Contains(r.DefaultStart, "cgroup-limits is lost") || !strings.Contains(r.DefaultStart, "read-only") {

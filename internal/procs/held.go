@@ -35,6 +35,12 @@ var ErrHidden = errors.New("keeps its open files from the measure")
 // skip names processes to pass over (the broker's own commands, which hold
 // no descriptor of the user's and may not be dumpable).
 func HeldUnlinked(procRoot string, uid int, skip map[int]bool) (Held, error) {
+	return HeldUnlinkedExcept(procRoot, uid, skip, 0)
+}
+
+// HeldUnlinkedExcept is HeldUnlinked passing over the files of the file
+// system skipDev (an st_dev; 0 passes over none).
+func HeldUnlinkedExcept(procRoot string, uid int, skip map[int]bool, skipDev uint64) (Held, error) {
 	pids, err := ByUID(procRoot, uid)
 	if err != nil {
 		return Held{}, fmt.Errorf("processes of uid %d: %w", uid, err)
@@ -56,14 +62,14 @@ func HeldUnlinked(procRoot string, uid int, skip map[int]bool) (Held, error) {
 			if unix.Stat(base+"/fd/"+fd, &st) != nil {
 				continue // closed since, or not a file one can stat
 			}
-			if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink != 0 {
+			if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink != 0 || (skipDev != 0 && st.Dev == skipDev) {
 				continue
 			}
 			k := inode{st.Dev, st.Ino}
 			seen[k] = max(seen[k], st.Blocks*512)
 		}
 		for k, n := range deletedMappings(base + "/maps") {
-			if _, ok := seen[inode(k)]; !ok {
+			if _, ok := seen[inode(k)]; !ok && (skipDev == 0 || k.dev != skipDev) {
 				seen[inode(k)] = n
 			}
 		}

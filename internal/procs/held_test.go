@@ -1,6 +1,7 @@
 package procs
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -24,5 +25,38 @@ func TestDeletedMappings(t *testing.T) {
 	memfd := struct{ dev, ino uint64 }{unix.Mkdev(0, 1), 99}
 	if len(got) != 2 || got[big] != 1<<20 || got[memfd] != 2<<12 {
 		t.Fatalf("deletedMappings = %v; want %v: 1 MiB and %v: 8 KiB", got, big, memfd)
+	}
+}
+
+// On the quota path the file system whose quota already counts unlinked
+// files is passed over (its descriptors and its mappings); every other
+// file system's still counts.
+func TestHeldUnlinkedExceptPassesOverOneFileSystem(t *testing.T) {
+	root := t.TempDir()
+	f, err := os.CreateTemp(t.TempDir(), "held")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	f.Write(make([]byte, 64<<10))
+	f.Sync()
+	os.Remove(f.Name())
+	var st unix.Stat_t
+	unix.Fstat(int(f.Fd()), &st)
+	// A stand-in /proc: process 4242 of uid 5000, holding the unlinked
+	// file by descriptor and mapping another deleted file on the same
+	// file system.
+	p := filepath.Join(root, "4242")
+	os.MkdirAll(filepath.Join(p, "fd"), 0o755)
+	os.WriteFile(filepath.Join(p, "status"), []byte("Name:\tx\nUid:\t5000\t5000\t5000\t5000\n"), 0o644)
+	os.Symlink(fmt.Sprintf("/proc/self/fd/%d", f.Fd()), filepath.Join(p, "fd", "3"))
+	os.WriteFile(filepath.Join(p, "maps"), []byte(fmt.Sprintf("7f0000000000-7f0000100000 rw-s 00000000 %x:%x 999999 /x (deleted)\n", unix.Major(st.Dev), unix.Minor(st.Dev))), 0o644)
+	all, err := HeldUnlinked(root, 5000, nil)
+	if err != nil || all.Files != 2 {
+		t.Fatalf("HeldUnlinked: %+v %v, want the descriptor's file and the mapping", all, err)
+	}
+	except, err := HeldUnlinkedExcept(root, 5000, nil, st.Dev)
+	if err != nil || except.Files != 0 || except.Bytes != 0 {
+		t.Fatalf("HeldUnlinkedExcept(its file system): %+v %v, want nothing", except, err)
 	}
 }

@@ -69,6 +69,9 @@ type DiskUsage struct {
 	// Reused says the answer is the last measure's: nothing of the role
 	// ran or changed since.
 	Reused bool `json:"reused,omitempty"`
+	// Quota says the file system's user quota measured it (no walk):
+	// Unlinked then holds only what lies on other file systems.
+	Quota bool `json:"quota,omitempty"`
 }
 
 // Response answers one Request. Error is one line naming what was wrong.
@@ -280,6 +283,9 @@ type Status struct {
 	// Without names the protections this host lacks that the operator
 	// accepted (host.accept_lost), each with why it is missing.
 	Without []string `json:"without,omitempty"`
+	// DiskCheck says how roles' disk use is measured: "quota (…)" where
+	// scratch's file system keeps user quotas, else "walk (why not)".
+	DiskCheck string `json:"disk_check,omitempty"`
 }
 
 // RoleStatus is one role and how many processes its user runs now.

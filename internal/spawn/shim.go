@@ -67,6 +67,9 @@ type Spec struct {
 	// SkipPIDs are processes the held mode passes over: the broker's own
 	// thermite commands (procs.HeldUnlinked).
 	SkipPIDs []int `json:"skip_pids,omitempty"`
+	// SkipDev is a file system the held mode passes over (st_dev): one
+	// whose user quota already counts its unlinked files.
+	SkipDev uint64 `json:"skip_dev,omitempty"`
 }
 
 // Main is the helper. It never returns: it reports on FDReport and exits,
@@ -125,7 +128,7 @@ func Main() {
 		for _, p := range s.SkipPIDs {
 			skip[p] = true
 		}
-		h, err := procs.HeldUnlinked("/proc", os.Getuid(), skip)
+		h, err := procs.HeldUnlinkedExcept("/proc", os.Getuid(), skip, s.SkipDev)
 		if err != nil {
 			fail("held", err)
 		}

@@ -61,10 +61,13 @@ type Result struct {
 	// StopCgroupMS and StopHelperMS are `thermite stop lane-1` of 50
 	// sleeping processes, with the role's cgroup (cgroup.kill, then the
 	// helper) and with cgroups off (the helper alone), in milliseconds.
-	StopCgroupMS   []float64 `json:"stop_cgroup_ms,omitempty"`
-	StopHelperMS   []float64 `json:"stop_helper_ms,omitempty"`
-	Errors         []string  `json:"errors,omitempty"`
-	ScenarioSecond float64   `json:"scenario_seconds"`
+	StopCgroupMS []float64 `json:"stop_cgroup_ms,omitempty"`
+	StopHelperMS []float64 `json:"stop_helper_ms,omitempty"`
+	// Quota is the quota path's case (thermite.quota=1): scratch on an
+	// ext4 with user quotas, one more start of the rig.
+	Quota          *QuotaResult `json:"quota,omitempty"`
+	Errors         []string     `json:"errors,omitempty"`
+	ScenarioSecond float64      `json:"scenario_seconds"`
 }
 
 func main() {
@@ -130,6 +133,9 @@ func scenario(ro bool) *Result {
 	}
 	r.StartSeconds = time.Since(t0).Seconds()
 	defer func() {
+		if broker == nil {
+			return
+		}
 		broker.Process.Signal(unix.SIGTERM)
 		done := make(chan struct{})
 		go func() { broker.Wait(); close(done) }()
@@ -251,6 +257,11 @@ func scenario(ro bool) *Result {
 		}
 		r.StopHelperMS = stopTimes(uid, errf)
 		fmt.Printf("RIG: stop of 50 sleepers: with the role's cgroup %v ms, the helper alone %v ms\n", r.StopCgroupMS, r.StopHelperMS)
+	}
+	if param("thermite.quota", "") == "1" {
+		broker.Process.Signal(unix.SIGTERM)
+		broker.Wait()
+		r.Quota, broker = quotaCase(base, errf)
 	}
 	return r
 }

@@ -1,0 +1,213 @@
+//go:build linux
+
+// Package quota reads a user's usage from the file system's own user
+// quota accounting (ext4 with the quota feature or usrquota, XFS with
+// uquota or uqnoenforce, tmpfs with usrquota on 6.6 and later): one
+// quotactl per user, whatever the size of the user's trees. The kernel
+// charges every block and inode a user owns on the file system, files
+// unlinked but still open included, until they are freed.
+package quota
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// From linux/quota.h: the Q_GETQUOTA command and its answer.
+const (
+	qGetQuota = 0x800007
+	usrQuota  = 0
+	subShift  = 8
+)
+
+// dqblk is struct if_dqblk.
+type dqblk struct {
+	bHardLimit, bSoftLimit, curSpace  uint64
+	iHardLimit, iSoftLimit, curInodes uint64
+	bTime, iTime                      uint64
+	valid                             uint32
+	_                                 uint32
+}
+
+// Usage is what a user owns on one file system.
+type Usage struct {
+	Bytes  int64 // space charged, in bytes (allocated and reserved blocks)
+	Inodes int64
+}
+
+// Sub is u less v.
+func (u Usage) Sub(v Usage) Usage { return Usage{u.Bytes - v.Bytes, u.Inodes - v.Inodes} }
+
+// Add is u plus v.
+func (u Usage) Add(v Usage) Usage { return Usage{u.Bytes + v.Bytes, u.Inodes + v.Inodes} }
+
+// FS is a file system with user quota accounting on.
+type FS struct {
+	dir    *os.File // a folder on it, held open: quotactl_fd's handle
+	Dev    uint64   // st_dev of every file on it
+	Type   string   // as /proc/self/mountinfo names it: ext4, xfs, tmpfs
+	Source string   // the mount's source: /dev/vdb, tmpfs
+	Mount  string   // where it is mounted
+}
+
+// String is how status names it: "ext4 user quota on /dev/vdb at /var/lib/thermite".
+func (f *FS) String() string {
+	return fmt.Sprintf("%s user quota on %s at %s", f.Type, f.Source, f.Mount)
+}
+
+// NotOnError says why a file system's user quotas cannot be read.
+type NotOnError struct {
+	Path string
+	Err  error
+}
+
+func (e *NotOnError) Error() string {
+	why := e.Err.Error()
+	switch {
+	case errors.Is(e.Err, unix.ENOSYS):
+		why = "no quota support in this file system or kernel (ENOSYS; quotactl_fd needs Linux 5.14)"
+	case errors.Is(e.Err, unix.ESRCH):
+		why = "user quotas are not on for it (ESRCH)"
+	case errors.Is(e.Err, unix.EOPNOTSUPP), errors.Is(e.Err, unix.ENOTTY), errors.Is(e.Err, unix.EINVAL):
+		why = fmt.Sprintf("it has no user quotas (%v)", e.Err)
+	}
+	return fmt.Sprintf("%s: %s", e.Path, why)
+}
+
+func (e *NotOnError) Unwrap() error { return e.Err }
+
+// Probe opens the file system that holds dir and asks it for root's user
+// quota. A file system without user quota accounting answers with a
+// *NotOnError; the caller then measures by walking, as before.
+func Probe(dir string) (*FS, error) {
+	f, err := os.OpenFile(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("quota: %w", err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("quota: %s: %w", dir, err)
+	}
+	fs := &FS{dir: f, Dev: st.Dev}
+	if _, err := fs.get(unix.Geteuid()); err != nil {
+		f.Close()
+		return nil, &NotOnError{Path: dir, Err: err}
+	}
+	fs.Type, fs.Source, fs.Mount = mountOf("/proc/self/mountinfo", st.Dev)
+	return fs, nil
+}
+
+// Close lets the file system go.
+func (f *FS) Close() error { return f.dir.Close() }
+
+// Of is what uid owns on the file system now.
+//
+// Reading another user's quota takes CAP_SYS_ADMIN, which the broker does
+// not keep; a user may read its own. So the read runs on a thread of its
+// own whose effective uid is uid for that one call (setresuid on one
+// thread, where Go's own Setresuid changes every thread): real and saved
+// uid stay root's, so the thread's capabilities come back with euid 0.
+// A thread that could not be put back is never reused: its goroutine
+// ends locked to it, and the runtime ends the thread.
+func (f *FS) Of(uid int) (Usage, error) {
+	type answer struct {
+		d   dqblk
+		err error
+	}
+	ch := make(chan answer, 1)
+	go func() {
+		runtime.LockOSThread()
+		euid := unix.Geteuid()
+		if euid == uid {
+			d, err := f.get(uid)
+			runtime.UnlockOSThread()
+			ch <- answer{d, err}
+			return
+		}
+		if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, ^uintptr(0), uintptr(uid), ^uintptr(0)); e != 0 {
+			runtime.UnlockOSThread()
+			ch <- answer{err: fmt.Errorf("setresuid(-1, %d, -1) on the reading thread: %w", uid, e)}
+			return
+		}
+		d, err := f.get(uid)
+		if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, ^uintptr(0), uintptr(euid), ^uintptr(0)); e != 0 {
+			// Left locked: the thread ends with this goroutine.
+			ch <- answer{err: fmt.Errorf("setresuid back to %d on the reading thread: %w", euid, e)}
+			return
+		}
+		runtime.UnlockOSThread()
+		ch <- answer{d, err}
+	}()
+	a := <-ch
+	if a.err != nil {
+		return Usage{}, fmt.Errorf("quota of uid %d on %s: %w", uid, f.Source, a.err)
+	}
+	return Usage{Bytes: int64(a.d.curSpace), Inodes: int64(a.d.curInodes)}, nil
+}
+
+func (f *FS) get(uid int) (dqblk, error) {
+	var d dqblk
+	_, _, e := unix.Syscall6(unix.SYS_QUOTACTL_FD, f.dir.Fd(), uintptr(qGetQuota<<subShift|usrQuota), uintptr(uid), uintptr(unsafe.Pointer(&d)), 0, 0)
+	if e != 0 {
+		return d, e
+	}
+	return d, nil
+}
+
+// mountOf finds the mount of device dev: its type, source and mount point.
+func mountOf(path string, dev uint64) (fstype, source, mount string) {
+	fstype, source, mount = "?", "?", "?"
+	f, err := os.Open(path)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	want := fmt.Sprintf("%d:%d", unix.Major(dev), unix.Minor(dev))
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		// id parent major:minor root mount-point options... - type source super-options
+		pre, post, ok := strings.Cut(sc.Text(), " - ")
+		fields, tail := strings.Fields(pre), strings.Fields(post)
+		if !ok || len(fields) < 5 || len(tail) < 2 || fields[2] != want {
+			continue
+		}
+		// The first mount of the device whose root is the file system's
+		// own: a bind mount of a folder of it names that folder.
+		if fields[3] == "/" || mount == "?" {
+			fstype, source, mount = tail[0], unescape(tail[1]), unescape(fields[4])
+			if fields[3] == "/" {
+				return
+			}
+		}
+	}
+	return
+}
+
+// unescape undoes mountinfo's octal escapes (\040 for a space).
+func unescape(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
