@@ -49,6 +49,8 @@ need=()
 command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
 command -v cpio >/dev/null || need+=(cpio)
 command -v debootstrap >/dev/null || need+=(debootstrap)
+command -v xz >/dev/null || need+=(xz-utils)
+command -v zstd >/dev/null || need+=(zstd)
 if [ ${#need[@]} -gt 0 ]; then
 	command -v apt-get >/dev/null || skip "needs ${need[*]} and has no apt-get to install them"
 	{ apt-get update -qq && apt-get install -y -qq --no-install-recommends "${need[@]}"; } >"$cache/apt.log" 2>&1 ||
