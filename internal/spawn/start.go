@@ -6,6 +6,7 @@ import (
 	"os"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -186,9 +187,13 @@ func Start(c *Command) (*Child, error) {
 		p.clone3.pidfd = uint64(uintptr(unsafe.Pointer(&pidfd)))
 	}
 
-	syscall.ForkLock.Lock()
+	// No syscall.ForkLock: the child marks every descriptor but its slots
+	// close-on-exec itself, so no other goroutine's descriptor can leak
+	// into it, and a start held up in the child must not hold up every
+	// other start (and every os/exec) of the process.
+	stop := keepGoing(&pidfd)
 	pid, errno := forkExec(p, &pidfd)
-	syscall.ForkLock.Unlock()
+	stop()
 	unix.Close(pipe[1])
 	keepAlive(c, p)
 	if errno != 0 {
@@ -203,6 +208,51 @@ func Start(c *Command) (*Child, error) {
 		err = errors.New("spawn: the child ended before its execve")
 	}
 	return ch, err
+}
+
+// The child runs as the role's user from its uid switch until execve,
+// and this thread waits in the kernel (CLONE_VFORK) all that time. Any
+// process of that user may send it SIGSTOP there (kill(-1, SIGSTOP) in a
+// loop, where no Landlock signal scope keeps it out), which would hold
+// this start, and this thread, for as long as it likes. keepGoing sends
+// the child SIGCONT through its pidfd (written by the kernel before the
+// child runs) from stuckAfter on, every stuckEvery: a stop is then undone
+// at once and the child gets at least one system call further each time.
+// One that is still not done after giveUpAfter (a frozen cgroup, say) is
+// killed, and its start fails.
+const (
+	stuckAfter  = 5 * time.Millisecond
+	stuckEvery  = time.Millisecond
+	giveUpAfter = 30 * time.Second
+)
+
+// keepGoing watches one start until the returned stop is called; stop
+// returns once the watcher has let go of the pidfd, which the caller may
+// close (and the number be reused) right after.
+func keepGoing(pidfd *int32) (stop func()) {
+	done, gone := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(gone)
+		t := time.NewTimer(stuckAfter)
+		defer t.Stop()
+		deadline := time.Now().Add(giveUpAfter)
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			if fd := atomic.LoadInt32(pidfd); fd >= 0 {
+				sig := unix.SIGCONT
+				if time.Now().After(deadline) {
+					sig = unix.SIGKILL
+				}
+				unix.PidfdSendSignal(int(fd), sig, nil, 0)
+			}
+			t.Reset(stuckEvery)
+		}
+	}()
+	return func() { close(done); <-gone }
 }
 
 // detail names what stage s worked on at index i, for an error.
