@@ -3,7 +3,10 @@
 package seccomp
 
 import (
+	"cmp"
 	"fmt"
+	"math"
+	"slices"
 
 	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
@@ -40,6 +43,9 @@ type assembler struct {
 	jumps        []pendingJump
 	labels       label // the last label handed out
 	claimed      map[uint32]string
+	rules        []rule // in the order they were made
+	groups       int
+	dispatched   bool
 	err          error
 }
 
@@ -116,50 +122,123 @@ func (a *assembler) decide(cond bpf.JumpTest, value uint32, ifTrue, ifFalse uint
 
 func (a *assembler) and(mask uint32) { a.emit(bpf.ALUOpConstant{Op: bpf.ALUOpAnd, Val: mask}) }
 
-// claim records that the rule why decides system call nr. The checks for
-// one call are a single block that ends in a return on every path, so a
-// second block for the same number would never be reached: claiming it
-// twice is a mistake in this package, refused when the program is built.
-func (a *assembler) claim(nr uint32, why string) {
-	if prev, ok := a.claimed[nr]; ok {
-		a.fail(fmt.Errorf("seccomp: system call %d decided twice (%s, %s)", nr, prev, why))
+// rule is how the filter decides one system call: by its number alone
+// (body nil: action, whatever the arguments), or by body's argument checks.
+type rule struct {
+	nr     uint32
+	why    string
+	action uint32
+	body   func()
+	group  int // the denyCalls call that made it (for the linear reference in the tests)
+}
+
+// claim records that the rule why decides system call nr. Each number is
+// decided by one rule, whose block ends in a return on every path:
+// deciding it twice is a mistake in this package, refused when the
+// program is built.
+func (a *assembler) claim(r rule) {
+	if prev, ok := a.claimed[r.nr]; ok {
+		a.fail(fmt.Errorf("seccomp: system call %d decided twice (%s, %s)", r.nr, prev, r.why))
 		return
 	}
-	a.claimed[nr] = why
+	a.claimed[r.nr] = r.why
+	a.rules = append(a.rules, r)
 }
 
 // denyCalls returns action for each of nrs, whatever their arguments.
-// The accumulator must hold the system call number, and still does after.
 func (a *assembler) denyCalls(why string, action uint32, nrs ...uint32) {
-	if len(nrs) == 0 {
-		return
-	}
-	matched, skip := a.newLabel(), a.newLabel()
+	a.groups++
 	for _, nr := range nrs {
-		a.claim(nr, why)
-		a.jumpIf(bpf.JumpEqual, nr, matched, next)
+		a.claim(rule{nr: nr, why: why, action: action, group: a.groups})
 	}
-	a.jump(skip)
-	a.place(matched)
-	a.ret(action)
-	a.place(skip)
 }
 
-// syscallBlock emits the argument checks of one system call: body runs
-// only when the accumulator holds nr, and every path through body must end
-// in a return (the accumulator no longer holds the number after it).
+// syscallBlock decides nr by the argument checks body emits. body runs
+// with the accumulator holding nr, and every path through it must end in
+// a return.
 func (a *assembler) syscallBlock(why string, nr uint32, body func()) {
-	a.claim(nr, why)
-	skip := a.newLabel()
-	a.jumpIf(bpf.JumpEqual, nr, next, skip)
-	body()
-	a.place(skip)
+	a.claim(rule{nr: nr, why: why, body: body})
+}
+
+// segment is a run of system-call numbers [lo, hi] that one leaf of the
+// dispatch decides: a rule's block, or a constant action for the whole run.
+type segment struct {
+	lo, hi uint32
+	action uint32
+	body   func()
+}
+
+// segments cuts the whole number space into runs, in order: each rule with
+// a block is a run of one number; neighbouring numbers with the same
+// constant action (a rule's, or otherwise for the numbers no rule decides)
+// are one run.
+func segments(rules []rule, otherwise uint32) []segment {
+	sorted := slices.Clone(rules)
+	slices.SortFunc(sorted, func(x, y rule) int { return cmp.Compare(x.nr, y.nr) })
+	var out []segment
+	add := func(s segment) {
+		if n := len(out); n > 0 && s.body == nil && out[n-1].body == nil && out[n-1].action == s.action {
+			out[n-1].hi = s.hi
+			return
+		}
+		out = append(out, s)
+	}
+	lo := uint32(0)
+	for _, r := range sorted {
+		if r.nr > lo {
+			add(segment{lo: lo, hi: r.nr - 1, action: otherwise})
+		}
+		add(segment{lo: r.nr, hi: r.nr, action: r.action, body: r.body})
+		lo = r.nr + 1 // no rule claims 0xFFFFFFFF, the skipped call
+	}
+	add(segment{lo: lo, hi: math.MaxUint32, action: otherwise})
+	return out
+}
+
+// dispatch ends the program: with the accumulator holding the system-call
+// number, a balanced binary search over the rules' numbers reaches the one
+// rule for it, or otherwise. The kernel runs the filter for every call that
+// needs arguments, and when a filter is attached emulates it for every
+// system-call number to find the calls it always allows
+// (seccomp_cache_prepare_bitmap, since 5.11); a search costs both about
+// log2(rules) comparisons, where a list in sequence costs one per rule.
+func (a *assembler) dispatch(otherwise uint32) {
+	a.dispatched = true
+	a.search(segments(a.rules, otherwise))
+}
+
+// search emits the decision for segs, which cover a contiguous run of
+// numbers the accumulator is known to lie in.
+func (a *assembler) search(segs []segment) {
+	if len(segs) == 1 {
+		if s := segs[0]; s.body != nil {
+			// The search has narrowed the number to [lo, hi]: a block
+			// must be reached for its own call alone.
+			if s.lo != s.hi {
+				a.fail(fmt.Errorf("seccomp: a block for the %d numbers %d to %d", s.hi-s.lo+1, s.lo, s.hi))
+				return
+			}
+			s.body()
+		} else {
+			a.ret(s.action)
+		}
+		return
+	}
+	mid := len(segs) / 2
+	upper := a.newLabel()
+	a.jumpIf(bpf.JumpGreaterOrEqual, segs[mid].lo, upper, next)
+	a.search(segs[:mid])
+	a.place(upper)
+	a.search(segs[mid:])
 }
 
 // assemble resolves the labels and encodes the program for the kernel.
 func (a *assembler) assemble() ([]unix.SockFilter, error) {
 	if a.err != nil {
 		return nil, a.err
+	}
+	if len(a.rules) > 0 && !a.dispatched {
+		return nil, fmt.Errorf("seccomp: %d rules made but never dispatched", len(a.rules))
 	}
 	for _, j := range a.jumps {
 		in := a.instructions[j.at].(bpf.JumpIf)

@@ -46,13 +46,23 @@ const noSyscall = -1
 // answers ENOSYS, so the filter lets it pass rather than kill the tracee.
 const skippedSyscall = 0xFFFFFFFF
 
-// Program builds the filter (for tests and inspection).
+// Program builds the filter (for tests and inspection): the architecture
+// check, then one search over the system-call numbers to the rule for the
+// call (dispatch), and ALLOW for a call no rule decides.
 func Program(o Options) ([]unix.SockFilter, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
 	a := newAssembler()
 	checkArchitecture(a) // first: every later check assumes native numbers
+	makeRules(a, o)
+	a.dispatch(actionAllow)
+	return a.assemble()
+}
+
+// makeRules makes the rule of every system call the filter decides for o;
+// each decision is one function below, named for what it denies.
+func makeRules(a *assembler, o Options) {
 	denyMounts(a)
 	denyNamespaces(a)
 	denyBPF(a)
@@ -79,8 +89,6 @@ func Program(o Options) ([]unix.SockFilter, error) {
 		denyTraceMe(a)
 		restrictSockets(a, o)
 	}
-	a.ret(actionAllow)
-	return a.assemble()
 }
 
 // Install loads the filter on the calling OS thread only (no TSYNC): the
