@@ -5,6 +5,7 @@ package seccomp
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 
@@ -46,7 +47,13 @@ type assembler struct {
 	rules        []rule // in the order they were made
 	groups       int
 	dispatched   bool
-	err          error
+	aliases      map[label]label // a label that stands where another does
+	returns      map[uint32]label
+	// inlineReturns makes decide return in place, as the linear
+	// reference in the tests builds it; otherwise every decision jumps
+	// to one shared return per action, placed at the end.
+	inlineReturns bool
+	err           error
 }
 
 // pendingJump is a bpf.JumpIf at instruction at, whose skips are not known
@@ -57,7 +64,7 @@ type pendingJump struct {
 }
 
 func newAssembler() *assembler {
-	return &assembler{places: map[label]int{}, claimed: map[uint32]string{}}
+	return &assembler{places: map[label]int{}, claimed: map[uint32]string{}, aliases: map[label]label{}, returns: map[uint32]label{}}
 }
 
 func (a *assembler) fail(err error) {
@@ -113,11 +120,55 @@ func (a *assembler) loadArgHigh(i int) {
 // decide ends a block: it returns ifTrue when the accumulator passes the
 // test, ifFalse when it does not.
 func (a *assembler) decide(cond bpf.JumpTest, value uint32, ifTrue, ifFalse uint32) {
+	if !a.inlineReturns {
+		a.jumpIf(cond, value, a.returnOf(ifTrue), a.returnOf(ifFalse))
+		return
+	}
 	otherwise := a.newLabel()
 	a.jumpIf(cond, value, next, otherwise)
 	a.ret(ifTrue)
 	a.place(otherwise)
 	a.ret(ifFalse)
+}
+
+// returnOf is the label of the program's one shared return of action,
+// placed at its end by placeReturns. Sharing them keeps the program short:
+// the kernel compiles every instruction each time a filter is attached.
+func (a *assembler) returnOf(action uint32) label {
+	l, ok := a.returns[action]
+	if !ok {
+		l = a.newLabel()
+		a.returns[action] = l
+	}
+	return l
+}
+
+// placeReturns ends the program with the shared returns, ALLOW last.
+func (a *assembler) placeReturns() {
+	actions := slices.Sorted(maps.Keys(a.returns))
+	slices.SortStableFunc(actions, func(x, y uint32) int {
+		return cmp.Compare(b2i(x == actionAllow), b2i(y == actionAllow))
+	})
+	for _, action := range actions {
+		a.place(a.returns[action])
+		a.ret(action)
+	}
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// alias makes l stand wherever target is placed.
+func (a *assembler) alias(l, target label) {
+	if _, ok := a.aliases[l]; ok {
+		a.fail(fmt.Errorf("seccomp: label %d aliased twice", l))
+		return
+	}
+	a.aliases[l] = target
 }
 
 func (a *assembler) and(mask uint32) { a.emit(bpf.ALUOpConstant{Op: bpf.ALUOpAnd, Val: mask}) }
@@ -197,39 +248,49 @@ func segments(rules []rule, otherwise uint32) []segment {
 
 // dispatch ends the program: with the accumulator holding the system-call
 // number, a balanced binary search over the rules' numbers reaches the one
-// rule for it, or otherwise. The kernel runs the filter for every call that
-// needs arguments, and when a filter is attached emulates it for every
-// system-call number to find the calls it always allows
-// (seccomp_cache_prepare_bitmap, since 5.11); a search costs both about
-// log2(rules) comparisons, where a list in sequence costs one per rule.
+// rule for it, or otherwise; then the shared returns. The kernel runs the
+// filter for every call that needs arguments, and when a filter is
+// attached emulates it for every system-call number to find the calls it
+// always allows (seccomp_cache_prepare_bitmap, since 5.11): a search costs
+// both about log2(rules) comparisons, where a list in sequence costs one
+// per rule.
 func (a *assembler) dispatch(otherwise uint32) {
 	a.dispatched = true
-	a.search(segments(a.rules, otherwise))
+	a.alias(a.newLabelHere(), a.search(segments(a.rules, otherwise)))
+	a.placeReturns()
+}
+
+// newLabelHere is a new label placed at the next instruction.
+func (a *assembler) newLabelHere() label {
+	l := a.newLabel()
+	a.place(l)
+	return l
 }
 
 // search emits the decision for segs, which cover a contiguous run of
-// numbers the accumulator is known to lie in.
-func (a *assembler) search(segs []segment) {
+// numbers the accumulator is known to lie in, and returns where that
+// decision starts: a constant answer is the shared return itself.
+func (a *assembler) search(segs []segment) label {
 	if len(segs) == 1 {
-		if s := segs[0]; s.body != nil {
-			// The search has narrowed the number to [lo, hi]: a block
-			// must be reached for its own call alone.
-			if s.lo != s.hi {
-				a.fail(fmt.Errorf("seccomp: a block for the %d numbers %d to %d", s.hi-s.lo+1, s.lo, s.hi))
-				return
-			}
-			s.body()
-		} else {
-			a.ret(s.action)
+		s := segs[0]
+		if s.body == nil {
+			return a.returnOf(s.action)
 		}
-		return
+		// The search has narrowed the number to [lo, hi]: a block must
+		// be reached for its own call alone.
+		if s.lo != s.hi {
+			a.fail(fmt.Errorf("seccomp: a block for the %d numbers %d to %d", s.hi-s.lo+1, s.lo, s.hi))
+		}
+		start := a.newLabelHere()
+		s.body()
+		return start
 	}
 	mid := len(segs) / 2
-	upper := a.newLabel()
-	a.jumpIf(bpf.JumpGreaterOrEqual, segs[mid].lo, upper, next)
-	a.search(segs[:mid])
-	a.place(upper)
-	a.search(segs[mid:])
+	start, lower, upper := a.newLabelHere(), a.newLabel(), a.newLabel()
+	a.jumpIf(bpf.JumpGreaterOrEqual, segs[mid].lo, upper, lower)
+	a.alias(lower, a.search(segs[:mid]))
+	a.alias(upper, a.search(segs[mid:]))
+	return start
 }
 
 // assemble resolves the labels and encodes the program for the kernel.
@@ -273,6 +334,11 @@ func (a *assembler) assemble() ([]unix.SockFilter, error) {
 // skipTo is the 8-bit forward offset from the jump at `at` to l. Classic
 // BPF only jumps forward, so a program cannot loop.
 func (a *assembler) skipTo(at int, l label) (uint8, error) {
+	for range len(a.aliases) + 1 {
+		if to, ok := a.aliases[l]; ok {
+			l = to
+		}
+	}
 	if l == next {
 		return 0, nil
 	}

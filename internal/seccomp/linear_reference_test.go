@@ -16,6 +16,7 @@ func linearProgram(o Options) ([]unix.SockFilter, error) {
 		return nil, err
 	}
 	a := newAssembler()
+	a.inlineReturns = true
 	checkArchitecture(a)
 	makeRules(a, o)
 	a.dispatched = true
