@@ -143,23 +143,19 @@ func (a *assembler) returnOf(action uint32) label {
 	return l
 }
 
-// placeReturns ends the program with the shared returns, ALLOW last.
+// placeReturns ends the program with the shared returns, ALLOW last: the
+// answer for every call no rule names.
 func (a *assembler) placeReturns() {
-	actions := slices.Sorted(maps.Keys(a.returns))
-	slices.SortStableFunc(actions, func(x, y uint32) int {
-		return cmp.Compare(b2i(x == actionAllow), b2i(y == actionAllow))
-	})
-	for _, action := range actions {
-		a.place(a.returns[action])
-		a.ret(action)
+	for _, action := range slices.Sorted(maps.Keys(a.returns)) {
+		if action != actionAllow {
+			a.place(a.returns[action])
+			a.ret(action)
+		}
 	}
-}
-
-func b2i(b bool) int {
-	if b {
-		return 1
+	if l, ok := a.returns[actionAllow]; ok {
+		a.place(l)
+		a.ret(actionAllow)
 	}
-	return 0
 }
 
 // alias makes l stand wherever target is placed.
@@ -253,11 +249,19 @@ func segments(rules []rule, otherwise uint32) []segment {
 // attached emulates it for every system-call number to find the calls it
 // always allows (seccomp_cache_prepare_bitmap, since 5.11): a search costs
 // both about log2(rules) comparisons, where a list in sequence costs one
-// per rule.
+// per rule. Every jump goes forward at most 255 instructions (classic
+// BPF's reach); the program is far shorter, and assemble refuses one that
+// is not.
 func (a *assembler) dispatch(otherwise uint32) {
 	a.dispatched = true
-	a.alias(a.newLabelHere(), a.search(segments(a.rules, otherwise)))
+	start := len(a.instructions)
+	entry := a.search(segments(a.rules, otherwise))
 	a.placeReturns()
+	// The search begins right here; with no rule at all, it is the one
+	// shared return, placed here too.
+	if at, ok := a.resolve(entry); !ok || at != start {
+		a.fail(fmt.Errorf("seccomp: the dispatch starts at %d, not where the architecture check ends (%d)", at, start))
+	}
 }
 
 // newLabelHere is a new label placed at the next instruction.
@@ -334,15 +338,10 @@ func (a *assembler) assemble() ([]unix.SockFilter, error) {
 // skipTo is the 8-bit forward offset from the jump at `at` to l. Classic
 // BPF only jumps forward, so a program cannot loop.
 func (a *assembler) skipTo(at int, l label) (uint8, error) {
-	for range len(a.aliases) + 1 {
-		if to, ok := a.aliases[l]; ok {
-			l = to
-		}
-	}
 	if l == next {
 		return 0, nil
 	}
-	target, ok := a.places[l]
+	target, ok := a.resolve(l)
 	if !ok {
 		return 0, fmt.Errorf("seccomp: jump at %d to label %d, which is never placed", at, l)
 	}
@@ -351,4 +350,17 @@ func (a *assembler) skipTo(at int, l label) (uint8, error) {
 		return 0, fmt.Errorf("seccomp: jump at %d to %d does not fit a conditional jump", at, target)
 	}
 	return uint8(skip), nil
+}
+
+// resolve is where l is placed, through its aliases.
+func (a *assembler) resolve(l label) (int, bool) {
+	for range len(a.aliases) + 1 {
+		to, ok := a.aliases[l]
+		if !ok {
+			break
+		}
+		l = to
+	}
+	at, ok := a.places[l]
+	return at, ok
 }

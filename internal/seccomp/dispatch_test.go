@@ -260,3 +260,31 @@ func TestEveryCallReachesItsRuleQuickly(t *testing.T) {
 		}
 	}
 }
+
+// A rule made but never dispatched would decide nothing: refused.
+func TestAssemblerRefusesRulesNeverDispatched(t *testing.T) {
+	a := newAssembler()
+	checkArchitecture(a)
+	a.denyCalls("mounts", actionEPERM, unix.SYS_MOUNT)
+	a.ret(actionAllow)
+	if _, err := a.assemble(); err == nil || err.Error() != "seccomp: 1 rules made but never dispatched" {
+		t.Errorf("rules never dispatched: %v", err)
+	}
+}
+
+// With no rule at all the dispatch is the one return of otherwise.
+func TestDispatchWithoutRulesAnswersOtherwise(t *testing.T) {
+	a := newAssembler()
+	checkArchitecture(a)
+	a.dispatch(actionEPERM)
+	filter, err := a.assemble()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := rawVM(t, filter)
+	for _, nr := range []uint32{0, unix.SYS_GETPID, skippedSyscall} {
+		if got, _ := m.Run(call{nr: nr}.data()); uint32(got) != actionEPERM {
+			t.Errorf("nr %#x: %s, want EPERM", nr, actionName(uint32(got)))
+		}
+	}
+}

@@ -1,10 +1,10 @@
 //go:build linux && (amd64 || arm64)
 
 // Package seccomp builds and installs the system-call filter that every
-// role command runs under. The shim installs it on its locked OS thread,
-// after no_new_privs and just before execve; the kernel keeps a filter
-// across execve and copies it into every child and thread the task
-// creates, so the role's whole process tree runs under it.
+// role command runs under. The spawn path's child loads it (Build, once
+// per option set) after no_new_privs and just before execve; the kernel
+// keeps a filter across execve and copies it into every child and thread
+// the task creates, so the role's whole process tree runs under it.
 //
 // The filter is a deny list on top of the role's Unix user, Landlock and
 // rlimits: it closes the kernel interfaces an unprivileged user still
@@ -15,7 +15,9 @@
 //
 // The program is classic BPF, written with golang.org/x/net/bpf through a
 // small label assembler, so that every argument check compares exactly the
-// bits the kernel reads.
+// bits the kernel reads. Each rule decides one system-call number; after
+// the architecture check, a binary search on the number reaches its rule
+// (dispatch), so no call walks the rules of the others.
 package seccomp
 
 import (
