@@ -1,10 +1,10 @@
 //go:build linux && (amd64 || arm64)
 
 // Package seccomp builds and installs the system-call filter that every
-// role command runs under. The shim installs it on its locked OS thread,
-// after no_new_privs and just before execve; the kernel keeps a filter
-// across execve and copies it into every child and thread the task
-// creates, so the role's whole process tree runs under it.
+// role command runs under. The spawn path's child loads it (Build, once
+// per option set) after no_new_privs and just before execve; the kernel
+// keeps a filter across execve and copies it into every child and thread
+// the task creates, so the role's whole process tree runs under it.
 //
 // The filter is a deny list on top of the role's Unix user, Landlock and
 // rlimits: it closes the kernel interfaces an unprivileged user still
@@ -15,7 +15,9 @@
 //
 // The program is classic BPF, written with golang.org/x/net/bpf through a
 // small label assembler, so that every argument check compares exactly the
-// bits the kernel reads.
+// bits the kernel reads. Each rule decides one system-call number; after
+// the architecture check, a binary search on the number reaches its rule
+// (dispatch), so no call walks the rules of the others.
 package seccomp
 
 import (
@@ -46,13 +48,23 @@ const noSyscall = -1
 // answers ENOSYS, so the filter lets it pass rather than kill the tracee.
 const skippedSyscall = 0xFFFFFFFF
 
-// Program builds the filter (for tests and inspection).
+// Program builds the filter (for tests and inspection): the architecture
+// check, then one search over the system-call numbers to the rule for the
+// call (dispatch), and ALLOW for a call no rule decides.
 func Program(o Options) ([]unix.SockFilter, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
 	a := newAssembler()
 	checkArchitecture(a) // first: every later check assumes native numbers
+	makeRules(a, o)
+	a.dispatch(actionAllow)
+	return a.assemble()
+}
+
+// makeRules makes the rule of every system call the filter decides for o;
+// each decision is one function below, named for what it denies.
+func makeRules(a *assembler, o Options) {
 	denyMounts(a)
 	denyNamespaces(a)
 	denyBPF(a)
@@ -79,8 +91,6 @@ func Program(o Options) ([]unix.SockFilter, error) {
 		denyTraceMe(a)
 		restrictSockets(a, o)
 	}
-	a.ret(actionAllow)
-	return a.assemble()
 }
 
 // Install loads the filter on the calling OS thread only (no TSYNC): the
