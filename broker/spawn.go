@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"sort"
 	"path/filepath"
+	"sort"
 	"syscall"
 	"time"
 
