@@ -8,8 +8,10 @@ import (
 	"io"
 	"net"
 	"os"
-	"thermite/internal/peercred"
+	"sync"
 	"time"
+
+	"thermite/internal/peercred"
 
 	"golang.org/x/sys/unix"
 )
@@ -47,6 +49,11 @@ func (c *Conn) Send(v any, fds ...int) error {
 	if err != nil {
 		return err
 	}
+	return c.sendFrame(b, fds...)
+}
+
+// sendFrame writes one encoded frame with the descriptors beside it.
+func (c *Conn) sendFrame(b []byte, fds ...int) error {
 	if len(b) > MaxFrame {
 		return fmt.Errorf("%w: %d bytes is over the %d-byte limit", ErrFrame, len(b), MaxFrame)
 	}
@@ -57,17 +64,24 @@ func (c *Conn) Send(v any, fds ...int) error {
 	if len(fds) > 0 {
 		oob = unix.UnixRights(fds...)
 	}
-	_, _, err = c.c.WriteMsgUnix(b, oob, nil)
+	_, _, err := c.c.WriteMsgUnix(b, oob, nil)
 	return err
 }
+
+// frames are the receive buffers, kept for the next frame: a frame's
+// buffer is MaxFrame+1 bytes, and every call receives at least two.
+var frames = sync.Pool{New: func() any { b := make([]byte, MaxFrame+1); return &b }}
 
 // Recv reads one frame into v and returns the descriptors that came with
 // it, close-on-exec. A frame over MaxFrame, with truncated descriptors, or
 // with JSON that does not match v exactly is an ErrFrame; the descriptors
 // of a refused frame are closed.
 func (c *Conn) Recv(v any) ([]*os.File, error) {
-	buf := make([]byte, MaxFrame+1)
-	oob := make([]byte, unix.CmsgSpace(MaxFDs*4)+64)
+	bp := frames.Get().(*[]byte)
+	defer frames.Put(bp)
+	buf := *bp
+	var oobBuf [256]byte
+	oob := oobBuf[:unix.CmsgSpace(MaxFDs*4)+64]
 	n, oobn, flags, _, err := c.c.ReadMsgUnix(buf, oob)
 	if err != nil {
 		return nil, err
@@ -154,7 +168,7 @@ func (c *Conn) SendResponse(resp *Response) error {
 		return err
 	}
 	if len(b) <= MaxFrame {
-		return c.Send(resp)
+		return c.sendFrame(b)
 	}
 	if len(b) > MaxAnswer {
 		return c.Send(&Response{V: Version, Error: fmt.Sprintf("answer of %d bytes is over the %d-byte limit", len(b), MaxAnswer)})
