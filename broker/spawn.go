@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"sort"
 	"syscall"
 	"time"
@@ -78,11 +77,11 @@ var filters seccomp.Cache
 // has, or has failed at a stage (execErr says which, and the child has
 // exited 127). The reaper knows the child before it can be reaped.
 func (b *Broker) startCommand(c *command) (*child, error) {
-	sc, done, err := b.spawnCommand(c)
+	sc, err := b.spawnCommand(c)
 	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", c.role.Name, err)
 	}
-	defer done()
+	defer closeAll(sc.CgroupProcs)
 	var sch *spawn.Child
 	var startErr error
 	started := time.Now()
@@ -111,8 +110,9 @@ func (b *Broker) startCommand(c *command) (*child, error) {
 
 // spawnCommand is c as spawn.Start takes it: its filter from the cache,
 // its cgroup as a v2 directory (born in it) or v1 cgroup.procs files (the
-// child writes itself in before its exec). done closes what it opened.
-func (b *Broker) spawnCommand(c *command) (*spawn.Command, func(), error) {
+// child writes itself in before its exec), both held by the group; the
+// caller closes CgroupProcs, duplicates of the group's.
+func (b *Broker) spawnCommand(c *command) (*spawn.Command, error) {
 	sc := &spawn.Command{
 		Argv: c.argv, Env: c.env,
 		Stdin: c.stdio[0], Stdout: c.stdio[1], Stderr: c.stdio[2],
@@ -124,11 +124,10 @@ func (b *Broker) spawnCommand(c *command) (*spawn.Command, func(), error) {
 		Rlimits: c.rlimits,
 		CPUs:    c.cpus,
 	}
-	done := func() {}
 	if c.seccomp != nil {
 		f, err := filters.Get(*c.seccomp)
 		if err != nil {
-			return nil, done, err
+			return nil, err
 		}
 		sc.Seccomp = f
 	}
@@ -138,17 +137,13 @@ func (b *Broker) spawnCommand(c *command) (*spawn.Command, func(), error) {
 		case err == nil:
 			sc.UseCgroupDir, sc.CgroupDir = true, fd
 		case errors.Is(err, cgroup.ErrNoFD):
-			for _, d := range c.cgroup.Paths() {
-				f, err := os.OpenFile(filepath.Join(d, "cgroup.procs"), os.O_WRONLY, 0)
-				if err != nil {
-					closeAll(sc.CgroupProcs)
-					return nil, done, fmt.Errorf("cgroup: %w", err)
-				}
-				sc.CgroupProcs = append(sc.CgroupProcs, f)
+			// The group keeps its cgroup.procs files open: the child
+			// writes itself into each.
+			if sc.CgroupProcs, err = c.cgroup.ProcsFiles(); err != nil {
+				return nil, fmt.Errorf("cgroup: %w", err)
 			}
-			done = func() { closeAll(sc.CgroupProcs) }
 		default:
-			return nil, done, err
+			return nil, err
 		}
 	}
 	if weaken.Enabled {
@@ -163,7 +158,7 @@ func (b *Broker) spawnCommand(c *command) (*spawn.Command, func(), error) {
 		// child is a vfork child, and the broker's starts wait on it.
 		sc.Weakened.SlowStart = weaken.Has(weaken.SlowShim) && c.role.Kind == roles.Timing
 	}
-	return sc, done, nil
+	return sc, nil
 }
 
 func closeAll(fs []*os.File) {

@@ -50,6 +50,16 @@ func BenchmarkRunTrue(b *testing.B) {
 			}
 		}
 	})
+	// broker-ping is the RPC alone: a connection, the peer check, one
+	// request and its answer, with no command.
+	b.Run("broker-ping", func(b *testing.B) {
+		req := &rpc.Request{Op: rpc.OpPing}
+		for i := 0; i < b.N; i++ {
+			if _, err := rpc.Call(r.Cfg.BrokerSocket(), req); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	b.Run("setpriv", func(b *testing.B) {
 		if _, err := exec.LookPath("setpriv"); err != nil {
 			b.Skip("needs setpriv (util-linux)")

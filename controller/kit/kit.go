@@ -226,26 +226,28 @@ func (k *Kit) Expand(argv []string, build, kitCopy, out string) []string {
 	return expanded
 }
 
-// The manifest's keys. Anything else is an unknown key.
-var known = map[string]bool{
-	"name": true, "description": true,
-	"build": true, "build.command": true, "build.outputs": true,
-	"run": true, "run.command": true, "run.copy": true, "run.repeats": true,
-	"run.cpus": true, "run.cards": true, "run.stdout": true, "run.stderr": true,
-	"check": true, "check.command": true, "check.hidden": true, "check.public": true,
-}
-
 // limitKeys are the keys of build.limits and run.limits.
 var limitKeys = []string{"timeout", "processes", "open_files", "address_space_mb", "file_size_mb", "cpu_seconds"}
 
-func init() {
+// known is the manifest's keys, made on first use (every thermite process
+// links this package; only a kit's import reads a manifest). Anything else
+// is an unknown key.
+var known = sync.OnceValue(func() map[string]bool {
+	m := map[string]bool{
+		"name": true, "description": true,
+		"build": true, "build.command": true, "build.outputs": true,
+		"run": true, "run.command": true, "run.copy": true, "run.repeats": true,
+		"run.cpus": true, "run.cards": true, "run.stdout": true, "run.stderr": true,
+		"check": true, "check.command": true, "check.hidden": true, "check.public": true,
+	}
 	for _, t := range []string{"build.limits", "run.limits"} {
-		known[t] = true
+		m[t] = true
 		for _, k := range limitKeys {
-			known[t+"."+k] = true
+			m[t+"."+k] = true
 		}
 	}
-}
+	return m
+})
 
 // Ranges.
 const (
@@ -350,7 +352,7 @@ func parse(data []byte) (*Kit, error) {
 		return nil, errors.New(strings.ReplaceAll(err.Error(), "\n", " "))
 	}
 	for _, key := range md.Keys() {
-		if !known[key.String()] {
+		if !known()[key.String()] {
 			return nil, fmt.Errorf("unknown key %q", key.String())
 		}
 	}

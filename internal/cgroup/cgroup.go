@@ -573,7 +573,7 @@ func (t *Tree) Create(name string, l Limits) (*Group, error) {
 
 // group is the Group named name under the parent group, made or not.
 func (t *Tree) group(name string) *Group {
-	g := &Group{Name: name, tree: t, fd: -1, ctl: map[string]string{}}
+	g := &Group{Name: name, tree: t, fd: -1, oomFD: -1, ctl: map[string]string{}}
 	for _, h := range t.hier {
 		d := filepath.Join(h.dir, name)
 		g.dirs = append(g.dirs, d)
@@ -622,6 +622,12 @@ type Group struct {
 	oomBase int64             // the OOM kill count at creation; -1 unknown
 	mu      sync.Mutex
 	fd      int
+	// procs are the v1 cgroup.procs files, opened once for writing, and
+	// oomFD the OOM counter's file, opened once for reading: every command
+	// of the role uses both, and cgroupfs's path lookup is the dear part.
+	// Remove closes them.
+	procs   []*os.File
+	oomFD   int
 	removed bool
 	// noKillFile makes Kill take the freeze path even where cgroup.kill
 	// exists (tests).
@@ -738,6 +744,86 @@ func (g *Group) FD() (int, error) {
 	}
 	g.fd = fd
 	return fd, nil
+}
+
+// ProcsFiles returns the group's cgroup.procs files open for writing (v1:
+// one per hierarchy), for a child that writes itself in before its exec.
+// The group opens them once and hands out duplicates, which the caller
+// closes: a Remove while a child still uses them closes nothing of its.
+// The kernel checks a write against the credentials the file was opened
+// with, here always the broker's.
+func (g *Group) ProcsFiles() ([]*os.File, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.removed {
+		return nil, fmt.Errorf("cgroup: %s: removed", g.dirs[0])
+	}
+	if g.procs == nil {
+		var fs []*os.File
+		for _, d := range g.dirs {
+			p := filepath.Join(d, "cgroup.procs")
+			f, err := os.OpenFile(p, os.O_WRONLY, 0)
+			if err != nil {
+				closeFiles(fs)
+				return nil, &FileError{Op: "open", Path: p, Err: err}
+			}
+			fs = append(fs, f)
+		}
+		g.procs = fs
+	}
+	out := make([]*os.File, 0, len(g.procs))
+	for _, f := range g.procs {
+		fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			closeFiles(out)
+			return nil, &FileError{Op: "open", Path: f.Name(), Err: err}
+		}
+		out = append(out, os.NewFile(uintptr(fd), f.Name()))
+	}
+	return out, nil
+}
+
+func closeFiles(fs []*os.File) {
+	for _, f := range fs {
+		f.Close()
+	}
+}
+
+// readHeld reads a cgroup file of the group through a descriptor opened
+// once: a read at offset 0 of a cgroupfs (seq_file) file makes its text
+// anew. Where the package stands a fake kernel in (tests), a plain read.
+func (g *Group) readHeld(p string) (string, error) {
+	if _, real := g.tree.sys.fs.(osFS); !real {
+		return g.tree.sys.read(p)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.removed {
+		return "", &FileError{Op: "read", Path: p, Err: unix.ENOENT}
+	}
+	if g.oomFD < 0 {
+		fd, err := retryEINTR(func() (int, error) { return unix.Open(p, unix.O_RDONLY|unix.O_CLOEXEC, 0) })
+		if err != nil {
+			return "", &FileError{Op: "open", Path: p, Err: err}
+		}
+		g.oomFD = fd
+	}
+	var buf [512]byte
+	n, err := retryEINTR(func() (int, error) { return unix.Pread(g.oomFD, buf[:], 0) })
+	if err != nil {
+		return "", &FileError{Op: "read", Path: p, Err: err}
+	}
+	return string(buf[:n]), nil
+}
+
+// closeHeldLocked closes the descriptors the group keeps (g.mu held).
+func (g *Group) closeHeldLocked() {
+	closeFiles(g.procs)
+	g.procs = nil
+	if g.oomFD >= 0 {
+		unix.Close(g.oomFD)
+		g.oomFD = -1
+	}
 }
 
 // Add puts the process pid (all its threads) in the group, in every
@@ -1007,6 +1093,7 @@ func (g *Group) Remove() error {
 		unix.Close(g.fd)
 		g.fd = -1
 	}
+	g.closeHeldLocked()
 	var errs []error
 	for i := len(g.dirs) - 1; i >= 0; i-- {
 		if err := rmdirRetry(g.tree.sys, g.dirs[i]); err != nil {
@@ -1098,7 +1185,7 @@ func (g *Group) OOMKillCount() int64 {
 	if g.tree.Version == 1 {
 		name = "memory.oom_control"
 	}
-	v, err := g.tree.sys.read(filepath.Join(mem, name))
+	v, err := g.readHeld(filepath.Join(mem, name))
 	if err != nil {
 		return -1
 	}

@@ -10,7 +10,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -186,6 +188,9 @@ func TestMemoryBomb(t *testing.T) {
 
 	hb := newHelper(t, "alloc:200")
 	hb.start(bomb)
+	// The count is read through a descriptor the group keeps: the read
+	// after the kill must see the kill.
+	before := bomb.OOMKillCount()
 	t0 := time.Now()
 	hb.release()
 	err := hb.wait(60 * time.Second)
@@ -196,6 +201,9 @@ func TestMemoryBomb(t *testing.T) {
 	oom, err := bomb.OOMKilled()
 	if err != nil || !oom {
 		t.Errorf("OOMKilled() = %v, %v; want true", oom, err)
+	}
+	if after := bomb.OOMKillCount(); before < 0 || after <= before {
+		t.Errorf("OOMKillCount: %d before the bomb, %d after; want a rise", before, after)
 	}
 	st, err := bomb.Stats()
 	if err != nil {
@@ -310,6 +318,54 @@ func requireEmpty(t *testing.T, g *Group) {
 	if !ok {
 		st, _ := g.Stats()
 		t.Errorf("after Kill and reaping, pids.current %d", st.PidsCurrent)
+	}
+}
+
+// TestProcsFilesPlaceEveryLaterChild: the cgroup.procs files a group keeps
+// open place each process written to them, not only the first (a role's
+// every command joins through them), and a removed group hands none out.
+func TestProcsFilesPlaceEveryLaterChild(t *testing.T) {
+	tr := hostTree(t)
+	if tr.Version != 1 {
+		t.Skip("needs cgroup v1: on v2 a child is born in its group by CLONE_INTO_CGROUP")
+	}
+	g, err := tr.Create("held", Limits{MemoryBytes: 64 << 20, Pids: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cmds []*exec.Cmd
+	defer func() {
+		for _, c := range cmds {
+			c.Process.Kill()
+			c.Wait()
+		}
+	}()
+	for i := 0; i < 3; i++ {
+		c := exec.Command("sleep", "60")
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds = append(cmds, c)
+		fs, err := g.ProcsFiles()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range fs {
+			if _, err := f.WriteString(strconv.Itoa(c.Process.Pid)); err != nil {
+				t.Errorf("process %d: %s: %v", i, f.Name(), err)
+			}
+			f.Close()
+		}
+		procs, err := g.Procs()
+		if err != nil || !slices.Contains(procs, c.Process.Pid) {
+			t.Errorf("process %d (pid %d) not in the group: %v %v", i, c.Process.Pid, procs, err)
+		}
+	}
+	if err := g.Remove(); err != nil {
+		t.Fatal(err)
+	}
+	if fs, err := g.ProcsFiles(); err == nil {
+		t.Errorf("a removed group handed out %d cgroup.procs files", len(fs))
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 
@@ -325,6 +326,8 @@ func ClearSetID(top *os.File, uid int) (cleared, skipped []string, scanned int, 
 		return cleared, skipped, scanned, err
 	}
 	defer unix.Close(dir)
+	buf := walkBuf()
+	defer putWalkBuf(buf)
 	err = walk(dir, top.Name(), func(dirfd int, name, path string, st Stat) error {
 		scanned++
 		if st.Mode&setIDBits == 0 {
@@ -338,14 +341,23 @@ func ClearSetID(top *os.File, uid int) (cleared, skipped []string, scanned int, 
 		fix(fd, cur, path)
 		unix.Close(fd)
 		return nil
-	}, make([]byte, 64<<10))
+	}, buf)
 	return cleared, skipped, scanned, err
 }
 
+// walkBufs are the walks' directory-read buffers, kept between walks: the
+// broker sweeps a role's folders after every command.
+var walkBufs = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
+
+func walkBuf() []byte { return *walkBufs.Get().(*[]byte) }
+
+func putWalkBuf(b []byte) { walkBufs.Put(&b) }
+
 // reopenDir opens a readable descriptor of the folder top holds (which may
-// be O_PATH), through /proc/self/fd so no name is resolved again.
+// be O_PATH): "." beneath it is that folder itself, so no name is resolved
+// again (and no /proc lookup is paid).
 func reopenDir(top *os.File) (int, error) {
-	fd, err := unix.Open("/proc/self/fd/"+strconv.Itoa(int(top.Fd())), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	fd, err := unix.Openat(int(top.Fd()), ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return -1, fmt.Errorf("%s: %w", top.Name(), err)
 	}
@@ -471,10 +483,12 @@ func Usage(top *os.File) (bytes, entries int64, err error) {
 	}
 	defer unix.Close(dir)
 	// Each entry is stat'ed once, by the walk itself.
+	buf := walkBuf()
+	defer putWalkBuf(buf)
 	err = walk(dir, top.Name(), func(dirfd int, name, path string, s Stat) error {
 		bytes += s.Blocks * 512
 		entries++
 		return nil
-	}, make([]byte, 64<<10))
+	}, buf)
 	return bytes, entries, err
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"sync"
 )
 
 // An Op is one operation of the file helper: its name on the wire, its
@@ -57,22 +58,21 @@ var (
 		Summary: "Find files under a folder whose names match a glob"})
 )
 
-// opsByName is Ops by name, for the server's dispatch. It is made in init,
-// after every row above has been defined.
-var opsByName map[string]*Op
-
-func init() {
-	opsByName = make(map[string]*Op, len(Ops))
+// opsByName is Ops by name, for the server's dispatch, made on first use:
+// every thermite process links this package, few serve it.
+var opsByName = sync.OnceValue(func() map[string]*Op {
+	m := make(map[string]*Op, len(Ops))
 	for _, o := range Ops {
-		if opsByName[o.Name] != nil {
+		if m[o.Name] != nil {
 			panic("lanefs: two operations named " + o.Name)
 		}
-		opsByName[o.Name] = o
+		m[o.Name] = o
 	}
-}
+	return m
+})
 
 // OpNamed is the operation of that name, or nil.
-func OpNamed(name string) *Op { return opsByName[name] }
+func OpNamed(name string) *Op { return opsByName()[name] }
 
 // Typed is an operation with its request and answer types.
 type Typed[Req, Resp any] struct{ *Op }

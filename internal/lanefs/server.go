@@ -193,7 +193,7 @@ func (s *Server) Handle(op string, args json.RawMessage) (any, *Error) {
 // dispatch runs the operation named op from Ops; decode fills its typed
 // arguments, strictly (an unknown field is refused).
 func (s *Server) dispatch(op string, decode func(any) error) (any, *Error) {
-	o := opsByName[op]
+	o := opsByName()[op]
 	if o == nil {
 		return nil, errorf(CodeBadRequest, "unknown operation %q", op)
 	}

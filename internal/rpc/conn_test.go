@@ -106,3 +106,33 @@ func TestLargeAnswerInParts(t *testing.T) {
 		t.Fatalf("got %d rows", len(resp.Selftest.Probes))
 	}
 }
+
+// TestRunAnswerDecodedWhole: a Run's answer, read through the narrower
+// type a Run's client decodes into, carries the result and the error line
+// as sent, and a field no Run answer has is still refused.
+func TestRunAnswerDecodedWhole(t *testing.T) {
+	c, s := pair(t)
+	want := &RunResult{PID: 42, ExitCode: 127, Stopped: StoppedExited, WallNS: 7, SetID: &SetIDReport{Cleared: []string{"/x"}}}
+	go func() {
+		var req Request
+		s.Recv(&req)
+		s.SendResponse(&Response{Run: want, Error: "spawn: execve x: not found (ENOENT)"})
+	}()
+	resp, err := c.Call(&Request{Op: OpRun, Run: &RunRequest{Role: "lane-1", Argv: []string{"x"}}})
+	if err == nil || err.Error() != "spawn: execve x: not found (ENOENT)" {
+		t.Fatalf("error %v", err)
+	}
+	if resp == nil || resp.Run == nil || resp.Run.PID != 42 || resp.Run.ExitCode != 127 || resp.Run.WallNS != 7 || len(resp.Run.SetID.Cleared) != 1 {
+		t.Fatalf("answer %+v", resp)
+	}
+
+	c, s = pair(t)
+	go func() {
+		var req Request
+		s.Recv(&req)
+		s.SendResponse(&Response{Run: want, Status: &Status{}})
+	}()
+	if _, err := c.Call(&Request{Op: OpRun, Run: &RunRequest{Role: "lane-1", Argv: []string{"x"}}}); !errors.Is(err, ErrFrame) {
+		t.Fatalf("a Run answer with a status: %v, want ErrFrame", err)
+	}
+}
