@@ -125,6 +125,28 @@ func BenchmarkRunTrue(b *testing.B) {
 			}
 		}
 	})
+	// broker-lane-no-cgroup is the same round trip on a rig without
+	// cgroups, beside os/exec: what placing the child in its groups costs
+	// where that is a write per cgroup v1 hierarchy (on v2 the child is
+	// born in its group by clone3).
+	b.Run("broker-lane-no-cgroup", func(b *testing.B) {
+		nc := testrig.New(b, testrig.Options{Extra: "[cgroup]\nenabled = false\n"})
+		req := &rpc.Request{Op: rpc.OpRun, Run: &rpc.RunRequest{Role: "lane-1", Argv: []string{"/bin/true"}}}
+		var ex, br []int64
+		for i := 0; i < b.N; i++ {
+			t0 := time.Now()
+			if err := exec.Command("/bin/true").Run(); err != nil {
+				b.Fatal(err)
+			}
+			t1 := time.Now()
+			resp, err := rpc.Call(nc.Cfg.BrokerSocket(), req)
+			if err != nil || resp.Run.ExitCode != 0 {
+				b.Fatalf("%v %+v", err, resp)
+			}
+			ex, br = append(ex, t1.Sub(t0).Nanoseconds()), append(br, time.Since(t1).Nanoseconds())
+		}
+		b.ReportMetric(medianNS(br)/medianNS(ex), "no-cgroup/exec")
+	})
 }
 
 // BenchmarkStopUser500 is StopUser of a lane running 500 processes: with
