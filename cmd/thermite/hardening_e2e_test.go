@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -293,23 +294,7 @@ func TestLaneHidesDiskInAnUnlinkedOpenFileEndsItsTrial(t *testing.T) {
 	info, a := startTrial(t, r, 1, makeProject(t, r))
 	// Unlinked before a byte is written, so no walk ever sees it; kept
 	// open by a process that outlives the command.
-	_, stderr, code := r.Thermite("trial", "exec", info.ID, "--", "sh", "-c",
-		`setsid -f sh -c 'exec 3>big && rm big && head -c 209715200 /dev/zero >&3 && exec sleep 600' </dev/null >/dev/null 2>&1`)
-	if code != 0 {
-		t.Fatalf("trial exec: exit %d %s", code, stderr)
-	}
-	var reason string
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		out, _, _ := r.Thermite("trial", "list", "--json")
-		if i := strings.Index(out, "over its disk limit"); i >= 0 {
-			reason = out[i:]
-			reason = reason[:strings.IndexByte(reason, '"')]
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("a lane holding 200 MiB in an unlinked open file was not ended with a 64 MiB cap:\n%s", out)
-		}
-	}
+	reason := holdUnlinkedUntilEnded(t, r, info.ID, 200)
 	if !strings.Contains(reason, "deleted files its processes kept open") || !strings.Contains(reason, "of 64 MiB") {
 		t.Errorf("the end reason does not say where the space was: %q", reason)
 	}
@@ -492,5 +477,27 @@ func TestTimedRunsOnAffinityAloneOnlyWithTheLossAccepted(t *testing.T) {
 	b := sleepKit(t, r, "slow", "true", 0)
 	if out, stderr, code := r.Thermite("judge", "time", b.ID, "--kit", "slow"); code != 0 {
 		t.Fatalf("a timed run with judge-cpuset accepted: exit %d %s %s", code, out, stderr)
+	}
+}
+
+// holdUnlinkedUntilEnded has a process of trial id's lane that outlives
+// its command write mib MiB into a file it unlinks but keeps open, and
+// returns the trial's end reason once the disk check ends it (the test
+// fails if it is not ended within 30 s).
+func holdUnlinkedUntilEnded(t *testing.T, r *testrig.Rig, id string, mib int) string {
+	t.Helper()
+	script := fmt.Sprintf(`setsid -f sh -c 'exec 3>big && rm big && head -c %d /dev/zero >&3 && exec sleep 600' </dev/null >/dev/null 2>&1`, mib<<20)
+	if _, stderr, code := r.Thermite("trial", "exec", id, "--", "sh", "-c", script); code != 0 {
+		t.Fatalf("trial exec: exit %d %s", code, stderr)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		out, _, _ := r.Thermite("trial", "list", "--json")
+		if i := strings.Index(out, "over its disk limit"); i >= 0 {
+			reason := out[i:]
+			return reason[:strings.IndexByte(reason, '"')]
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a lane holding %d MiB in an unlinked open file was not ended by its disk cap:\n%s", mib, out)
+		}
 	}
 }

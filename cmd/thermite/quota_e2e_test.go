@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -87,22 +86,7 @@ func TestLaneWritesPastItsCapOnAQuotaFileSystemEndsItsTrial(t *testing.T) {
 
 	// Past the cap in a file no name links: only the quota (and the
 	// unlinked-file helper, on the walk path) sees it.
-	if _, stderr, code := r.Thermite("trial", "exec", two.ID, "--", "sh", "-c",
-		`setsid -f sh -c 'exec 3>big && rm big && head -c 104857600 /dev/zero >&3 && exec sleep 600' </dev/null >/dev/null 2>&1`); code != 0 {
-		t.Fatalf("trial exec: exit %d %s", code, stderr)
-	}
-	var reason string
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		out, _, _ := r.Thermite("trial", "list", "--json")
-		if i := strings.Index(out, "over its disk limit"); i >= 0 {
-			reason = out[i:]
-			reason = reason[:strings.IndexByte(reason, '"')]
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("a lane holding 100 MiB in an unlinked open file was not ended with a 64 MiB cap:\n%s", out)
-		}
-	}
+	reason := holdUnlinkedUntilEnded(t, r, two.ID, 100)
 	if !strings.Contains(reason, "of 64 MiB") || !strings.Contains(reason, "user quota") {
 		t.Errorf("the end reason does not name the cap and the quota: %q", reason)
 	}

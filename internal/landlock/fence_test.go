@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"thermite/internal/netpolicy"
+	"thermite/internal/testrig"
 )
 
 func requireRoot(t testing.TB) {
@@ -27,24 +28,12 @@ func requireRoot(t testing.TB) {
 }
 
 // standIn makes dir/dev with stand-in GPU nodes (the null device's
-// numbers): control nodes and n cards, nvidia0 … nvidiaN-1.
+// numbers): the control nodes and n cards, nvidia0 … nvidiaN-1.
 func standIn(t testing.TB, n int) string {
 	t.Helper()
 	dir := t.TempDir()
 	os.Chmod(dir, 0o755)
-	dev := filepath.Join(dir, "dev")
-	os.MkdirAll(filepath.Join(dev, "nvidia-caps"), 0o755)
-	names := []string{"null", "nvidiactl", "nvidia-uvm", "nvidia-caps/nvidia-cap1"}
-	for i := 0; i < n; i++ {
-		names = append(names, fmt.Sprintf("nvidia%d", i))
-	}
-	for _, c := range names {
-		p := filepath.Join(dev, c)
-		if err := unix.Mknod(p, unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3))); err != nil {
-			t.Fatalf("mknod %s: %v", p, err)
-		}
-		os.Chmod(p, 0o666)
-	}
+	testrig.StandInGPUs(t, dir, n)
 	return dir
 }
 
