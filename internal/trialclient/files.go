@@ -136,28 +136,10 @@ var fileOps = []fileOp{
 	{
 		cmd: fileCmd(lanefs.List, "[PATH]", "", 0, 1, nil,
 			func(a cliArgs) (lanefs.ListRequest, error) { return lanefs.ListRequest{Path: arg(a.rest, 0)}, nil },
-			func(res *lanefs.ListResponse, _ cliArgs) string {
-				var b strings.Builder
-				for _, e := range res.Entries {
-					fmt.Fprintf(&b, "%-7s %10d  %s\n", e.Type, e.Size, e.Name)
-				}
-				if res.Truncated {
-					b.WriteString("(more entries left out)\n")
-				}
-				return b.String()
-			}),
+			func(res *lanefs.ListResponse, _ cliArgs) string { return listText(res) }),
 		tool: fileToolOf(lanefs.List, func(where string) string { return "List a folder of " + where + "." },
 			func(in dirInput) lanefs.ListRequest { return lanefs.ListRequest{Path: in.Path} },
-			func(_ dirInput, res *lanefs.ListResponse) string {
-				var b strings.Builder
-				for _, e := range res.Entries {
-					fmt.Fprintf(&b, "%s %d %s\n", e.Type, e.Size, e.Name)
-				}
-				if res.Truncated {
-					b.WriteString("(more entries left out)\n")
-				}
-				return b.String()
-			}),
+			func(_ dirInput, res *lanefs.ListResponse) string { return listText(res) }),
 	},
 	{
 		cmd: fileCmd(lanefs.Grep, "PATTERN [PATH] [--glob G] [--max N]", "", 1, 2, []string{"glob", "max"},
@@ -171,14 +153,10 @@ var fileOps = []fileOp{
 				return lanefs.GrepRequest{Pattern: in.Pattern, Path: in.Path, Glob: in.Glob, MaxMatches: in.MaxMatches}
 			},
 			func(_ grepInput, res *lanefs.GrepResponse) string {
-				var b strings.Builder
-				for _, m := range res.Matches {
-					fmt.Fprintf(&b, "%s:%d:%s\n", m.Path, m.LineNo, m.Line)
-				}
 				if len(res.Matches) == 0 {
-					b.WriteString("no match\n")
+					return "no match\n"
 				}
-				return b.String()
+				return grepText(res)
 			}),
 	},
 	{
@@ -187,42 +165,32 @@ var fileOps = []fileOp{
 				max, err := intFlag(a.f, "max")
 				return lanefs.FindRequest{Path: arg(a.rest, 0), Glob: last(a.f, "glob"), Max: int(max)}, err
 			},
-			func(res *lanefs.FindResponse, _ cliArgs) string {
-				text := strings.Join(res.Paths, "\n")
-				if text != "" {
-					text += "\n"
-				}
-				return text
-			}),
+			func(res *lanefs.FindResponse, _ cliArgs) string { return findText(res) }),
 		tool: fileToolOf(lanefs.Find, func(where string) string { return "Find files of " + where + " whose names match a glob." },
 			func(in findInput) lanefs.FindRequest {
 				return lanefs.FindRequest{Path: in.Path, Glob: in.Glob, Max: in.Max}
 			},
-			func(_ findInput, res *lanefs.FindResponse) string { return strings.Join(res.Paths, "\n") }),
+			func(_ findInput, res *lanefs.FindResponse) string { return findText(res) }),
 	},
 	{
 		cmd: fileCmd(lanefs.Stat, "PATH", "", 1, 1, nil,
 			func(a cliArgs) (lanefs.StatRequest, error) { return lanefs.StatRequest{Path: a.rest[0]}, nil },
-			func(res *lanefs.StatResponse, _ cliArgs) string {
-				return fmt.Sprintf("%s %d bytes, mode %04o, modified %s\n", res.Type, res.Size, res.Mode, res.MTime.UTC().Format(time.RFC3339))
-			}),
+			func(res *lanefs.StatResponse, _ cliArgs) string { return statText(res) }),
 		tool: fileToolOf(lanefs.Stat, func(where string) string { return "Describe one file or folder of " + where + "." },
 			func(in pathInput) lanefs.StatRequest { return lanefs.StatRequest{Path: in.Path} },
-			func(_ pathInput, res *lanefs.StatResponse) string {
-				return fmt.Sprintf("%s %d bytes, mode %04o, modified %s", res.Type, res.Size, res.Mode, res.MTime.UTC().Format(time.RFC3339))
-			}),
+			func(_ pathInput, res *lanefs.StatResponse) string { return statText(res) }),
 	},
 	{
 		cmd: fileCmd(lanefs.Delete, "PATH [--recursive]", "", 1, 1, []string{"recursive"},
 			func(a cliArgs) (lanefs.DeleteRequest, error) {
 				return lanefs.DeleteRequest{Path: a.rest[0], Recursive: a.f["recursive"] != nil}, nil
 			},
-			func(res *lanefs.DeleteResponse, _ cliArgs) string { return fmt.Sprintf("removed %d\n", res.Removed) }),
+			func(res *lanefs.DeleteResponse, _ cliArgs) string { return deleteText(res) }),
 		tool: fileToolOf(lanefs.Delete, func(where string) string { return "Delete a file or folder of " + where + "." },
 			func(in deleteInput) lanefs.DeleteRequest {
 				return lanefs.DeleteRequest{Path: in.Path, Recursive: in.Recursive}
 			},
-			func(_ deleteInput, res *lanefs.DeleteResponse) string { return fmt.Sprintf("removed %d", res.Removed) }),
+			func(_ deleteInput, res *lanefs.DeleteResponse) string { return deleteText(res) }),
 	},
 	{
 		cmd: fileCmd(lanefs.Mkdir, "PATH [--parents]", "", 1, 1, []string{"parents"},
@@ -254,6 +222,36 @@ func fileCommandOf(group, op string) (fileCommand, bool) {
 	}
 	return fileCommand{}, false
 }
+
+// The answers' plain text, the same for a command and its MCP tool.
+
+// listText is a folder's entries, one a line.
+func listText(res *lanefs.ListResponse) string {
+	var b strings.Builder
+	for _, e := range res.Entries {
+		fmt.Fprintf(&b, "%-7s %10d  %s\n", e.Type, e.Size, e.Name)
+	}
+	if res.Truncated {
+		b.WriteString("(more entries left out)\n")
+	}
+	return b.String()
+}
+
+// findText is the paths found, one a line.
+func findText(res *lanefs.FindResponse) string {
+	if len(res.Paths) == 0 {
+		return ""
+	}
+	return strings.Join(res.Paths, "\n") + "\n"
+}
+
+// statText is one entry's type, size, mode and change time.
+func statText(res *lanefs.StatResponse) string {
+	return fmt.Sprintf("%s %d bytes, mode %04o, modified %s\n", res.Type, res.Size, res.Mode, res.MTime.UTC().Format(time.RFC3339))
+}
+
+// deleteText is how many entries a delete removed.
+func deleteText(res *lanefs.DeleteResponse) string { return fmt.Sprintf("removed %d\n", res.Removed) }
 
 // grepText is a grep's answer as grep prints it.
 func grepText(res *lanefs.GrepResponse) string {
