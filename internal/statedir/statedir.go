@@ -72,7 +72,7 @@ func Check(dir string) error {
 // before the first table header, each value skipped by its syntax (strings
 // of the four kinds, arrays and inline tables over lines, comments) so that
 // text inside a value is never taken for a key. state_dir must be a
-// one-line string; anything this reader cannot follow is an error naming
+// string; anything this reader cannot follow is an error naming
 // where, never a silent default.
 func Find(data []byte) (dir string, found bool, err error) {
 	s := &scanner{b: strings.TrimPrefix(string(data), "\uFEFF")}
@@ -91,16 +91,19 @@ func Find(data []byte) (dir string, found bool, err error) {
 		}
 		s.i++
 		s.skipBlank(false)
-		switch {
-		case len(key) == 1 && key[0] == "state_dir":
+		// The decoder matches a key to a field ignoring case, as here;
+		// two spellings of it would leave which one wins to a map's order,
+		// so a second is refused.
+		switch isKey := strings.EqualFold(key[0], "state_dir"); {
+		case isKey && len(key) == 1:
 			if found {
 				return "", false, s.errorf("state_dir: given twice")
 			}
-			if dir, err = s.oneLineString(); err != nil {
+			if dir, err = s.str(); err != nil {
 				return "", false, fmt.Errorf("state_dir: %w", err)
 			}
 			found = true
-		case key[0] == "state_dir":
+		case isKey:
 			return "", false, s.errorf("state_dir: must be a string")
 		default:
 			if err := s.skipValue(); err != nil {
@@ -156,7 +159,7 @@ func (s *scanner) key() ([]string, error) {
 		var part string
 		switch c := s.peek(); {
 		case c == '"' || c == '\'':
-			p, err := s.oneLineString()
+			p, err := s.str()
 			if err != nil {
 				return nil, err
 			}
@@ -184,28 +187,50 @@ func bareKeyByte(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-'
 }
 
-// oneLineString reads a basic ("...") or literal ('...') string that
-// ends on its line.
-func (s *scanner) oneLineString() (string, error) {
+// str reads a string of any of the four kinds: basic ("..."), literal
+// ('...'), and their multi-line forms, whose first newline is dropped and
+// in whose basic form a backslash at a line's end drops the line break
+// and the blanks after it.
+func (s *scanner) str() (string, error) {
 	if s.eof() || (s.peek() != '"' && s.peek() != '\'') {
 		return "", s.errorf("must be a quoted string")
 	}
 	q := s.peek()
-	if strings.HasPrefix(s.b[s.i:], strings.Repeat(string(q), 3)) {
-		return "", s.errorf("write it as a one-line string, not a multi-line one")
+	end := strings.Repeat(string(q), 3)
+	multi := strings.HasPrefix(s.b[s.i:], end)
+	if multi {
+		s.i += 3
+		if strings.HasPrefix(s.b[s.i:], "\n") {
+			s.i++
+		} else if strings.HasPrefix(s.b[s.i:], "\r\n") {
+			s.i += 2
+		}
+	} else {
+		s.i++
 	}
-	s.i++
 	var out strings.Builder
 	for {
-		if s.eof() || s.peek() == '\n' {
+		if s.eof() || (!multi && s.peek() == '\n') {
 			return "", s.errorf("a string without its closing quote")
 		}
 		c := s.peek()
-		s.i++
 		switch {
-		case c == q:
+		case multi && strings.HasPrefix(s.b[s.i:], end):
+			s.i += 3
+			// Up to two more quotes belong to the string.
+			for k := 0; k < 2 && !s.eof() && s.peek() == q; k++ {
+				out.WriteByte(q)
+				s.i++
+			}
+			return out.String(), nil
+		case !multi && c == q:
+			s.i++
 			return out.String(), nil
 		case c == '\\' && q == '"':
+			s.i++
+			if multi && s.lineEndingBackslash() {
+				continue
+			}
 			r, err := s.escape()
 			if err != nil {
 				return "", err
@@ -213,8 +238,27 @@ func (s *scanner) oneLineString() (string, error) {
 			out.WriteRune(r)
 		default:
 			out.WriteByte(c)
+			s.i++
 		}
 	}
+}
+
+// lineEndingBackslash skips, after a backslash in a multi-line basic
+// string, the blanks to the line's end and every blank and line break
+// after it; it reports false, skipping nothing, when the line goes on.
+func (s *scanner) lineEndingBackslash() bool {
+	j := s.i
+	for j < len(s.b) && (s.b[j] == ' ' || s.b[j] == '\t' || s.b[j] == '\r') {
+		j++
+	}
+	if j >= len(s.b) || s.b[j] != '\n' {
+		return false
+	}
+	for j < len(s.b) && (s.b[j] == ' ' || s.b[j] == '\t' || s.b[j] == '\r' || s.b[j] == '\n') {
+		j++
+	}
+	s.i = j
+	return true
 }
 
 // escape reads what follows a backslash in a basic string.
@@ -267,7 +311,8 @@ func (s *scanner) skipValue() error {
 	}
 	switch c := s.peek(); c {
 	case '"', '\'':
-		return s.skipString()
+		_, err := s.str()
+		return err
 	case '[', '{':
 		return s.skipNested()
 	}
@@ -277,47 +322,6 @@ func (s *scanner) skipValue() error {
 		s.i++
 	}
 	return nil
-}
-
-// skipString skips a string of any of the four kinds.
-func (s *scanner) skipString() error {
-	q := s.peek()
-	if strings.HasPrefix(s.b[s.i:], strings.Repeat(string(q), 3)) {
-		s.i += 3
-		end := strings.Repeat(string(q), 3)
-		for {
-			if s.eof() {
-				return s.errorf("a multi-line string without its end")
-			}
-			if q == '"' && s.peek() == '\\' {
-				s.i += 2
-				continue
-			}
-			if strings.HasPrefix(s.b[s.i:], end) {
-				s.i += 3
-				// Up to two more quotes belong to the string.
-				for k := 0; k < 2 && !s.eof() && s.peek() == q; k++ {
-					s.i++
-				}
-				return nil
-			}
-			s.i++
-		}
-	}
-	s.i++
-	for {
-		if s.eof() || s.peek() == '\n' {
-			return s.errorf("a string without its closing quote")
-		}
-		c := s.peek()
-		s.i++
-		if c == q {
-			return nil
-		}
-		if c == '\\' && q == '"' {
-			s.i++
-		}
-	}
 }
 
 // skipNested skips an array or an inline table, over lines, with the
@@ -330,7 +334,7 @@ func (s *scanner) skipNested() error {
 		}
 		switch c := s.peek(); c {
 		case '"', '\'':
-			if err := s.skipString(); err != nil {
+			if _, err := s.str(); err != nil {
 				return err
 			}
 			continue
