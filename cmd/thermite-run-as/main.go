@@ -1,5 +1,6 @@
-// The runtime's cgroup-aware GOMAXPROCS reads the cgroup files at every
-// start; a client that runs for a round trip has no use for it.
+// The runtime's cgroup-aware GOMAXPROCS keeps two cgroup files open and
+// reads them again while the process lives; a client that lives for one
+// round trip has no use for it (as in cmd/thermite).
 //
 //go:debug containermaxprocs=0
 //go:debug updatemaxprocs=0
