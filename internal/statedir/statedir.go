@@ -75,7 +75,16 @@ func Check(dir string) error {
 // string; anything this reader cannot follow is an error naming
 // where, never a silent default.
 func Find(data []byte) (dir string, found bool, err error) {
-	s := &scanner{b: strings.TrimPrefix(string(data), "\uFEFF")}
+	// A byte-order mark is read over, as the decoder does (the UTF-16
+	// ones too, which some tools write).
+	b := string(data)
+	for _, bom := range []string{"\xff\xfe", "\xfe\xff", "\xef\xbb\xbf"} {
+		if strings.HasPrefix(b, bom) {
+			b = b[len(bom):]
+			break
+		}
+	}
+	s := &scanner{b: b}
 	for {
 		s.skipBlank(true)
 		if s.eof() || s.peek() == '[' {
