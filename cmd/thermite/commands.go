@@ -235,9 +235,10 @@ func configCmd() *cobra.Command {
 }
 
 // runAsCmd hands its arguments to runas.Main, which thermite-run-as runs
-// too: one parser, one request, one exit status for both. --config before
-// run-as reaches it as well, as cobra leaves the flags of a command that
-// parses its own.
+// too: one parser, one request, one exit status for both. A --config
+// before run-as reaches it among the arguments (cobra parses no flag for
+// a command that parses its own); configPath is passed on in case it was
+// set some other way.
 func runAsCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:                "run-as ROLE [flags] -- CMD [ARGS...]",
