@@ -250,8 +250,10 @@ func SignalName(s int) string {
 }
 
 // Main runs the command with args (what follows "run-as", or the light
-// client's name) and returns its exit status. Refusals are one line on
-// stderr, escaped for the terminal.
+// client's name) and returns its exit status. The command gets this
+// process's descriptors 0, 1 and 2 themselves; stdout and stderr here are
+// for the help, --json and the refusals, which are one line each, escaped
+// for the terminal.
 func Main(args []string, stdout, stderr io.Writer) int {
 	fail := func(code int, msg string) int {
 		if msg != "" {
