@@ -2,7 +2,7 @@
 # rig image (--target one-container, for hosts such as RunPod that run a
 # single container).
 #
-#   make                                            # bin/thermite, static
+#   make                                            # bin/thermite and bin/thermite-run-as, static
 #   podman build -t thermite .                      # or docker build
 #   podman build --target one-container -t thermite:one-container .
 #
@@ -42,11 +42,17 @@ ARG BASE=debian:bookworm-slim
 # it would give the same static binary. This stage checks what it was given:
 # the binary must run on the bare base (no loader, no libraries) and answer
 # with its role table.
+#
+# bin/thermite-run-as (also from `make`) is `thermite run-as` linking only
+# the broker's protocol, for the operator: root's alone, mode 0700.
 FROM ${BASE} AS build
 COPY bin/thermite /out/thermite
-RUN chown 0:0 /out/thermite \
+COPY bin/thermite-run-as /out/thermite-run-as
+RUN chown 0:0 /out/thermite /out/thermite-run-as \
  && chmod 0711 /out/thermite \
- && /out/thermite roles >/dev/null
+ && chmod 0700 /out/thermite-run-as \
+ && /out/thermite roles >/dev/null \
+ && /out/thermite-run-as --help >/dev/null
 
 # ---------------------------------------------------------------------------
 # rig: what both images are. The harness target (the last stage, so the
@@ -57,6 +63,7 @@ ARG RIG_TOML=""
 # Root-owned, mode 0711: roles can execute the shim but not read it, and the
 # shim starts non-dumpable.
 COPY --from=build /out/thermite /usr/local/bin/thermite
+COPY --from=build /out/thermite-run-as /usr/local/bin/thermite-run-as
 
 # The rig's configuration, when RIG_TOML gives one: root 0644 at
 # /etc/thermite/rig.toml, which thermite reads when it is there. It is

@@ -1,6 +1,9 @@
 # thermite: `make` builds, `sudo make run` serves on the defaults, `sudo make test` is what CI runs.
 GO       ?= go
 BIN      := bin/thermite
+# thermite-run-as: `thermite run-as` in a binary that links only the
+# broker's protocol, for an operator's quick start.
+RUNAS_BIN := bin/thermite-run-as
 GOFLAGS_BUILD := -trimpath
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
@@ -10,6 +13,7 @@ all: build
 
 build:
 	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -o $(BIN) ./cmd/thermite
+	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -o $(RUNAS_BIN) ./cmd/thermite-run-as
 
 # The main job: the role users, then the broker in the foreground on the
 # embedded defaults (state in /var/lib/thermite, bbolt ledger under it); the
@@ -67,6 +71,7 @@ gpu:
 
 install: build
 	install -o root -g root -m 0711 $(BIN) /usr/local/bin/thermite
+	install -o root -g root -m 0700 $(RUNAS_BIN) /usr/local/bin/thermite-run-as
 
 clean:
 	rm -rf bin

@@ -18,7 +18,7 @@ run -bench 'Load' -benchtime "${n}x" -timeout 10m ./internal/seccomp/
 awk '
 /^Benchmark/ {
 	name=$1; sub(/-[0-9]+$/, "", name); ns[name]=$3
-	for (i = 4; i < NF; i++) if ($(i+1) ~ /^(p50-µs|p99-µs|cv%-pinned|cv%-unpinned|MB\/s|full\/exec|setpriv\/exec|broker-lane\/exec|run-as\/setpriv|no-cgroup\/exec|µs-dispatch|µs-linear|µs-allow)$/) metric[name, $(i+1)] = $i
+	for (i = 4; i < NF; i++) if ($(i+1) ~ /^(p50-µs|p99-µs|cv%-pinned|cv%-unpinned|MB\/s|full\/exec|setpriv\/exec|broker-lane\/exec|run-as\/setpriv|run-as-light\/setpriv|no-cgroup\/exec|µs-dispatch|µs-linear|µs-allow)$/) metric[name, $(i+1)] = $i
 }
 function row(label, a, b, aim) {
 	if ((a in ns) && (b in ns)) printf "%-52s %12.3f ms %12.3f ms %7.2fx   %s\n", label, ns[a]/1e6, ns[b]/1e6, ns[a]/ns[b], aim
@@ -40,6 +40,8 @@ END {
 	row("bwrap --ro-bind / / /bin/true vs os/exec", "BenchmarkRunTrue/bwrap", "BenchmarkRunTrue/exec", "(peer)")
 	row("thermite run-as lane-1 -- /bin/true vs setpriv", "BenchmarkRunTrue/run-as", "BenchmarkRunTrue/setpriv", "<= 1.5x")
 	if (("BenchmarkRunTrue/interleaved", "run-as/setpriv") in metric) printf "%-52s %28s %7.2fx   %s\n", "  the same, taken in turn (medians)", "", metric["BenchmarkRunTrue/interleaved", "run-as/setpriv"], "<= 1.5x"
+	row("thermite-run-as lane-1 -- /bin/true vs setpriv", "BenchmarkRunTrue/run-as-light", "BenchmarkRunTrue/setpriv", "<= 1.5x")
+	if (("BenchmarkRunTrue/interleaved", "run-as-light/setpriv") in metric) printf "%-52s %28s %7.2fx   %s\n", "  the same, taken in turn (medians)", "", metric["BenchmarkRunTrue/interleaved", "run-as-light/setpriv"], "<= 1.5x"
 	row("Run with the GPU fence vs no rule set", "BenchmarkFence/fenced", "BenchmarkFence/unfenced", "< 1.10x")
 	row("Run with the full policy vs the fence only", "BenchmarkPolicy/full", "BenchmarkPolicy/fence-only", "< 1.25x")
 	row("set-id sweep, 100k files vs find -perm /6000", "BenchmarkSetIDSweep100k/thermite", "BenchmarkSetIDSweep100k/find", "<= 1.2x")

@@ -21,6 +21,8 @@
 # Environment:
 #   THERMITE_BIN              the binary to put in the image (default: `make`,
 #                             then bin/thermite)
+#   THERMITE_RUNAS_BIN        the light run-as client beside it (default:
+#                             thermite-run-as next to THERMITE_BIN)
 #   THERMITE_CTEST_BASE       the plain base, for the one-container image
 #                             (default localhost/debian-base:bookworm)
 #   THERMITE_CTEST_CC_BASE    the base with a C compiler, for the harness image
@@ -280,9 +282,12 @@ if [ -z "${THERMITE_BIN:-}" ]; then
 	THERMITE_BIN="$REPO/bin/thermite"
 fi
 [ -x "$THERMITE_BIN" ] || die "$THERMITE_BIN: not an executable"
+THERMITE_RUNAS_BIN="${THERMITE_RUNAS_BIN:-$(dirname "$THERMITE_BIN")/thermite-run-as}"
+[ -x "$THERMITE_RUNAS_BIN" ] || die "$THERMITE_RUNAS_BIN: not an executable (make build makes it beside bin/thermite)"
 mkdir -p "$WORK/context/bin"
 cp "$REPO/Dockerfile" "$WORK/context/Dockerfile"
 cp "$THERMITE_BIN" "$WORK/context/bin/thermite"
+cp "$THERMITE_RUNAS_BIN" "$WORK/context/bin/thermite-run-as"
 
 build() { # build TARGET TAG BASE [BUILD-ARG...]
 	local target="$1" tag="$2" base="$3"
@@ -469,6 +474,8 @@ rig_checks() {
 	lane_uid="$(cx "$c" thermite roles | awk '$1 == "lane-1" { print $3 }')"
 	out="$(cx "$c" thermite run-as lane-1 -- id -u 2>&1)"
 	expect "thermite run-as lane-1 -- id -u prints lane-1's uid" "${lane_uid:-lane-1 missing from thermite roles}" "$out"
+	out="$(cx "$c" thermite-run-as lane-1 -- id -u 2>&1)"
+	expect "thermite-run-as lane-1 -- id -u prints lane-1's uid" "${lane_uid:-lane-1 missing from thermite roles}" "$out"
 
 	out="$(cx "$c" thermite roles 2>&1)"
 	local n
@@ -489,6 +496,8 @@ rig_checks() {
 	expect "no set-user-id or set-group-id file in the image (find / -xdev -perm /6000 -type f)" "" "$out"
 	expect "thermite is root:root 0711 at /usr/local/bin/thermite" "root:root 711" \
 		"$(cx "$c" stat -c '%U:%G %a' /usr/local/bin/thermite 2>&1)"
+	expect "thermite-run-as is root:root 0700 at /usr/local/bin/thermite-run-as" "root:root 700" \
+		"$(cx "$c" stat -c '%U:%G %a' /usr/local/bin/thermite-run-as 2>&1)"
 
 	# The secrets: read-only here, and the broker read the one secret.
 	out="$(cx "$c" sh -c ': > /etc/thermite/secrets/ctest-write' 2>&1)"

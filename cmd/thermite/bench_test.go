@@ -29,11 +29,24 @@ import (
 // broker, beside the same program started directly with os/exec, through
 // setpriv (a uid switch) and through bwrap (namespaces), and `thermite
 // run-as lane-1 -- /bin/true` as an operator types it (the CLI's own start
-// included), in one run. scripts/bench.sh prints each as a ratio to
-// os/exec, and run-as to setpriv.
+// included), and the same through the light client thermite-run-as, in one
+// run. scripts/bench.sh prints each as a ratio to os/exec, and run-as and
+// run-as-light to setpriv.
 func BenchmarkRunTrue(b *testing.B) {
 	r := testrig.New(b, testrig.Options{})
 	lane := r.Role("lane-1")
+	lightBin := testrig.RunAsBinary(b)
+	// runAsLight runs thermite-run-as as run-as is run (r.Thermite): with
+	// the rig's configuration, its output taken.
+	runAsLight := func() error {
+		cmd := exec.Command(lightBin, "--config", r.Config, "lane-1", "--", "/bin/true")
+		var o, e bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &o, &e
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("thermite-run-as: %w: %s", err, e.String())
+		}
+		return nil
+	}
 	b.Run("exec", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
 			if err := exec.Command("/bin/true").Run(); err != nil {
@@ -76,7 +89,7 @@ func BenchmarkRunTrue(b *testing.B) {
 	b.Run("interleaved", func(b *testing.B) {
 		uid := strconv.Itoa(lane.UID)
 		req := &rpc.Request{Op: rpc.OpRun, Run: &rpc.RunRequest{Role: "lane-1", Argv: []string{"/bin/true"}}}
-		var ex, br, sp, ra []int64
+		var ex, br, sp, ra, rl []int64
 		timed := func(into *[]int64, f func() error) {
 			t0 := time.Now()
 			if err := f(); err != nil {
@@ -102,16 +115,25 @@ func BenchmarkRunTrue(b *testing.B) {
 				}
 				return nil
 			})
+			timed(&rl, runAsLight)
 		}
-		e, bl, s, a := medianNS(ex), medianNS(br), medianNS(sp), medianNS(ra)
+		e, bl, s, a, l := medianNS(ex), medianNS(br), medianNS(sp), medianNS(ra), medianNS(rl)
 		b.ReportMetric(bl/e, "broker-lane/exec")
 		b.ReportMetric(s/e, "setpriv/exec")
 		b.ReportMetric(a/s, "run-as/setpriv")
+		b.ReportMetric(l/s, "run-as-light/setpriv")
 	})
 	b.Run("run-as", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
 			if _, stderr, code := r.Thermite("run-as", "lane-1", "--", "/bin/true"); code != 0 {
 				b.Fatalf("run-as: exit %d: %s", code, stderr)
+			}
+		}
+	})
+	b.Run("run-as-light", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			if err := runAsLight(); err != nil {
+				b.Fatal(err)
 			}
 		}
 	})

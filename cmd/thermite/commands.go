@@ -7,18 +7,17 @@ import (
 	"os"
 	"sort"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
-	"golang.org/x/sys/unix"
 
 	"thermite/broker"
 	"thermite/controller"
 	"thermite/internal/caps"
 	"thermite/internal/config"
 	"thermite/internal/rpc"
+	"thermite/internal/runas"
 	"thermite/roles"
 	"thermite/selftest"
 )
@@ -235,79 +234,27 @@ func configCmd() *cobra.Command {
 	}
 }
 
+// runAsCmd hands its arguments to runas.Main, which thermite-run-as runs
+// too: one parser, one request, one exit status for both. A --config
+// before run-as reaches it among the arguments (cobra parses no flag for
+// a command that parses its own); configPath is passed on in case it was
+// set some other way.
 func runAsCmd() *cobra.Command {
-	var (
-		cpus, cwd string
-		timeout   time.Duration
-		env       []string
-		gpus      []int
-		lim       rpc.Limits
-		asJSON    bool
-	)
-	c := &cobra.Command{
-		Use:   "run-as ROLE [flags] -- CMD [ARGS...]",
-		Short: "Run one command as a role through the broker, stream its output, and exit with its code (root)",
-		Args:  cobra.MinimumNArgs(2),
+	return &cobra.Command{
+		Use:                "run-as ROLE [flags] -- CMD [ARGS...]",
+		Short:              "Run one command as a role through the broker, stream its output, and exit with its code (root)",
+		Long:               runas.Usage,
+		DisableFlagParsing: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := requireRoot("run-as"); err != nil {
-				return err
+			if configPath != "" {
+				args = append([]string{"--config", configPath}, args...)
 			}
-			if cmd.ArgsLenAtDash() != 1 {
-				return fmt.Errorf("run-as: give the role, then -- and the command")
+			if code := runas.Main(args, os.Stdout, os.Stderr); code != 0 {
+				return &exitError{code: code}
 			}
-			cfg, err := loadConfig()
-			if err != nil {
-				return err
-			}
-			lim.TimeoutMS = timeout.Milliseconds()
-			req := &rpc.Request{Op: rpc.OpRun, Run: &rpc.RunRequest{
-				Role: args[0], Argv: args[1:], Env: env, Cwd: cwd, CPUs: cpus, GPUs: gpus, Limits: lim,
-			}}
-			resp, err := rpc.Call(cfg.BrokerSocket(), req, 0, 1, 2)
-			if asJSON && resp != nil && resp.Run != nil {
-				json.NewEncoder(os.Stderr).Encode(resp.Run)
-			}
-			if err != nil {
-				code := 1
-				if resp != nil && resp.Run != nil {
-					code = 127
-				}
-				return &exitError{code: code, msg: "run-as: " + err.Error()}
-			}
-			r := resp.Run
-			switch {
-			case r.Stopped == rpc.StoppedTimeout:
-				return &exitError{code: 124, msg: fmt.Sprintf("run-as: %s: timed out after %s", args[1], time.Duration(r.WallNS).Round(time.Millisecond))}
-			case r.ExitCode >= 0:
-				if r.ExitCode != 0 {
-					return &exitError{code: r.ExitCode}
-				}
-				return nil
-			default:
-				return &exitError{code: 128 + r.Signal, msg: fmt.Sprintf("run-as: %s: %s (%s)", args[1], sigName(r.Signal), r.Stopped)}
-			}
+			return nil
 		},
 	}
-	f := c.Flags()
-	f.StringVar(&cpus, "cpus", "", "CPU list the command may run on (default: the role's)")
-	f.DurationVar(&timeout, "timeout", 0, "wall-clock limit (default: the rig's)")
-	f.StringVar(&cwd, "cwd", "", "working folder inside scratch (default: the role's home)")
-	f.StringArrayVar(&env, "env", nil, "NAME=value for the command's environment (repeatable)")
-	f.IntSliceVar(&gpus, "gpus", nil, "card indexes the command may open")
-	f.IntVar(&lim.Processes, "processes", 0, "process limit (RLIMIT_NPROC, counts every task of the user)")
-	f.IntVar(&lim.OpenFiles, "open-files", 0, "open file limit")
-	f.Int64Var(&lim.AddressSpaceMB, "address-space-mb", 0, "address space limit in MiB")
-	f.Int64Var(&lim.FileSizeMB, "file-size-mb", 0, "file size limit in MiB")
-	f.IntVar(&lim.CPUSeconds, "cpu-seconds", 0, "CPU time limit in seconds")
-	f.BoolVar(&asJSON, "json", false, "print the broker's result as JSON on stderr")
-	return c
-}
-
-func sigName(s int) string {
-	if n := unix.SignalName(syscall.Signal(s)); n != "" {
-		return n
-	}
-	return fmt.Sprintf("signal %d", s)
 }
 
 func stopCmd() *cobra.Command {

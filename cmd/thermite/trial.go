@@ -27,6 +27,7 @@ import (
 	"thermite/internal/confined"
 	"thermite/internal/copytree"
 	"thermite/internal/rpc"
+	"thermite/internal/runas"
 	"thermite/internal/termsafe"
 	"thermite/roles"
 )
@@ -120,7 +121,7 @@ func ctlStream(cfg config.Config, path string, body any, what string) error {
 			case f.Stopped == "timeout":
 				return &exitError{code: 124, msg: fmt.Sprintf("%s: timed out after %d ms", what, f.WallMS)}
 			case f.Signal != 0:
-				return &exitError{code: 128 + f.Signal, msg: fmt.Sprintf("%s: %s (%s)", what, sigName(f.Signal), f.Stopped)}
+				return &exitError{code: 128 + f.Signal, msg: fmt.Sprintf("%s: %s (%s)", what, runas.SignalName(f.Signal), f.Stopped)}
 			case f.ExitCode != 0 && f.Stopped != "" && f.Stopped != "exited":
 				return &exitError{code: f.ExitCode, msg: fmt.Sprintf("%s: exit %d (%s)", what, f.ExitCode, f.Stopped)}
 			case f.ExitCode != 0:

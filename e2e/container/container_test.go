@@ -49,12 +49,16 @@ func TestContainer(t *testing.T) {
 	root := testrig.ModuleRoot()
 	// The binary the image gets, built the way `make` builds it, into a
 	// folder of this test's own rather than bin/, which other tests may run.
-	bin := filepath.Join(t.TempDir(), "thermite")
-	build := exec.Command("go", "build", "-trimpath", "-o", bin, "./cmd/thermite")
-	build.Dir = root
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	// thermite-run-as goes beside it, where the script looks for it.
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "thermite")
+	for _, name := range []string{"thermite", "thermite-run-as"} {
+		build := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(dir, name), "./cmd/"+name)
+		build.Dir = root
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("go build %s: %v\n%s", name, err, out)
+		}
 	}
 
 	timeout := 10 * time.Minute

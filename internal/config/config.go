@@ -19,10 +19,11 @@ import (
 	"thermite/internal/cpuset"
 	"thermite/internal/hostpolicy"
 	"thermite/internal/netpolicy"
+	"thermite/internal/statedir"
 )
 
 // DefaultPath is read when no --config is given and the file exists.
-const DefaultPath = "/etc/thermite/rig.toml"
+const DefaultPath = statedir.DefaultConfig
 
 // Duration is a time.Duration written as "30s" or "10m" in the file.
 type Duration struct{ time.Duration }
@@ -219,7 +220,7 @@ type Config struct {
 // Default returns the configuration a rig gets with no file.
 func Default() Config {
 	return Config{
-		StateDir:        "/var/lib/thermite",
+		StateDir:        statedir.Default,
 		SecretsDir:      "/etc/thermite/secrets",
 		RolePrefix:      "",
 		UIDBase:         20000,
@@ -585,7 +586,7 @@ func (c *Config) JudgeCPUsOf(card int) (cpuset.Set, error) {
 // Paths under the state dir, one place for every consumer.
 
 func (c *Config) BrokerDir() string     { return filepath.Join(c.StateDir, "broker") }
-func (c *Config) BrokerSocket() string  { return filepath.Join(c.StateDir, "broker", "broker.sock") }
+func (c *Config) BrokerSocket() string  { return statedir.BrokerSocket(c.StateDir) }
 func (c *Config) ControllerDir() string { return filepath.Join(c.StateDir, "controller") }
 func (c *Config) ControllerSocket() string {
 	return filepath.Join(c.StateDir, "controller", "controller.sock")

@@ -50,9 +50,22 @@ func ModuleRoot() string {
 // into a folder every role can reach, and returns its path.
 func Binary(t testing.TB, tags string) string {
 	t.Helper()
+	return build(t, "thermite", tags)
+}
+
+// RunAsBinary builds thermite-run-as, the light run-as client, once per
+// test process, and returns its path.
+func RunAsBinary(t testing.TB) string {
+	t.Helper()
+	return build(t, "thermite-run-as", "")
+}
+
+// build builds ./cmd/NAME with tags, once per test process.
+func build(t testing.TB, name, tags string) string {
+	t.Helper()
 	buildMu.Lock()
 	defer buildMu.Unlock()
-	if p, ok := built[tags]; ok {
+	if p, ok := built[name+" "+tags]; ok {
 		return p
 	}
 	if len(built) == 0 {
@@ -63,19 +76,19 @@ func Binary(t testing.TB, tags string) string {
 		t.Fatal(err)
 	}
 	os.Chmod(dir, 0o755)
-	out := filepath.Join(dir, "thermite")
+	out := filepath.Join(dir, name)
 	args := []string{"build", "-o", out}
 	if tags != "" {
 		args = append(args, "-tags", tags)
 	}
-	args = append(args, "./cmd/thermite")
+	args = append(args, "./cmd/"+name)
 	cmd := exec.Command("go", args...)
 	cmd.Dir = ModuleRoot()
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, b)
 	}
-	built[tags] = out
+	built[name+" "+tags] = out
 	return out
 }
 
