@@ -201,9 +201,8 @@ func Start(c *Command) (*Child, error) {
 		return nil, fmt.Errorf("spawn: clone: %w", errno)
 	}
 	ch := &Child{PID: int(pid), PIDFD: int(pidfd)}
-	rep := os.NewFile(uintptr(pipe[0]), "report")
-	ch.Stamp, ch.Stamped, err = readReport(rep, func(s Stage, i int) string { return c.detail(s, i) })
-	rep.Close()
+	ch.Stamp, ch.Stamped, err = readReport(pipe[0], func(s Stage, i int) string { return c.detail(s, i) })
+	unix.Close(pipe[0])
 	if err == nil && !ch.Stamped {
 		err = errors.New("spawn: the child ended before its execve")
 	}
