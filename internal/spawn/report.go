@@ -14,6 +14,7 @@ type Stage uint32
 // The stages, in the order the raw child takes them.
 const (
 	stageNone Stage = iota
+	StageSignalMask
 	StageSetsid
 	StageCgroup
 	StageNetNS
@@ -34,6 +35,7 @@ const (
 
 var stageNames = [...]string{
 	stageNone:         "none",
+	StageSignalMask:   "rt_sigprocmask",
 	StageSetsid:       "setsid",
 	StageCgroup:       "cgroup.procs",
 	StageNetNS:        "setns",
