@@ -84,11 +84,11 @@ func TestRunFramesCarryEveryField(t *testing.T) {
 
 	// Call reads a Run's answer through its narrower type.
 	c, s = pair(t)
-	go func() {
+	go func(s *Conn) {
 		var req Request
 		s.Recv(&req)
 		s.SendResponse(&Response{Run: res})
-	}()
+	}(s)
 	resp, err = c.Call(&Request{Op: OpRun, Run: run})
 	if err != nil || !reflect.DeepEqual(resp.Run, res) {
 		t.Fatalf("Call: %v %#v", err, resp)
