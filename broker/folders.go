@@ -139,12 +139,34 @@ func (b *Broker) eachOwnedFolder(r roles.Role, f func(top *os.File), fail func(e
 		dirs = append(dirs, p)
 	}
 	b.mu.Unlock()
+	// Each root is opened once for all its folders (a lane's sweep after
+	// every command opens two beneath scratch).
+	roots := map[string]*os.File{}
+	defer func() {
+		for _, f := range roots {
+			f.Close()
+		}
+	}()
+	open := func(root, d string) (*os.File, error) {
+		rel, err := confined.Rel(root, d)
+		if err != nil {
+			return nil, err
+		}
+		rf := roots[root]
+		if rf == nil {
+			if rf, err = confined.OpenRoot(root); err != nil {
+				return nil, err
+			}
+			roots[root] = rf
+		}
+		return confined.OpenAt(rf, rel, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW, d)
+	}
 	for _, d := range dirs {
 		root := b.cfg.ScratchDir()
 		if strings.HasPrefix(d, b.cfg.ResearchDir()+"/") {
 			root = b.cfg.ResearchDir()
 		}
-		top, err := confined.Open(root, d, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW)
+		top, err := open(root, d)
 		if err != nil {
 			if errors.Is(err, unix.ENOENT) {
 				b.forgetHanded(r, d)

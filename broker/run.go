@@ -177,7 +177,7 @@ func (b *Broker) execute(cmd *command, timeout time.Duration, cancel <-chan stru
 		lk.Lock()
 		defer lk.Unlock()
 	}
-	res, runErr := b.runCommand(cmd, timeout, b.cancelOr(cancel))
+	res, runErr := b.runCommand(cmd, timeout, cancel)
 	if res != nil {
 		if r.StopsAfterEachCommand() {
 			n, err := b.StopUser(r)

@@ -166,7 +166,7 @@ func (b *Broker) RunControllerProbe(stdin []byte) ([]byte, []byte, *rpc.RunResul
 			return nil, err
 		}
 		defer cmd.release()
-		return b.runCommand(cmd, time.Minute, b.cancelOr(nil))
+		return b.runCommand(cmd, time.Minute, nil)
 	})
 }
 

@@ -45,6 +45,10 @@ func (b *Broker) PeerAllowed(cred *unix.Ucred) bool {
 	return cred.Uid == 0 || int(cred.Uid) == b.table.Controller().UID
 }
 
+// serve accepts one connection and serves it on this goroutine, having
+// started another to accept the next: the request is read where the
+// accept woke up, without waiting for a new goroutine to be scheduled
+// (on a shared machine, often after a wake-up of another CPU).
 func (b *Broker) serve(l *net.UnixListener) {
 	for {
 		c, err := l.AcceptUnix()
@@ -56,7 +60,9 @@ func (b *Broker) serve(l *net.UnixListener) {
 			time.Sleep(50 * time.Millisecond)
 			continue
 		}
-		go b.handle(rpc.NewConn(c))
+		go b.serve(l)
+		b.handle(rpc.NewConn(c))
+		return
 	}
 }
 
@@ -231,19 +237,6 @@ func (b *Broker) role(name string) (roles.Role, error) {
 		return roles.Role{}, fmt.Errorf("role %q is not in the role table", name)
 	}
 	return r, nil
-}
-
-// cancelOr closes when c closes or the broker begins to stop.
-func (b *Broker) cancelOr(c <-chan struct{}) <-chan struct{} {
-	out := make(chan struct{})
-	go func() {
-		select {
-		case <-c:
-		case <-b.stopCh:
-		}
-		close(out)
-	}()
-	return out
 }
 
 // StopUser ends every process of the role's user and says how many there

@@ -301,7 +301,9 @@ func (b *Broker) heldCPUs() cpuset.Set {
 }
 
 // runCommand starts a command, waits for it under its timeout (or until
-// cancel closes), and fills in how it ended.
+// cancel closes or the broker begins to stop; a nil cancel never closes),
+// and fills in how it ended. The broker's stop is one more case of the
+// wait, not a goroutine of its own per command.
 func (b *Broker) runCommand(c *command, timeout time.Duration, cancel <-chan struct{}) (*rpc.RunResult, error) {
 	oomBefore := oomKills(c.cgroup)
 	ch, err := b.startCommand(c)
@@ -329,6 +331,8 @@ func (b *Broker) runCommand(c *command, timeout time.Duration, cancel <-chan str
 	case <-timer.C:
 		why = rpc.StoppedTimeout
 	case <-cancel:
+		why = rpc.StoppedCanceled
+	case <-b.stopCh:
 		why = rpc.StoppedCanceled
 	}
 	if why != "" {

@@ -43,8 +43,12 @@ func (c *Conn) Unix() *net.UnixConn { return c.c }
 // ErrFrame marks a frame the protocol refuses.
 var ErrFrame = errors.New("bad frame")
 
-// Send writes one frame with the given descriptors beside it.
+// Send writes one frame with the given descriptors beside it: a Run
+// request in its binary layout (runframe.go), anything else as JSON.
 func (c *Conn) Send(v any, fds ...int) error {
+	if req, ok := v.(*Request); ok && runOnly(req) {
+		return c.sendFrame(appendRunRequest(make([]byte, 0, 256), req), fds...)
+	}
 	b, err := json.Marshal(v)
 	if err != nil {
 		return err
@@ -74,8 +78,9 @@ var frames = sync.Pool{New: func() any { b := make([]byte, MaxFrame+1); return &
 
 // Recv reads one frame into v and returns the descriptors that came with
 // it, close-on-exec. A frame over MaxFrame, with truncated descriptors, or
-// with JSON that does not match v exactly is an ErrFrame; the descriptors
-// of a refused frame are closed.
+// with JSON that does not match v exactly is an ErrFrame, and so is a
+// binary Run frame (runframe.go) that is not whole or is not what v
+// holds; the descriptors of a refused frame are closed.
 func (c *Conn) Recv(v any) ([]*os.File, error) {
 	bp := frames.Get().(*[]byte)
 	defer frames.Put(bp)
@@ -104,6 +109,12 @@ func (c *Conn) Recv(v any) ([]*os.File, error) {
 	}
 	if flags&unix.MSG_CTRUNC != 0 {
 		return fail(fmt.Errorf("%w: more than %d descriptors", ErrFrame, MaxFDs))
+	}
+	if n > 0 && (buf[0] == runRequestTag || buf[0] == runAnswerTag) {
+		if err := decodeRunFrame(buf[:n], v); err != nil {
+			return fail(err)
+		}
+		return files, nil
 	}
 	dec := json.NewDecoder(bytes.NewReader(buf[:n]))
 	dec.DisallowUnknownFields()
@@ -161,8 +172,14 @@ func parseFDs(oob []byte) ([]*os.File, error) {
 func (c *Conn) PeerCred() (*unix.Ucred, error) { return peercred.Of(c.c) }
 
 // SendResponse sends an answer, in parts when it is larger than a frame.
+// A Run's answer that fits in a frame goes in its binary layout.
 func (c *Conn) SendResponse(resp *Response) error {
 	resp.V = Version
+	if runAnswerOnly(resp) {
+		if b := appendRunAnswer(make([]byte, 0, 512), resp); len(b) <= MaxFrame {
+			return c.sendFrame(b)
+		}
+	}
 	b, err := json.Marshal(resp)
 	if err != nil {
 		return err

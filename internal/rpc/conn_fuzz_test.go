@@ -63,6 +63,8 @@ func FuzzRecvRequest(f *testing.F) {
 	f.Add([]byte(`{"v":1,"op":"run","run":{"role":"lane-1","argv":["/bin/true"],"limits":{}}}`), uint8(3))
 	f.Add([]byte(`{"v":1,"op":"ping","extra":1}`), uint8(0))
 	f.Add([]byte(`{"v":1,"op":"ping"} {}`), uint8(5))
+	f.Add(appendRunRequest(nil, &Request{V: 1, Op: OpRun, Run: &RunRequest{Role: "lane-1", Argv: []string{"/bin/true"}, Env: []string{"A=b"}, GPUs: []int{0, 3}, NoTimeout: true}}), uint8(3))
+	f.Add(appendRunAnswer(nil, &Response{V: 1, Run: &RunResult{PID: 7, SetID: &SetIDReport{Cleared: []string{"/x"}}}}), uint8(0))
 	f.Fuzz(func(t *testing.T, data []byte, nfds uint8) {
 		if len(data) > MaxFrame+16 {
 			data = data[:MaxFrame+16]
@@ -139,6 +141,17 @@ func FuzzRecvRequest(f *testing.F) {
 		if !reflect.DeepEqual(req, again) {
 			t.Fatalf("round trip changed the request:\n%#v\n%#v", req, again)
 		}
+		// A Run request travels in the binary layout too, unchanged but
+		// for an empty list, which it carries as none.
+		if runOnly(&req) {
+			var back Request
+			if err := decodeRunRequest(appendRunRequest(nil, &req), &back); err != nil {
+				t.Fatalf("the binary layout of an accepted Run request is refused: %v", err)
+			}
+			if a, b := noEmptyLists(*req.Run), noEmptyLists(*back.Run); req.V != back.V || !reflect.DeepEqual(a, b) {
+				t.Fatalf("the binary layout changed the request:\n%#v\n%#v", a, b)
+			}
+		}
 	})
 }
 
@@ -151,6 +164,7 @@ func FuzzRecvResponse(f *testing.F) {
 	f.Add([]byte(`{"v":1,"error":"no"}`))
 	f.Add([]byte(`{"v":1,"part":"eyJ2IjoxLA==","more":true}` + "\xff" + `{"v":1,"part":"ImVycm9yIjoieCJ9"}`))
 	f.Add([]byte(`{"v":1,"part":"e30=","more":true}`))
+	f.Add(appendRunAnswer(nil, &Response{V: 1, Error: "no", Run: &RunResult{PID: 7, CardStops: []string{"a"}}}))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		raw, c := seqpacketPair(t)
 		frames := bytes.Split(data, []byte{0xff})
@@ -175,4 +189,18 @@ func FuzzRecvResponse(f *testing.F) {
 			t.Fatalf("no error, but the answer is %+v", resp)
 		}
 	})
+}
+
+// noEmptyLists is r with its empty lists as none.
+func noEmptyLists(r RunRequest) RunRequest {
+	if len(r.Argv) == 0 {
+		r.Argv = nil
+	}
+	if len(r.Env) == 0 {
+		r.Env = nil
+	}
+	if len(r.GPUs) == 0 {
+		r.GPUs = nil
+	}
+	return r
 }

@@ -113,11 +113,11 @@ func TestLargeAnswerInParts(t *testing.T) {
 func TestRunAnswerDecodedWhole(t *testing.T) {
 	c, s := pair(t)
 	want := &RunResult{PID: 42, ExitCode: 127, Stopped: StoppedExited, WallNS: 7, SetID: &SetIDReport{Cleared: []string{"/x"}}}
-	go func() {
+	go func(s *Conn) {
 		var req Request
 		s.Recv(&req)
 		s.SendResponse(&Response{Run: want, Error: "spawn: execve x: not found (ENOENT)"})
-	}()
+	}(s)
 	resp, err := c.Call(&Request{Op: OpRun, Run: &RunRequest{Role: "lane-1", Argv: []string{"x"}}})
 	if err == nil || err.Error() != "spawn: execve x: not found (ENOENT)" {
 		t.Fatalf("error %v", err)
@@ -127,11 +127,11 @@ func TestRunAnswerDecodedWhole(t *testing.T) {
 	}
 
 	c, s = pair(t)
-	go func() {
+	go func(s *Conn) {
 		var req Request
 		s.Recv(&req)
 		s.SendResponse(&Response{Run: want, Status: &Status{}})
-	}()
+	}(s)
 	if _, err := c.Call(&Request{Op: OpRun, Run: &RunRequest{Role: "lane-1", Argv: []string{"x"}}}); !errors.Is(err, ErrFrame) {
 		t.Fatalf("a Run answer with a status: %v, want ErrFrame", err)
 	}

@@ -1,6 +1,7 @@
 // Package rpc is the broker's closed protocol: a fixed, versioned set of
-// typed requests, one JSON frame per SOCK_SEQPACKET message, with stdio
-// passed as file descriptors beside the frame. The broker serves it; the
+// typed requests, one frame per SOCK_SEQPACKET message (JSON, or for a Run
+// and its answer a fixed binary layout, runframe.go), with stdio passed as
+// file descriptors beside the frame. The broker serves it; the
 // controller and the operator's commands call it.
 package rpc
 

@@ -25,6 +25,12 @@ func runtimeAfterForkInChild()
 // it execs (vfork_*.s).
 func rawVfork(trap, a1, a2, a3 uintptr) (r1 uintptr, errno syscall.Errno)
 
+// rt_sigprocmask's how, the same on every Linux architecture this builds for.
+const (
+	sigBlock   = 0
+	sigSetmask = 2
+)
+
 // zeroPID is what the child writes to cgroup.procs: "0" moves the writer.
 var zeroPID = [1]byte{'0'}
 
@@ -49,12 +55,16 @@ func forkExec(p *prepared, pidfd *int32) (pid uintptr, errno syscall.Errno) {
 		rec           record
 		ts            unix.Timespec
 		ru            unix.Rusage
+		oldClone      bool
 	)
 
+	// The mask BeforeFork saves and the child must restore: all threads
+	// of the runtime run with the same one.
+	syscall.RawSyscall6(unix.SYS_RT_SIGPROCMASK, sigBlock, 0, uintptr(unsafe.Pointer(&p.sigmask)), 8, 0, 0)
 	runtimeBeforeFork()
-	if p.clone3 != nil {
-		pid, errno = rawVfork(unix.SYS_CLONE3, uintptr(unsafe.Pointer(p.clone3)), unsafe.Sizeof(*p.clone3), 0)
-	} else {
+	pid, errno = rawVfork(unix.SYS_CLONE3, uintptr(unsafe.Pointer(p.clone3)), unsafe.Sizeof(*p.clone3), 0)
+	if errno == unix.ENOSYS && p.clone3.flags&unix.CLONE_INTO_CGROUP == 0 {
+		oldClone = true
 		pid, errno = rawVfork(unix.SYS_CLONE, p.cloneFlg|uintptr(unix.SIGCHLD), 0, uintptr(unsafe.Pointer(pidfd)))
 	}
 	if errno != 0 || pid != 0 {
@@ -64,7 +74,13 @@ func forkExec(p *prepared, pidfd *int32) (pid uintptr, errno syscall.Errno) {
 	}
 
 	// The child.
-	runtimeAfterForkInChild()
+	if oldClone {
+		runtimeAfterForkInChild()
+	} else if _, _, err1 = syscall.RawSyscall6(unix.SYS_RT_SIGPROCMASK, sigSetmask, uintptr(unsafe.Pointer(&p.sigmask)), 0, 8, 0, 0); err1 != 0 {
+		// The handlers are the defaults already (CLONE_CLEAR_SIGHAND):
+		// only the mask is the runtime's, every signal blocked.
+		childFail(report, StageSignalMask, err1, 0)
+	}
 	report = p.report
 	spare = p.spare
 

@@ -2,7 +2,6 @@ package spawn
 
 import (
 	"fmt"
-	"os"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -15,6 +14,7 @@ type Stage uint32
 // The stages, in the order the raw child takes them.
 const (
 	stageNone Stage = iota
+	StageSignalMask
 	StageSetsid
 	StageCgroup
 	StageNetNS
@@ -35,6 +35,7 @@ const (
 
 var stageNames = [...]string{
 	stageNone:         "none",
+	StageSignalMask:   "rt_sigprocmask",
 	StageSetsid:       "setsid",
 	StageCgroup:       "cgroup.procs",
 	StageNetNS:        "setns",
@@ -100,9 +101,8 @@ const (
 )
 
 // record is what a child writes on its report pipe, in the machine's byte
-// order: a stamp just before execve, a failure if it cannot go on. The
-// pipe is close-on-exec, so after an exec the parent reads a stamp and
-// then end of file.
+// order: a stamp just before execve, a failure if it cannot go on. Both
+// are written before the vfork parent resumes (readReport).
 type record struct {
 	Kind   uint32
 	Stage  uint32
@@ -145,18 +145,25 @@ func parseReport(data []byte) report {
 	return r
 }
 
-// readReport reads what a child wrote on its report pipe until end of
-// file: its stamp, if it reached one, and why it could not exec, if it
-// could not. detail names what the failed stage worked on.
-func readReport(f *os.File, detail func(rec Stage, index int) string) (Stamp, bool, error) {
-	buf := make([]byte, 4*recordSize)
-	n := 0
-	for n < len(buf) {
-		m, err := f.Read(buf[n:])
-		n += m
-		if err != nil || m == 0 {
-			break
-		}
+// readReport reads what a vfork child wrote on its report pipe, once its
+// parent has resumed: its stamp, if it reached one, and why it could not
+// exec, if it could not. detail names what the failed stage worked on.
+//
+// The parent resumes when the child's memory is released, which happens
+// only past execve's point of no return or at its exit, so by then every
+// record the child will ever write is in the pipe (each an atomic write
+// below PIPE_BUF): one read takes them all, without waiting for the end
+// of file that comes later in the exec, when the close-on-exec write end
+// is closed. Only a child that wrote nothing (killed before its stamp)
+// leaves the read to wait for that end of file, which its exit brings.
+func readReport(fd int, detail func(rec Stage, index int) string) (Stamp, bool, error) {
+	var buf [4 * recordSize]byte
+	n, err := unix.Read(fd, buf[:])
+	for err == unix.EINTR {
+		n, err = unix.Read(fd, buf[:])
+	}
+	if err != nil {
+		return Stamp{}, false, fmt.Errorf("spawn: the child's report: %w", err)
 	}
 	r := parseReport(buf[:n])
 	if !r.complete {

@@ -155,6 +155,9 @@ type prepared struct {
 	seccomp  *unix.SockFprog
 	clone3   *cloneArgs
 	cloneFlg uintptr
+	// sigmask is the parent thread's signal mask before the fork, which
+	// the child restores (the runtime's BeforeFork blocks every signal).
+	sigmask uint64
 
 	// A thermite_weaken build's: capabilities to raise into the ambient
 	// set (a mask of the first 32), and the slow start.
@@ -183,9 +186,7 @@ func Start(c *Command) (*Child, error) {
 		p.spare = max(pipe[0], pipe[1]) + 1
 	}
 	pidfd := int32(-1)
-	if p.clone3 != nil {
-		p.clone3.pidfd = uint64(uintptr(unsafe.Pointer(&pidfd)))
-	}
+	p.clone3.pidfd = uint64(uintptr(unsafe.Pointer(&pidfd)))
 
 	// No syscall.ForkLock: the child marks every descriptor but its slots
 	// close-on-exec itself, so no other goroutine's descriptor can leak
@@ -201,9 +202,8 @@ func Start(c *Command) (*Child, error) {
 		return nil, fmt.Errorf("spawn: clone: %w", errno)
 	}
 	ch := &Child{PID: int(pid), PIDFD: int(pidfd)}
-	rep := os.NewFile(uintptr(pipe[0]), "report")
-	ch.Stamp, ch.Stamped, err = readReport(rep, func(s Stage, i int) string { return c.detail(s, i) })
-	rep.Close()
+	ch.Stamp, ch.Stamped, err = readReport(pipe[0], func(s Stage, i int) string { return c.detail(s, i) })
+	unix.Close(pipe[0])
 	if err == nil && !ch.Stamped {
 		err = errors.New("spawn: the child ended before its execve")
 	}
@@ -402,13 +402,19 @@ func prepare(c *Command) (*prepared, error) {
 		}
 		p.slow = c.Weakened.SlowStart
 	}
+	// clone3 resets the child's signal handlers itself
+	// (CLONE_CLEAR_SIGHAND): the child then only restores its signal mask,
+	// where the runtime's AfterForkInChild would reset every handler with
+	// a system call each. clone, without that flag, is the fallback where
+	// clone3 is refused (ENOSYS from a container's filter).
 	p.cloneFlg = unix.CLONE_VM | unix.CLONE_VFORK | unix.CLONE_PIDFD
+	p.clone3 = &cloneArgs{
+		flags:      uint64(p.cloneFlg) | unix.CLONE_CLEAR_SIGHAND,
+		exitSignal: uint64(unix.SIGCHLD),
+	}
 	if c.UseCgroupDir {
-		p.clone3 = &cloneArgs{
-			flags:      uint64(p.cloneFlg) | unix.CLONE_INTO_CGROUP,
-			exitSignal: uint64(unix.SIGCHLD),
-			cgroup:     uint64(c.CgroupDir),
-		}
+		p.clone3.flags |= unix.CLONE_INTO_CGROUP
+		p.clone3.cgroup = uint64(c.CgroupDir)
 	}
 	return p, nil
 }
