@@ -1,8 +1,16 @@
 package broker
 
 import (
+	"os"
+	"slices"
+	"strings"
+	"sync"
+
+	"thermite/internal/confined"
+	"thermite/internal/hostpolicy"
 	"thermite/internal/procs"
 	"thermite/internal/rpc"
+	"thermite/roles"
 )
 
 // A disk measure of a role is reused only when nothing of the role can
@@ -98,4 +106,179 @@ func (b *Broker) keepUsage(uid int, gen usageGen, u *rpc.DiskUsage, keep bool) {
 	} else {
 		delete(b.usage, uid)
 	}
+}
+
+// Where no quota measures a role, each folder it owns keeps an incremental
+// measure (confined.Watched): a check revisits only what inotify says
+// changed, and what inotify cannot see (files with holes or several
+// links), so its cost grows with what changed, not with the tree. It
+// relies on Landlock keeping a role's links and renames within its own
+// folders, which are all measured and share one set of linked inodes:
+// where that protection is lost, every check walks every folder.
+type usageWatch struct {
+	mu    sync.Mutex
+	trees map[watchKey]*watchedTree
+	links map[int]*roleLinks
+}
+
+type watchKey struct {
+	uid  int
+	path string
+}
+
+type watchedTree struct {
+	mu sync.Mutex
+	w  confined.Watched
+}
+
+type roleLinks struct {
+	l    confined.Links
+	kept int // how many the last Retain kept
+}
+
+// incrementalUsage decides whether a role's folders may be measured
+// incrementally: only while Landlock confines every link and rename a role
+// makes to the folders that are measured.
+func (b *Broker) incrementalUsage() bool {
+	return !slices.Contains(b.Without(), hostpolicy.LandlockFS)
+}
+
+func (b *Broker) watchState() *usageWatch {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.watch == nil {
+		b.watch = &usageWatch{trees: map[watchKey]*watchedTree{}, links: map[int]*roleLinks{}}
+	}
+	return b.watch
+}
+
+// watchedTree is the cache of one folder of a role, made on first use.
+func (s *usageWatch) tree(uid int, path string) *watchedTree {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := watchKey{uid, path}
+	t := s.trees[k]
+	if t == nil {
+		rl := s.links[uid]
+		if rl == nil {
+			rl = &roleLinks{}
+			s.links[uid] = rl
+		}
+		t = &watchedTree{}
+		t.w.Links = &rl.l
+		// A full walk every so often also takes in what no event names:
+		// blocks a file system allocates on its own after the write.
+		t.w.ResyncEvery = 150
+		s.trees[k] = t
+	}
+	return t
+}
+
+// dropWatched forgets the caches drop says: a folder forgotten, retired
+// or handed on. Closing waits for a measure under way, so it is done
+// aside; callers may hold b.mu.
+func (b *Broker) dropWatchedLocked(drop func(uid int, path string) bool) {
+	s := b.watch
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	var gone []*watchedTree
+	for k, t := range s.trees {
+		if drop(k.uid, k.path) {
+			delete(s.trees, k)
+			gone = append(gone, t)
+		}
+	}
+	s.mu.Unlock()
+	if len(gone) > 0 {
+		go func() {
+			for _, t := range gone {
+				t.mu.Lock()
+				t.w.Close()
+				t.mu.Unlock()
+			}
+		}()
+	}
+}
+
+// measureRole measures the role's folders through their caches. A link
+// found in one folder during the round may name a file another folder
+// measured before: the round is taken again, and if links keep coming,
+// every folder is walked whole.
+func (b *Broker) measureRole(r roles.Role, u *rpc.DiskUsage) []error {
+	s := b.watchState()
+	s.mu.Lock()
+	rl := s.links[r.UID]
+	s.mu.Unlock()
+	var errs []error
+	for pass := 0; pass < 3; pass++ {
+		*u, errs = rpc.DiskUsage{}, nil
+		var gen uint64
+		if rl != nil {
+			gen = rl.l.Gen()
+		}
+		var paths []string
+		b.eachOwnedFolder(r, func(top *os.File) {
+			var n, e int64
+			var err error
+			if pass == 2 {
+				n, e, err = confined.Usage(top)
+			} else {
+				t := s.tree(r.UID, top.Name())
+				t.mu.Lock()
+				n, e, err = t.w.Measure(top)
+				t.mu.Unlock()
+			}
+			paths = append(paths, top.Name())
+			u.Bytes += n
+			u.Entries += e
+			if err != nil {
+				errs = append(errs, err)
+			}
+		}, func(err error) { errs = append(errs, err) })
+		s.mu.Lock()
+		rl = s.links[r.UID]
+		s.mu.Unlock()
+		// Caches of folders the role no longer owns go.
+		b.mu.Lock()
+		b.dropWatchedLocked(func(uid int, path string) bool { return uid == r.UID && !slices.Contains(paths, path) })
+		b.mu.Unlock()
+		if rl == nil || rl.l.Gen() == gen {
+			break
+		}
+	}
+	b.retainLinks(r.UID)
+	return errs
+}
+
+// retainLinks keeps a role's set of linked inodes to what its folders
+// hold, once it has doubled since last kept.
+func (b *Broker) retainLinks(uid int) {
+	s := b.watchState()
+	s.mu.Lock()
+	rl := s.links[uid]
+	var trees []*watchedTree
+	var keys []watchKey
+	for k := range s.trees {
+		if k.uid == uid {
+			keys = append(keys, k)
+		}
+	}
+	slices.SortFunc(keys, func(a, b watchKey) int { return strings.Compare(a.path, b.path) })
+	for _, k := range keys {
+		trees = append(trees, s.trees[k])
+	}
+	s.mu.Unlock()
+	if rl == nil || rl.l.Len() <= 2*rl.kept+1024 {
+		return
+	}
+	ws := make([]*confined.Watched, 0, len(trees))
+	for _, t := range trees {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		ws = append(ws, &t.w)
+	}
+	rl.l.Retain(ws)
+	rl.kept = rl.l.Len()
 }
