@@ -203,19 +203,7 @@ func (b *Broker) DiskUsage(r roles.Role, helperIdle bool) (*rpc.DiskUsage, error
 		return u, nil
 	}
 	u := &rpc.DiskUsage{}
-	var errs []error
-	if b.incrementalUsage() {
-		errs = b.measureRole(r, u)
-	} else {
-		b.eachOwnedFolder(r, func(top *os.File) {
-			n, e, err := confined.Usage(top)
-			u.Bytes += n
-			u.Entries += e
-			if err != nil {
-				errs = append(errs, err)
-			}
-		}, func(err error) { errs = append(errs, err) })
-	}
+	errs := b.measureFolders(r, 0, u)
 	// Space in files unlinked but kept open or mapped by the role's
 	// processes: no walk sees it, and the disk holds it all the same.
 	h, err := b.heldHelper(r, 0)

@@ -1,15 +1,19 @@
 package broker
 
 import (
+	"fmt"
 	"os"
 	"slices"
 	"strings"
 	"sync"
 
+	"golang.org/x/sys/unix"
+
 	"thermite/internal/confined"
 	"thermite/internal/hostpolicy"
 	"thermite/internal/procs"
 	"thermite/internal/rpc"
+	"thermite/internal/weaken"
 	"thermite/roles"
 )
 
@@ -114,7 +118,7 @@ func (b *Broker) keepUsage(uid int, gen usageGen, u *rpc.DiskUsage, keep bool) {
 // links), so its cost grows with what changed, not with the tree. It
 // relies on Landlock keeping a role's links and renames within its own
 // folders, which are all measured and share one set of linked inodes:
-// where that protection is lost, every check walks every folder.
+// where that protection is not in force, every check walks every folder.
 type usageWatch struct {
 	mu    sync.Mutex
 	trees map[watchKey]*watchedTree
@@ -136,11 +140,34 @@ type roleLinks struct {
 	kept int // how many the last Retain kept
 }
 
-// incrementalUsage decides whether a role's folders may be measured
-// incrementally: only while Landlock confines every link and rename a role
-// makes to the folders that are measured.
-func (b *Broker) incrementalUsage() bool {
-	return !slices.Contains(b.Without(), hostpolicy.LandlockFS)
+// resyncEvery is how many incremental measures of a folder one full walk
+// is good for: it also takes in what no event names, such as blocks a
+// file system allocates on its own after the write (ext4's extent blocks
+// at writeback).
+const resyncEvery = 150
+
+// incrementalUsage decides whether a role's folders may be measured by
+// their incremental measure, and says why not. Only while Landlock's file
+// rules confine every link and rename a role makes to its own places
+// (writableFor: its HOME, its TMPDIR, its handed folders), which are
+// exactly the folders measured together: a hard link to a measured file
+// from anywhere else would let the role grow it with no event in any
+// watched folder. So every check walks where landlock-fs is lost (no
+// Landlock here, accepted by the operator) or a thermite_weaken build
+// drops the role rule set (no-landlock) or keeps only the GPU fence
+// (fence-only).
+func incrementalUsage(kernel hostpolicy.Host, weakened map[string]bool) (ok bool, why string) {
+	for _, m := range hostpolicy.Evaluate(kernel).Lost {
+		if m.Name == hostpolicy.LandlockFS {
+			return false, hostpolicy.LandlockFS + " lost: " + m.Why
+		}
+	}
+	for _, w := range []string{weakNoLandlock, weakFenceOnly} {
+		if weakened[w] {
+			return false, "test build weakened: " + w
+		}
+	}
+	return true, ""
 }
 
 func (b *Broker) watchState() *usageWatch {
@@ -152,7 +179,7 @@ func (b *Broker) watchState() *usageWatch {
 	return b.watch
 }
 
-// watchedTree is the cache of one folder of a role, made on first use.
+// tree is the cache of one folder of a role, made on first use.
 func (s *usageWatch) tree(uid int, path string) *watchedTree {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -166,17 +193,16 @@ func (s *usageWatch) tree(uid int, path string) *watchedTree {
 		}
 		t = &watchedTree{}
 		t.w.Links = &rl.l
-		// A full walk every so often also takes in what no event names:
-		// blocks a file system allocates on its own after the write.
-		t.w.ResyncEvery = 150
+		t.w.ResyncEvery = resyncEvery
+		t.w.Blind = weaken.Enabled && weaken.Has(weaken.DiskUnseen)
 		s.trees[k] = t
 	}
 	return t
 }
 
-// dropWatched forgets the caches drop says: a folder forgotten, retired
-// or handed on. Closing waits for a measure under way, so it is done
-// aside; callers may hold b.mu.
+// dropWatchedLocked forgets the caches drop says: a folder forgotten,
+// retired or handed on. Closing waits for a measure under way, so it is
+// done aside; callers may hold b.mu.
 func (b *Broker) dropWatchedLocked(drop func(uid int, path string) bool) {
 	s := b.watch
 	if s == nil {
@@ -202,27 +228,46 @@ func (b *Broker) dropWatchedLocked(drop func(uid int, path string) bool) {
 	}
 }
 
-// measureRole measures the role's folders through their caches. A link
-// found in one folder during the round may name a file another folder
-// measured before: the round is taken again, and if links keep coming,
-// every folder is walked whole.
-func (b *Broker) measureRole(r roles.Role, u *rpc.DiskUsage) []error {
-	s := b.watchState()
-	s.mu.Lock()
-	rl := s.links[r.UID]
-	s.mu.Unlock()
+// measureFolders adds to u the measure of every folder r owns, but those
+// on the file system skip (0: none; the quota counts them): each by its
+// incremental measure where incrementalUsage allows, else by a walk.
+//
+// A link found in one folder during a round may name a file another
+// folder measured before: the round is taken again, and if links keep
+// coming, every folder is walked whole.
+func (b *Broker) measureFolders(r roles.Role, skip uint64, u *rpc.DiskUsage) []error {
+	incremental, _ := incrementalUsage(b.kernel, weakenedNow())
+	var s *usageWatch
+	var rl *roleLinks
+	if incremental {
+		s = b.watchState()
+		s.mu.Lock()
+		rl = s.links[r.UID]
+		s.mu.Unlock()
+	}
+	base := *u
 	var errs []error
 	for pass := 0; pass < 3; pass++ {
-		*u, errs = rpc.DiskUsage{}, nil
+		*u, errs = base, nil
 		var gen uint64
 		if rl != nil {
 			gen = rl.l.Gen()
 		}
 		var paths []string
 		b.eachOwnedFolder(r, func(top *os.File) {
+			if skip != 0 {
+				var st unix.Stat_t
+				if err := unix.Fstat(int(top.Fd()), &st); err != nil {
+					errs = append(errs, fmt.Errorf("%s: %w", top.Name(), err))
+					return
+				}
+				if st.Dev == skip {
+					return
+				}
+			}
 			var n, e int64
 			var err error
-			if pass == 2 {
+			if !incremental || pass == 2 {
 				n, e, err = confined.Usage(top)
 			} else {
 				t := s.tree(r.UID, top.Name())
@@ -237,6 +282,9 @@ func (b *Broker) measureRole(r roles.Role, u *rpc.DiskUsage) []error {
 				errs = append(errs, err)
 			}
 		}, func(err error) { errs = append(errs, err) })
+		if !incremental {
+			return errs
+		}
 		s.mu.Lock()
 		rl = s.links[r.UID]
 		s.mu.Unlock()

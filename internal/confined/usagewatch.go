@@ -11,10 +11,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// PROTOTYPE (not wired into the broker): an incremental Usage that
-// revisits only what inotify says changed. See /work/notes/rewalk.md for
-// the gaps that keep it from being safe alone (hard links made from
-// outside, writes through another link), and the design that closes them.
+// Watched is an incremental Usage: it revisits only what inotify says
+// changed, plus what inotify cannot see (files with holes, files with
+// several links), and walks whole on any doubt. It is right only where the
+// role's links and renames stay within the trees that share one Links
+// (Landlock's rule set): the broker decides that (broker/usagecache.go).
 
 const watchMask = unix.IN_CREATE | unix.IN_DELETE | unix.IN_MOVED_FROM | unix.IN_MOVED_TO |
 	unix.IN_MODIFY | unix.IN_ATTRIB | unix.IN_CLOSE_WRITE | unix.IN_DELETE_SELF | unix.IN_MOVE_SELF |
@@ -64,6 +65,9 @@ type Watched struct {
 	// newMulti says an inode joined Links during an update: its other
 	// names here were not re-stat'ed, so the update is in doubt.
 	newMulti bool
+	// Blind re-stats nothing that no event names (no holed or linked
+	// file): only a thermite_weaken build's breakage test sets it.
+	Blind bool
 }
 
 type devIno struct{ dev, ino uint64 }
@@ -286,7 +290,7 @@ func (w *Watched) add(dir int, n *wnode, name, path string) error {
 		if st.Nlink > 1 && st.Mode&unix.S_IFMT == unix.S_IFREG && w.Links.add(k) {
 			w.newMulti = true
 		}
-		e := went{dev: st.Dev, ino: st.Ino, blocks: st.Blocks * 512, always: unseen(&st) || w.Links.has(k)}
+		e := went{dev: st.Dev, ino: st.Ino, blocks: st.Blocks * 512, always: !w.Blind && (unseen(&st) || w.Links.has(k))}
 		n.ents[name] = e
 		w.bytes += e.blocks
 		w.entries++
@@ -354,7 +358,7 @@ func (w *Watched) update(top *os.File) error {
 		name string
 	}
 	// Inodes another tree found linked are re-stat'ed here from now on.
-	if g := w.Links.Gen(); g != w.seen {
+	if g := w.Links.Gen(); g != w.seen && !w.Blind {
 		w.seen = g
 		for _, n := range w.nodes {
 			for name, e := range n.ents {
@@ -371,6 +375,13 @@ func (w *Watched) update(top *os.File) error {
 	// here says, per name an event gave, whether the name is there after
 	// the events so far: the cache's answer, then each create or remove.
 	here := map[key]bool{}
+	// written are the names written through since they were last there
+	// or last measured: if such a name is gone before it is re-stat'ed,
+	// its inode may live on under another name (a hard link made
+	// elsewhere) that no event named, so the update is in doubt. A rename
+	// within the tree carries the mark (by the events' cookie).
+	written := map[key]bool{}
+	movedWritten := map[uint32]bool{}
 	buf := make([]byte, 64<<10)
 	for {
 		nr, err := unix.Read(w.ifd, buf)
@@ -415,20 +426,41 @@ func (w *Watched) update(top *os.File) error {
 				_, is = n.ents[name]
 			}
 			switch {
-			case ev.Mask&(unix.IN_CREATE|unix.IN_MOVED_TO) != 0:
-				here[k] = true
-			case ev.Mask&(unix.IN_DELETE|unix.IN_MOVED_FROM) != 0:
+			case ev.Mask&unix.IN_CREATE != 0:
+				here[k], written[k] = true, false
+			case ev.Mask&unix.IN_MOVED_TO != 0:
+				if written[k] {
+					return errDoubt // a written file replaced by a rename
+				}
+				here[k], written[k] = true, movedWritten[ev.Cookie]
+				delete(movedWritten, ev.Cookie)
+			case ev.Mask&unix.IN_DELETE != 0:
+				if written[k] {
+					return errDoubt // a written file removed unmeasured
+				}
 				here[k] = false
+			case ev.Mask&unix.IN_MOVED_FROM != 0:
+				if written[k] {
+					movedWritten[ev.Cookie] = true
+				}
+				here[k], written[k] = false, false
 			case !is && ev.Mask&(unix.IN_MODIFY|unix.IN_ATTRIB|unix.IN_CLOSE_WRITE) != 0:
 				// A change through a name that is not there: the inode may
 				// have another name the measure holds, which no event
 				// named. (A symlink, never measured, whose attributes
 				// change lands here too: a full walk, rarely.)
 				return errDoubt
+			case ev.Mask&unix.IN_MODIFY != 0:
+				here[k], written[k] = is, true
 			default:
 				here[k] = is
 			}
 		}
+	}
+	// A written file renamed out of this tree: where it went, and whether
+	// it is still there, no event here says.
+	if len(movedWritten) > 0 {
+		return errDoubt
 	}
 	// Removals first: a folder moved within the tree is dropped, then
 	// walked anew where it landed, and keeps its watch.
@@ -460,7 +492,7 @@ func (w *Watched) update(top *os.File) error {
 		if _, live := w.nodes[n.wd]; !live {
 			continue
 		}
-		if err := w.revisit(top, n, names); err != nil {
+		if err := w.revisit(top, n, names, func(name string) bool { return written[key{n, name}] }); err != nil {
 			return err
 		}
 	}
@@ -472,7 +504,7 @@ func (w *Watched) update(top *os.File) error {
 
 // revisit opens n again beneath top (no symlinks, no leaving it), checks
 // it is still the folder watched, re-stats it and the names.
-func (w *Watched) revisit(top *os.File, n *wnode, names []string) error {
+func (w *Watched) revisit(top *os.File, n *wnode, names []string, written func(string) bool) error {
 	var parts []string
 	for c := n; c.parent != nil; c = c.parent {
 		parts = append(parts, c.name)
@@ -502,6 +534,9 @@ func (w *Watched) revisit(top *os.File, n *wnode, names []string) error {
 		}
 		if err := w.add(dir, n, name, top.Name()+"/"+rel+"/"+name); err != nil {
 			return err
+		}
+		if _, ok := n.ents[name]; !ok && written(name) {
+			return errDoubt // written, then gone before this re-stat
 		}
 	}
 	return nil

@@ -177,6 +177,60 @@ func TestWatchedWriteThroughGoneLinkInAnotherTree(t *testing.T) {
 	}
 }
 
+// A lane links a file of one of its folders into another, writes through
+// that name and removes it, all between two measures: the second folder
+// saw a name come, be written and go, and nothing names the first
+// folder's file. A written name gone unmeasured puts the measure in doubt.
+func TestWatchedWriteThroughLinkRemovedBeforeTheMeasure(t *testing.T) {
+	d, out := t.TempDir(), t.TempDir()
+	links := &Links{}
+	wd, wo := &Watched{Links: links}, &Watched{Links: links}
+	defer wd.Close()
+	defer wo.Close()
+	os.WriteFile(filepath.Join(d, "f"), make([]byte, 4096), 0o644)
+	measureTree(t, wd, d)
+	measureTree(t, wo, out)
+	g := filepath.Join(out, "g")
+	if err := os.Link(filepath.Join(d, "f"), g); err != nil {
+		t.Fatal(err)
+	}
+	h, err := os.OpenFile(g, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Write(make([]byte, 1<<20))
+	h.Close()
+	os.Remove(g)
+	measureTree(t, wo, out)
+	if inc, full := measureTree(t, wd, d); inc != full || full < 1<<20 {
+		t.Fatalf("workspace after a write through a link removed before the measure: incremental %d, walk %d", inc, full)
+	}
+}
+
+// The usual way to replace a file, writing a new one and renaming it over
+// the old, is measured from the events alone: no full walk.
+func TestWatchedWriteThenRenameStaysIncremental(t *testing.T) {
+	d := t.TempDir()
+	w := &Watched{}
+	defer w.Close()
+	os.Mkdir(filepath.Join(d, "sub"), 0o755)
+	os.WriteFile(filepath.Join(d, "final"), make([]byte, 4096), 0o644)
+	measureBoth(t, w, d)
+	for i := 0; i < 5; i++ {
+		tmp := filepath.Join(d, "sub", "tmp")
+		os.WriteFile(tmp, make([]byte, 10000*(i+1)), 0o644)
+		if err := os.Rename(tmp, filepath.Join(d, "final")); err != nil {
+			t.Fatal(err)
+		}
+		if inc, full := measureBoth(t, w, d); inc != full {
+			t.Fatalf("after rename %d: incremental %d, walk %d", i, inc, full)
+		}
+	}
+	if w.Full != 1 {
+		t.Fatalf("full walks: %d, want 1 (the first measure)", w.Full)
+	}
+}
+
 func BenchmarkWatched100k(b *testing.B) {
 	d, _ := os.MkdirTemp("", "thermite-usagewatch-bench-")
 	b.Cleanup(func() { os.RemoveAll(d) })
