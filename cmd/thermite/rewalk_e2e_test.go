@@ -14,7 +14,7 @@ import (
 // trial at the cap. A process of the lane is left running in each, so that
 // no check reuses an idle measure: the incremental one is what is tested.
 func TestLaneGrowsUnseenByFolderChangesEndsItsTrial(t *testing.T) {
-	r := testrig.New(t, testrig.Options{Lanes: 4, Extra: "[trial]\ndisk_check = \"300ms\"\ndisk_cap_mb = 2\n"})
+	r := testrig.New(t, testrig.Options{Lanes: 6, Extra: "[trial]\ndisk_check = \"300ms\"\ndisk_cap_mb = 2\n"})
 	project := makeProject(t, r)
 	over := func(s controller.TrialStatus) bool {
 		return s.State != "open" && strings.Contains(s.EndReason, "over its disk limit")
@@ -61,8 +61,30 @@ m.flush(); time.sleep(60)"`)
 		later(t, info.ID, `ln linked "$HOME/other" && exec 3<>"$HOME/other" && rm "$HOME/other" && sleep 1 && dd if=/dev/zero bs=1M count=3 >&3 && sleep 60`)
 		waitTrial(t, r, info.ID, "the end for its disk after growing a file through a gone link in its HOME", over)
 	})
-	t.Run("floods events past the queue", func(t *testing.T) {
+	t.Run("links a file into its HOME, writes through the link and removes it between two checks", func(t *testing.T) {
 		info, _ := startTrial(t, r, 4, project)
+		r.Thermite("trial", "exec", info.ID, "--", "dd", "if=/dev/zero", "of=linked", "bs=4k", "count=1")
+		waitTrial(t, r, info.ID, "a measure", measured)
+		// HOME sees a name come, be written and go; the workspace sees
+		// nothing.
+		later(t, info.ID, `ln linked "$HOME/other" && dd if=/dev/zero bs=1M count=3 >>"$HOME/other" && rm "$HOME/other" && sleep 60`)
+		waitTrial(t, r, info.ID, "the end for its disk after growing a file through a link removed before the check", over)
+	})
+	t.Run("links a file into its HOME again, writes through it at one check, removes it at a later one", func(t *testing.T) {
+		info, _ := startTrial(t, r, 5, project)
+		r.Thermite("trial", "exec", info.ID, "--", "touch", "linked")
+		waitTrial(t, r, info.ID, "a measure", measured)
+		// The first link is seen (every folder walked); the second, of a
+		// file already known as linked, is not news. While both names are
+		// there the file is counted twice (768 KiB each, under the cap);
+		// once the HOME name is gone, the 768 KiB are the workspace
+		// file's, and 1.5 MiB more in a new file put the lane over its
+		// 2 MiB. The workspace's name saw no event.
+		later(t, info.ID, `ln linked "$HOME/other" && sleep 2 && rm "$HOME/other" && sleep 2 && ln linked "$HOME/other" && sleep 2 && dd if=/dev/zero bs=768k count=1 >>"$HOME/other" && sleep 2 && rm "$HOME/other" && sleep 2 && dd if=/dev/zero of=more bs=512k count=3 && sleep 60`)
+		waitTrial(t, r, info.ID, "the end for its disk after growing a linked file through its other name", over)
+	})
+	t.Run("floods events past the queue", func(t *testing.T) {
+		info, _ := startTrial(t, r, 6, project)
 		waitTrial(t, r, info.ID, "a measure", measured)
 		later(t, info.ID, `mkdir -p a/b/c/d/e/f/g/h && i=0; while [ $i -lt 20000 ]; do : > a/f$i; i=$((i+1)); done; dd if=/dev/zero of=a/b/c/d/e/f/g/h/deep bs=1M count=3`)
 		waitTrial(t, r, info.ID, "the end for its disk after a flood of events and a deep new folder", over)

@@ -444,11 +444,11 @@ func (w *Watched) update(top *os.File) error {
 					movedWritten[ev.Cookie] = true
 				}
 				here[k], written[k] = false, false
-			case !is && ev.Mask&(unix.IN_MODIFY|unix.IN_ATTRIB|unix.IN_CLOSE_WRITE) != 0:
-				// A change through a name that is not there: the inode may
-				// have another name the measure holds, which no event
-				// named. (A symlink, never measured, whose attributes
-				// change lands here too: a full walk, rarely.)
+			case !is && ev.Mask&unix.IN_MODIFY != 0:
+				// A write through a name that is not there (a descriptor
+				// opened before its name was removed): the inode may have
+				// another name the measure holds, which no event named.
+				// A close or a change of attributes adds no blocks.
 				return errDoubt
 			case ev.Mask&unix.IN_MODIFY != 0:
 				here[k], written[k] = is, true
