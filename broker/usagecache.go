@@ -272,7 +272,11 @@ func (b *Broker) measureFolders(r roles.Role, skip uint64, u *rpc.DiskUsage) []e
 			} else {
 				t := s.tree(r.UID, top.Name())
 				t.mu.Lock()
+				was := t.w.Unwatched
 				n, e, err = t.w.Measure(top)
+				if now := t.w.Unwatched; now != nil && (was == nil || was.Error() != now.Error()) {
+					b.log.Warn("disk check: a folder is walked whole at every check, not incrementally", "role", r.Name, "path", top.Name(), "why", now)
+				}
 				t.mu.Unlock()
 			}
 			paths = append(paths, top.Name())

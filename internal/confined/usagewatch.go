@@ -65,6 +65,10 @@ type Watched struct {
 	// newMulti says an inode joined Links during an update: its other
 	// names here were not re-stat'ed, so the update is in doubt.
 	newMulti bool
+	// Unwatched says why the last full walk could not set the watches up
+	// (out of inotify instances or watches, a tree over the caps), nil
+	// once it could: until then every measure is a plain walk.
+	Unwatched error
 	// Blind re-stats nothing that no event names (no holed or linked
 	// file): only a thermite_weaken build's breakage test sets it.
 	Blind bool
@@ -211,7 +215,10 @@ func (w *Watched) rebuild(top *os.File) (int64, int64, error) {
 	w.since = 0
 	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
 	if err != nil {
-		return 0, 0, fmt.Errorf("%s: inotify: %w", top.Name(), err)
+		// Out of inotify instances (fs.inotify.max_user_instances): the
+		// measure of record is the plain walk's.
+		w.Unwatched = fmt.Errorf("%s: inotify: %w", top.Name(), err)
+		return Usage(top)
 	}
 	w.ifd, w.nodes = fd, map[int32]*wnode{}
 	if w.Links == nil {
@@ -233,10 +240,12 @@ func (w *Watched) rebuild(top *os.File) (int64, int64, error) {
 	w.bytes, w.entries, w.always = 0, 0, 0
 	if err := w.fill(dir, w.root, top.Name()); err != nil {
 		w.Close()
-		// The measure of record stays the plain walk's.
+		// The measure of record stays the plain walk's (a tree over the
+		// caps is over them there too).
+		w.Unwatched = err
 		return Usage(top)
 	}
-	w.valid = true
+	w.valid, w.Unwatched = true, nil
 	return w.bytes, w.entries, nil
 }
 
