@@ -96,7 +96,8 @@ func idleTrialsDiskCheck(b *testing.B, onQuota bool) {
 
 // BenchmarkBusyTrialsDiskCheck is the rig's CPU per disk_check interval
 // (broker and controller, with the helpers they reaped) with 1, 4 and 16
-// open trials of BUSY_FILES files each (default 10,000), each trial's
+// (BUSY_TRIALS, e.g. "1,4") open trials of BUSY_FILES files each (default
+// 10,000), each trial's
 // lane rewriting 5 files every second, against one `du -s` of one such
 // workspace. A busy trial's check cannot reuse its last measure: the
 // incremental walk revisits what changed; the full-walk peer is the same
@@ -118,6 +119,17 @@ func busyTrialsDiskCheck(b *testing.B, fullWalk bool) {
 			b.Fatalf("BUSY_FILES: %q is not a count", v)
 		}
 		files = n
+	}
+	counts := []int{1, 4, 16}
+	if v := os.Getenv("BUSY_TRIALS"); v != "" {
+		counts = nil
+		for _, f := range strings.Split(v, ",") {
+			n, err := strconv.Atoi(f)
+			if err != nil || n < 1 || n > 16 {
+				b.Fatalf("BUSY_TRIALS: %q is not a list of counts from 1 to 16", v)
+			}
+			counts = append(counts, n)
+		}
 	}
 	opts := testrig.Options{Lanes: 16, Extra: "[trial]\ndisk_check = \"1s\"\ndisk_cap_mb = 100000\n"}
 	mode := "incremental"
@@ -165,7 +177,7 @@ func busyTrialsDiskCheck(b *testing.B, fullWalk bool) {
 	var ws string
 	open := 0
 	b.ResetTimer()
-	for _, n := range []int{1, 4, 16} {
+	for _, n := range counts {
 		for ; open < n; open++ {
 			info := benchTrial(b, r, open+1, project)
 			ws = info.Workspace
