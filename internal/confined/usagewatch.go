@@ -46,7 +46,6 @@ type went struct {
 
 // Watched is one top folder's incremental measure.
 type Watched struct {
-	ifd            int
 	nodes          map[int32]*wnode
 	root           *wnode
 	rootDev        uint64
@@ -65,6 +64,7 @@ type Watched struct {
 	// newMulti says an inode joined Links during an update: its other
 	// names here were not re-stat'ed, so the update is in doubt.
 	newMulti bool
+	ownLinks bool // Links made here, for a tree measured alone
 	// Unwatched says why the last full walk could not set the watches up
 	// (out of inotify instances or watches, a tree over the caps), nil
 	// once it could: until then every measure is a plain walk.
@@ -86,11 +86,140 @@ type devIno struct{ dev, ino uint64 }
 // A doubt in one tree (an event on a gone name, a lost event) is a doubt
 // in all: the write it hides may be to a file another tree holds. Each
 // tree walks whole at its next measure.
+//
+// Links also hold the role's one inotify instance, which its trees share
+// (root has fs.inotify.max_user_instances, 128 by default, for every
+// folder of every role otherwise), and each tree's events drained from it
+// until that tree takes them. A lost event (the queue overflowed) is a
+// doubt in every tree.
 type Links struct {
 	mu    sync.Mutex
 	multi map[devIno]bool
 	gen   uint64
 	walks uint64 // moves on with each doubt
+	// ifd is the inotify instance (0 until first used); owner the tree
+	// of each watch; pending each tree's events not yet taken, queued
+	// their count.
+	ifd     int
+	owner   map[int32]*Watched
+	pending map[*Watched][]wevent
+	queued  int
+}
+
+// wevent is one inotify event, read and parsed.
+type wevent struct {
+	wd           int32
+	mask, cookie uint32
+	name         string
+}
+
+// instance is the role's inotify instance, made on first use.
+func (l *Links) instance() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ifd > 0 {
+		return nil
+	}
+	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
+	if err != nil {
+		return err
+	}
+	l.ifd, l.owner, l.pending = fd, map[int32]*Watched{}, map[*Watched][]wevent{}
+	return nil
+}
+
+// watch adds a watch on the folder path names for w. A folder another
+// tree (or w) already watches is refused (IN_MASK_CREATE): one watch
+// would then report to one tree alone.
+func (l *Links) watch(w *Watched, path string) (int32, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	wd, err := unix.InotifyAddWatch(l.ifd, path, watchMask|unix.IN_MASK_CREATE)
+	if err != nil {
+		return 0, err
+	}
+	l.owner[int32(wd)] = w
+	return int32(wd), nil
+}
+
+// unwatch removes one watch of w.
+func (l *Links) unwatch(w *Watched, wd int32) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.owner[wd] == w {
+		delete(l.owner, wd)
+		unix.InotifyRmWatch(l.ifd, uint32(wd))
+	}
+}
+
+// release removes every watch of w and its events not taken.
+func (l *Links) release(w *Watched) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for wd, o := range l.owner {
+		if o == w {
+			delete(l.owner, wd)
+			unix.InotifyRmWatch(l.ifd, uint32(wd))
+		}
+	}
+	l.queued -= len(l.pending[w])
+	delete(l.pending, w)
+}
+
+// Close closes the role's inotify instance; its trees walk anew.
+func (l *Links) Close() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ifd > 0 {
+		unix.Close(l.ifd)
+	}
+	l.ifd, l.owner, l.pending, l.queued = 0, nil, nil, 0
+	l.walks++
+	l.gen++
+}
+
+// take drains the instance, hands each event to the tree that owns its
+// watch, and returns w's. An overflow, of the kernel's queue or of what
+// waits here for trees, is a doubt in every tree.
+func (l *Links) take(w *Watched) ([]wevent, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	buf := make([]byte, 64<<10)
+	for l.ifd > 0 {
+		nr, err := unix.Read(l.ifd, buf)
+		if errors.Is(err, unix.EAGAIN) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		for off := 0; off < nr; {
+			ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
+			name := ""
+			if ev.Len > 0 {
+				b := buf[off+unix.SizeofInotifyEvent : off+unix.SizeofInotifyEvent+int(ev.Len)]
+				if i := strings.IndexByte(string(b), 0); i >= 0 {
+					b = b[:i]
+				}
+				name = string(b)
+			}
+			off += unix.SizeofInotifyEvent + int(ev.Len)
+			if ev.Mask&unix.IN_Q_OVERFLOW != 0 || l.queued >= 1<<16 {
+				l.pending, l.queued = map[*Watched][]wevent{}, 0
+				l.walks++
+				l.gen++
+				continue
+			}
+			if o := l.owner[ev.Wd]; o != nil {
+				l.pending[o] = append(l.pending[o], wevent{ev.Wd, ev.Mask, ev.Cookie, name})
+				l.queued++
+			}
+		}
+	}
+	evs := l.pending[w]
+	l.queued -= len(evs)
+	delete(l.pending, w)
+	return evs, nil
 }
 
 // doubt makes every tree of the role walk whole.
@@ -162,12 +291,16 @@ func (l *Links) Retain(trees []*Watched) {
 	l.mu.Unlock()
 }
 
-// Close drops the watches.
+// Close drops the watches (and the inotify instance, where w made its
+// Links itself).
 func (w *Watched) Close() {
-	if w.ifd > 0 {
-		unix.Close(w.ifd)
+	if w.Links != nil && w.nodes != nil {
+		w.Links.release(w)
 	}
-	w.ifd, w.valid, w.nodes, w.root = 0, false, nil, nil
+	if w.ownLinks {
+		w.Links.Close()
+	}
+	w.valid, w.nodes, w.root = false, nil, nil
 }
 
 // unseen says whether inotify can miss a change of the entry's blocks: a
@@ -210,20 +343,22 @@ func (w *Watched) Measure(top *os.File) (bytes, entries int64, err error) {
 }
 
 func (w *Watched) rebuild(top *os.File) (int64, int64, error) {
-	w.Close()
+	if w.nodes != nil {
+		w.Links.release(w)
+	}
+	w.valid, w.nodes, w.root = false, nil, nil
 	w.Full++
 	w.since = 0
-	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
-	if err != nil {
+	if w.Links == nil {
+		w.Links, w.ownLinks = &Links{}, true
+	}
+	if err := w.Links.instance(); err != nil {
 		// Out of inotify instances (fs.inotify.max_user_instances): the
 		// measure of record is the plain walk's.
 		w.Unwatched = fmt.Errorf("%s: inotify: %w", top.Name(), err)
 		return Usage(top)
 	}
-	w.ifd, w.nodes = fd, map[int32]*wnode{}
-	if w.Links == nil {
-		w.Links = &Links{}
-	}
+	w.nodes = map[int32]*wnode{}
 	w.seen, w.walks = w.Links.Gen(), w.Links.walkGen()
 	var st unix.Stat_t
 	if err := unix.Fstat(int(top.Fd()), &st); err != nil {
@@ -255,11 +390,11 @@ func (w *Watched) fill(dir int, n *wnode, path string) error {
 	if n.depth >= MaxDepth {
 		return fmt.Errorf("%s: %w", path, ErrTooBig)
 	}
-	wd, err := unix.InotifyAddWatch(w.ifd, "/proc/self/fd/"+itoa(dir), watchMask)
+	wd, err := w.Links.watch(w, "/proc/self/fd/"+itoa(dir))
 	if err != nil {
 		return fmt.Errorf("%s: watch: %w", path, err)
 	}
-	n.wd = int32(wd)
+	n.wd = wd
 	w.nodes[n.wd] = n
 	w.bytes += n.self
 	w.entries++
@@ -354,7 +489,7 @@ func (w *Watched) dropNode(wd int32, c *wnode) {
 	w.bytes -= c.self
 	w.entries--
 	delete(w.nodes, wd)
-	unix.InotifyRmWatch(w.ifd, uint32(wd))
+	w.Links.unwatch(w, wd)
 }
 
 var errDoubt = errors.New("in doubt")
@@ -391,79 +526,64 @@ func (w *Watched) update(top *os.File) error {
 	// within the tree carries the mark (by the events' cookie).
 	written := map[key]bool{}
 	movedWritten := map[uint32]bool{}
-	buf := make([]byte, 64<<10)
-	for {
-		nr, err := unix.Read(w.ifd, buf)
-		if errors.Is(err, unix.EAGAIN) {
-			break
+	evs, err := w.Links.take(w)
+	if err != nil {
+		return err
+	}
+	if w.Links.walkGen() != w.walks {
+		return errDoubt // events were lost
+	}
+	for _, ev := range evs {
+		name := ev.name
+		n := w.nodes[ev.wd]
+		if n == nil {
+			continue // a folder already dropped
 		}
-		if err != nil {
-			return err
+		if n == w.root && ev.mask&(unix.IN_DELETE_SELF|unix.IN_MOVE_SELF|unix.IN_IGNORED) != 0 {
+			return errDoubt
 		}
-		for off := 0; off < nr; {
-			ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
-			name := ""
-			if ev.Len > 0 {
-				b := buf[off+unix.SizeofInotifyEvent : off+unix.SizeofInotifyEvent+int(ev.Len)]
-				if i := strings.IndexByte(string(b), 0); i >= 0 {
-					b = b[:i]
-				}
-				name = string(b)
+		if name == "" {
+			selfChanged[n] = true
+			continue
+		}
+		k := key{n, name}
+		changed[k] = true
+		if ev.mask&(unix.IN_CREATE|unix.IN_DELETE|unix.IN_MOVED_FROM|unix.IN_MOVED_TO) != 0 {
+			selfChanged[n] = true
+		}
+		is, seen := here[k]
+		if !seen {
+			_, is = n.ents[name]
+		}
+		switch {
+		case ev.mask&unix.IN_CREATE != 0:
+			here[k], written[k] = true, false
+		case ev.mask&unix.IN_MOVED_TO != 0:
+			if written[k] {
+				return errDoubt // a written file replaced by a rename
 			}
-			off += unix.SizeofInotifyEvent + int(ev.Len)
-			if ev.Mask&unix.IN_Q_OVERFLOW != 0 {
-				return errDoubt
+			here[k], written[k] = true, movedWritten[ev.cookie]
+			delete(movedWritten, ev.cookie)
+		case ev.mask&unix.IN_DELETE != 0:
+			if written[k] {
+				return errDoubt // a written file removed unmeasured
 			}
-			n := w.nodes[ev.Wd]
-			if n == nil {
-				continue // a folder already dropped
+			here[k] = false
+		case ev.mask&unix.IN_MOVED_FROM != 0:
+			if written[k] {
+				movedWritten[ev.cookie] = true
 			}
-			if n == w.root && ev.Mask&(unix.IN_DELETE_SELF|unix.IN_MOVE_SELF|unix.IN_IGNORED) != 0 {
-				return errDoubt
-			}
-			if name == "" {
-				selfChanged[n] = true
-				continue
-			}
-			k := key{n, name}
-			changed[k] = true
-			if ev.Mask&(unix.IN_CREATE|unix.IN_DELETE|unix.IN_MOVED_FROM|unix.IN_MOVED_TO) != 0 {
-				selfChanged[n] = true
-			}
-			is, seen := here[k]
-			if !seen {
-				_, is = n.ents[name]
-			}
-			switch {
-			case ev.Mask&unix.IN_CREATE != 0:
-				here[k], written[k] = true, false
-			case ev.Mask&unix.IN_MOVED_TO != 0:
-				if written[k] {
-					return errDoubt // a written file replaced by a rename
-				}
-				here[k], written[k] = true, movedWritten[ev.Cookie]
-				delete(movedWritten, ev.Cookie)
-			case ev.Mask&unix.IN_DELETE != 0:
-				if written[k] {
-					return errDoubt // a written file removed unmeasured
-				}
-				here[k] = false
-			case ev.Mask&unix.IN_MOVED_FROM != 0:
-				if written[k] {
-					movedWritten[ev.Cookie] = true
-				}
-				here[k], written[k] = false, false
-			case !is && ev.Mask&unix.IN_MODIFY != 0:
-				// A write through a name that is not there (a descriptor
-				// opened before its name was removed): the inode may have
-				// another name the measure holds, which no event named.
-				// A close or a change of attributes adds no blocks.
-				return errDoubt
-			case ev.Mask&unix.IN_MODIFY != 0:
-				here[k], written[k] = is, true
-			default:
-				here[k] = is
-			}
+			here[k], written[k] = false, false
+		case !is && ev.mask&unix.IN_MODIFY != 0:
+			// A write through a name that is not there (a descriptor
+			// opened before its name was removed): the inode may have
+			// another name the measure holds, which no event named.
+			// A close or a change of attributes adds no blocks.
+			return errDoubt
+		case ev.mask&unix.IN_MODIFY != 0:
+			here[k], written[k] = is, true
+		default:
+			here[k] = is
 		}
 	}
 	// A written file renamed out of this tree: where it went, and whether

@@ -147,6 +147,7 @@ func measureTree(t testing.TB, w *Watched, d string) (inc, full int64) {
 func TestWatchedWriteThroughGoneLinkInAnotherTree(t *testing.T) {
 	d, out := t.TempDir(), t.TempDir()
 	links := &Links{}
+	defer links.Close()
 	wd, wo := &Watched{Links: links}, &Watched{Links: links}
 	defer wd.Close()
 	defer wo.Close()
@@ -184,6 +185,7 @@ func TestWatchedWriteThroughGoneLinkInAnotherTree(t *testing.T) {
 func TestWatchedWriteThroughLinkRemovedBeforeTheMeasure(t *testing.T) {
 	d, out := t.TempDir(), t.TempDir()
 	links := &Links{}
+	defer links.Close()
 	wd, wo := &Watched{Links: links}, &Watched{Links: links}
 	defer wd.Close()
 	defer wo.Close()
@@ -228,6 +230,80 @@ func TestWatchedWriteThenRenameStaysIncremental(t *testing.T) {
 	}
 	if w.Full != 1 {
 		t.Fatalf("full walks: %d, want 1 (the first measure)", w.Full)
+	}
+}
+
+// inotifyFDs counts this process's inotify instances.
+func inotifyFDs(t *testing.T) int {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range ents {
+		if l, _ := os.Readlink("/proc/self/fd/" + e.Name()); l == "anon_inode:inotify" {
+			n++
+		}
+	}
+	return n
+}
+
+// Root has 128 inotify instances (fs.inotify.max_user_instances) for
+// every folder of every role: a role's trees share one, and each still
+// sees only its own events.
+func TestWatchedTreesOfOneRoleShareOneInotifyInstance(t *testing.T) {
+	before := inotifyFDs(t)
+	links := &Links{}
+	defer links.Close()
+	var dirs []string
+	var ws []*Watched
+	for i := 0; i < 3; i++ {
+		d := t.TempDir()
+		os.WriteFile(filepath.Join(d, "f"), make([]byte, 4096), 0o644)
+		w := &Watched{Links: links}
+		defer w.Close()
+		measureBoth(t, w, d)
+		dirs, ws = append(dirs, d), append(ws, w)
+	}
+	if got := inotifyFDs(t) - before; got != 1 {
+		t.Fatalf("three trees of one role hold %d inotify instances, want 1", got)
+	}
+	for round := 0; round < 3; round++ {
+		for i, d := range dirs {
+			os.WriteFile(filepath.Join(d, fmt.Sprintf("g%d", round)), make([]byte, 5000*(i+1)), 0o644)
+		}
+		for i, d := range dirs {
+			if inc, full := measureBoth(t, ws[i], d); inc != full {
+				t.Fatalf("round %d tree %d: incremental %d, walk %d", round, i, inc, full)
+			}
+		}
+	}
+	for i, w := range ws {
+		if w.Full != 1 {
+			t.Errorf("tree %d: %d full walks, want 1", i, w.Full)
+		}
+	}
+}
+
+// A folder measured as two trees of one role is watched by the first
+// alone: the second is walked whole at each measure, and says why.
+func TestWatchedSameFolderTwiceWalksTheSecond(t *testing.T) {
+	d := t.TempDir()
+	links := &Links{}
+	defer links.Close()
+	a, b := &Watched{Links: links}, &Watched{Links: links}
+	defer a.Close()
+	defer b.Close()
+	measureBoth(t, a, d)
+	measureBoth(t, b, d)
+	if b.Unwatched == nil || a.Unwatched != nil {
+		t.Fatalf("first tree: %v, second: %v; want the second unwatched", a.Unwatched, b.Unwatched)
+	}
+	os.WriteFile(filepath.Join(d, "f"), make([]byte, 8192), 0o644)
+	for _, w := range []*Watched{a, b} {
+		if inc, full := measureBoth(t, w, d); inc != full {
+			t.Fatalf("incremental %d, walk %d", inc, full)
+		}
 	}
 }
 
