@@ -92,6 +92,7 @@ type Broker struct {
 	runGen  map[int]uint64
 	handGen uint64
 	usage   map[int]keptUsage
+	watch   *usageWatch // each folder's incremental disk measure (usagecache.go)
 	quota   *quotaState // how roles' disks are measured (quota.go)
 	// starting are shims forked but not yet exec'd: not dumpable until
 	// they exec, and holding nothing of the role's.

@@ -108,6 +108,7 @@ func (b *Broker) recordHanded(r roles.Role, path string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.bumpAllLocked()
+	b.dropWatchedLocked(func(_ int, p string) bool { return p == path })
 	for _, m := range b.handed {
 		delete(m, path)
 	}
@@ -124,6 +125,7 @@ func (b *Broker) recordHanded(r roles.Role, path string) {
 func (b *Broker) forgetHanded(r roles.Role, path string) {
 	b.mu.Lock()
 	delete(b.handed[r.UID], path)
+	b.dropWatchedLocked(func(uid int, p string) bool { return uid == r.UID && p == path })
 	b.bumpAllLocked()
 	b.mu.Unlock()
 }
@@ -223,15 +225,7 @@ func (b *Broker) DiskUsage(r roles.Role, helperIdle bool) (*rpc.DiskUsage, error
 		return u, nil
 	}
 	u := &rpc.DiskUsage{}
-	var errs []error
-	b.eachOwnedFolder(r, func(top *os.File) {
-		n, e, err := confined.Usage(top)
-		u.Bytes += n
-		u.Entries += e
-		if err != nil {
-			errs = append(errs, err)
-		}
-	}, func(err error) { errs = append(errs, err) })
+	errs := b.measureFolders(r, 0, u)
 	// Space in files unlinked but kept open or mapped by the role's
 	// processes: no walk sees it, and the disk holds it all the same.
 	h, err := b.heldHelper(r, 0)

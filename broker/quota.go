@@ -85,7 +85,10 @@ func (b *Broker) DiskCheckMethod() string {
 	case q.fs != nil:
 		return "quota (" + q.fs.String() + ")"
 	}
-	return "walk (" + q.why + ")"
+	if ok, why := incrementalUsage(b.kernel, weakenedNow()); !ok {
+		return "full walk (" + q.why + "; no incremental walk: " + why + ")"
+	}
+	return "incremental walk (" + q.why + ")"
 }
 
 // quotaFS is the file system whose quotas measure roles, or nil.
@@ -126,23 +129,7 @@ func (b *Broker) quotaUsage(r roles.Role, fs *quota.FS) (u *rpc.DiskUsage, ok bo
 		}
 	}
 	u = &rpc.DiskUsage{Quota: true, Bytes: max(q.Bytes, 0), Entries: max(q.Inodes, 0)}
-	var errs []error
-	b.eachOwnedFolder(r, func(top *os.File) {
-		var st unix.Stat_t
-		if err := unix.Fstat(int(top.Fd()), &st); err != nil {
-			errs = append(errs, err)
-			return
-		}
-		if st.Dev == fs.Dev {
-			return
-		}
-		n, e, err := confined.Usage(top)
-		u.Bytes += n
-		u.Entries += e
-		if err != nil {
-			errs = append(errs, err)
-		}
-	}, func(err error) { errs = append(errs, err) })
+	errs := b.measureFolders(r, fs.Dev, u)
 	// Unlinked files on scratch's file system are in the quota; those
 	// elsewhere (a memfd, another file system) only a process holds, so
 	// with none running there are none.

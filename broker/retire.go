@@ -101,6 +101,7 @@ func (b *Broker) forgetBeneath(p string) ([]int, error) {
 			}
 		}
 	}
+	b.dropWatchedLocked(func(_ int, h string) bool { return h == p || strings.HasPrefix(h, p+"/") })
 	b.bumpAllLocked()
 	return uids, nil
 }

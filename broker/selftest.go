@@ -2,6 +2,7 @@ package broker
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"thermite/internal/config"
+	"thermite/internal/confined"
 	"thermite/internal/procs"
 	"thermite/internal/rpc"
 	"thermite/roles"
@@ -311,4 +313,23 @@ func (b *Broker) ControllerCgroup() (tail string, dirs []string, memoryBytes, pi
 	}
 	p := g.Path()
 	return filepath.Base(filepath.Dir(p)) + "/" + filepath.Base(p), g.Paths(), b.cfg.Cgroup.ControllerMemoryMB << 20, b.cfg.Cgroup.ControllerPids
+}
+
+// MeasureDisk is the role's disk check as a trial's runs it (DiskUsage,
+// less what its processes hold unlinked) and a full walk of the same
+// folders, for the self-test's disk row.
+func (b *Broker) MeasureDisk(r roles.Role) (counted, walked int64, err error) {
+	u, err := b.DiskUsage(r, false)
+	if err != nil {
+		return 0, 0, err
+	}
+	var errs []error
+	b.eachOwnedFolder(r, func(top *os.File) {
+		n, _, err := confined.Usage(top)
+		walked += n
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}, func(err error) { errs = append(errs, err) })
+	return u.Bytes - u.Unlinked, walked, errors.Join(errs...)
 }

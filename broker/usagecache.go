@@ -1,8 +1,20 @@
 package broker
 
 import (
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"thermite/internal/confined"
+	"thermite/internal/hostpolicy"
 	"thermite/internal/procs"
 	"thermite/internal/rpc"
+	"thermite/internal/weaken"
+	"thermite/roles"
 )
 
 // A disk measure of a role is reused only when nothing of the role can
@@ -98,4 +110,227 @@ func (b *Broker) keepUsage(uid int, gen usageGen, u *rpc.DiskUsage, keep bool) {
 	} else {
 		delete(b.usage, uid)
 	}
+}
+
+// Where no quota measures a role, each folder it owns keeps an incremental
+// measure (confined.Watched): a check revisits only what inotify says
+// changed, and what inotify cannot see (files with holes or several
+// links), so its cost grows with what changed, not with the tree. It
+// relies on Landlock keeping a role's links and renames within its own
+// folders, which are all measured and share one set of linked inodes:
+// where that protection is not in force, every check walks every folder.
+type usageWatch struct {
+	mu    sync.Mutex
+	trees map[watchKey]*watchedTree
+	links map[int]*roleLinks
+}
+
+type watchKey struct {
+	uid  int
+	path string
+}
+
+type watchedTree struct {
+	mu sync.Mutex
+	w  confined.Watched
+}
+
+type roleLinks struct {
+	l    confined.Links
+	kept int // how many the last Retain kept
+}
+
+// resyncEvery is how many incremental measures of a folder one full walk
+// is good for: it also takes in what no event names, such as blocks a
+// file system allocates on its own after the write (ext4's extent blocks
+// at writeback).
+const resyncEvery = 150
+
+// incrementalUsage decides whether a role's folders may be measured by
+// their incremental measure, and says why not. Only while Landlock's file
+// rules confine every link and rename a role makes to its own places
+// (writableFor: its HOME, its TMPDIR, its handed folders), which are
+// exactly the folders measured together: a hard link to a measured file
+// from anywhere else would let the role grow it with no event in any
+// watched folder. So every check walks where landlock-fs is lost (no
+// Landlock here, accepted by the operator) or a thermite_weaken build
+// drops the role rule set (no-landlock) or keeps only the GPU fence
+// (fence-only).
+func incrementalUsage(kernel hostpolicy.Host, weakened map[string]bool) (ok bool, why string) {
+	for _, m := range hostpolicy.Evaluate(kernel).Lost {
+		if m.Name == hostpolicy.LandlockFS {
+			return false, hostpolicy.LandlockFS + " lost: " + m.Why
+		}
+	}
+	for _, w := range []string{weakNoLandlock, weakFenceOnly} {
+		if weakened[w] {
+			return false, "test build weakened: " + w
+		}
+	}
+	return true, ""
+}
+
+func (b *Broker) watchState() *usageWatch {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.watch == nil {
+		b.watch = &usageWatch{trees: map[watchKey]*watchedTree{}, links: map[int]*roleLinks{}}
+	}
+	return b.watch
+}
+
+// tree is the cache of one folder of a role, made on first use.
+func (s *usageWatch) tree(uid int, path string) *watchedTree {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := watchKey{uid, path}
+	t := s.trees[k]
+	if t == nil {
+		rl := s.links[uid]
+		if rl == nil {
+			rl = &roleLinks{}
+			s.links[uid] = rl
+		}
+		t = &watchedTree{}
+		t.w.Links = &rl.l
+		t.w.ResyncEvery = resyncEvery
+		t.w.Blind = weaken.Enabled && weaken.Has(weaken.DiskUnseen)
+		s.trees[k] = t
+	}
+	return t
+}
+
+// dropWatchedLocked forgets the caches drop says: a folder forgotten,
+// retired or handed on. Closing waits for a measure under way, so it is
+// done aside; callers may hold b.mu.
+func (b *Broker) dropWatchedLocked(drop func(uid int, path string) bool) {
+	s := b.watch
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	var gone []*watchedTree
+	for k, t := range s.trees {
+		if drop(k.uid, k.path) {
+			delete(s.trees, k)
+			gone = append(gone, t)
+		}
+	}
+	s.mu.Unlock()
+	if len(gone) > 0 {
+		go func() {
+			for _, t := range gone {
+				t.mu.Lock()
+				t.w.Close()
+				t.mu.Unlock()
+			}
+		}()
+	}
+}
+
+// measureFolders adds to u the measure of every folder r owns, but those
+// on the file system skip (0: none; the quota counts them): each by its
+// incremental measure where incrementalUsage allows, else by a walk.
+//
+// A link found in one folder during a round may name a file another
+// folder measured before: the round is taken again, and if links keep
+// coming, every folder is walked whole.
+func (b *Broker) measureFolders(r roles.Role, skip uint64, u *rpc.DiskUsage) []error {
+	incremental, _ := incrementalUsage(b.kernel, weakenedNow())
+	var s *usageWatch
+	var rl *roleLinks
+	if incremental {
+		s = b.watchState()
+		s.mu.Lock()
+		rl = s.links[r.UID]
+		s.mu.Unlock()
+	}
+	base := *u
+	var errs []error
+	for pass := 0; pass < 3; pass++ {
+		*u, errs = base, nil
+		var gen uint64
+		if rl != nil {
+			gen = rl.l.Gen()
+		}
+		var paths []string
+		b.eachOwnedFolder(r, func(top *os.File) {
+			if skip != 0 {
+				var st unix.Stat_t
+				if err := unix.Fstat(int(top.Fd()), &st); err != nil {
+					errs = append(errs, fmt.Errorf("%s: %w", top.Name(), err))
+					return
+				}
+				if st.Dev == skip {
+					return
+				}
+			}
+			var n, e int64
+			var err error
+			if !incremental || pass == 2 {
+				n, e, err = confined.Usage(top)
+			} else {
+				t := s.tree(r.UID, top.Name())
+				t.mu.Lock()
+				was := t.w.Unwatched
+				n, e, err = t.w.Measure(top)
+				if now := t.w.Unwatched; now != nil && (was == nil || was.Error() != now.Error()) {
+					b.log.Warn("disk check: a folder is walked whole at every check, not incrementally", "role", r.Name, "path", top.Name(), "why", now)
+				}
+				t.mu.Unlock()
+			}
+			paths = append(paths, top.Name())
+			u.Bytes += n
+			u.Entries += e
+			if err != nil {
+				errs = append(errs, err)
+			}
+		}, func(err error) { errs = append(errs, err) })
+		if !incremental {
+			return errs
+		}
+		s.mu.Lock()
+		rl = s.links[r.UID]
+		s.mu.Unlock()
+		// Caches of folders the role no longer owns go.
+		b.mu.Lock()
+		b.dropWatchedLocked(func(uid int, path string) bool { return uid == r.UID && !slices.Contains(paths, path) })
+		b.mu.Unlock()
+		if rl == nil || rl.l.Gen() == gen {
+			break
+		}
+	}
+	b.retainLinks(r.UID)
+	return errs
+}
+
+// retainLinks keeps a role's set of linked inodes to what its folders
+// hold, once it has doubled since last kept.
+func (b *Broker) retainLinks(uid int) {
+	s := b.watchState()
+	s.mu.Lock()
+	rl := s.links[uid]
+	var trees []*watchedTree
+	var keys []watchKey
+	for k := range s.trees {
+		if k.uid == uid {
+			keys = append(keys, k)
+		}
+	}
+	slices.SortFunc(keys, func(a, b watchKey) int { return strings.Compare(a.path, b.path) })
+	for _, k := range keys {
+		trees = append(trees, s.trees[k])
+	}
+	s.mu.Unlock()
+	if rl == nil || rl.l.Len() <= 2*rl.kept+1024 {
+		return
+	}
+	ws := make([]*confined.Watched, 0, len(trees))
+	for _, t := range trees {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		ws = append(ws, &t.w)
+	}
+	rl.l.Retain(ws)
+	rl.kept = rl.l.Len()
 }

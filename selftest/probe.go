@@ -234,6 +234,7 @@ var attempts = map[string]func(Attempt) Outcome{
 	OpPOSIXMQ:      openPOSIXQueue,
 	OpOpenat2SetID: createSetIDThroughOpenat2,
 	OpLinkSetID:    linkSetIDFile,
+	OpFillHoles:    fillHolesThroughMmap,
 }
 
 // runAttempt runs one attempt by its operation.

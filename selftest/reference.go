@@ -106,6 +106,24 @@ reported as the role "` + DaemonLabel + `".
 		fmt.Fprintf(&b, "| %d | %s | %s |\n", i+1, cell(row.Attempt), cell(want))
 	}
 	b.WriteString(`
+### The disk check
+
+Run for the first lane, in a phase of its own: the broker measures the
+lane's folders before the probe's attempt, between its steps and after it,
+and the last measure must count at least what a full walk of the same
+folders finds.
+
+| # | attempt | roles | right outcome |
+|---|---|---|---|
+`)
+	for i, row := range DiskRows {
+		want := strings.Join(row.Want, " or ")
+		if row.Check != nil {
+			want += ", then checked"
+		}
+		fmt.Fprintf(&b, "| %d | %s | %s | %s |\n", i+1, cell(row.Attempt), whoFor(row.Who), cell(want))
+	}
+	b.WriteString(`
 ## The rig's own rows
 
 Checked by the broker as root during the self-test; each must hold.

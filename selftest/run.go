@@ -45,6 +45,9 @@ type Host interface {
 	StopUser(role roles.Role) (int, error)
 	HandFolder(req *rpc.HandFolderRequest) (*rpc.HandFolderResult, error)
 	RunFolder(req *rpc.RunFolderRequest) error
+	// MeasureDisk is a role's disk check as a trial's runs it, less what
+	// its processes hold unlinked, and a full walk of the same folders.
+	MeasureDisk(role roles.Role) (counted, walked int64, err error)
 	// HoldAsTimedRun holds a timing user's judge CPUs (and cards) as a
 	// timed run does, until release is called.
 	HoldAsTimedRun(role roles.Role, cards []int) (cpus string, release func(), err error)
@@ -237,6 +240,7 @@ func Run(h Host) *rpc.SelftestResult {
 	}))
 	egressPhase(h, c, record, fail)
 	heldPhase(h, c, record, fail)
+	diskPhase(h, c, record, fail)
 	// Where no writable cgroup tree exists the rig runs on rlimits alone:
 	// the self-test says so, in its own row.
 	if cg := h.CgroupStatus(); strings.HasPrefix(cg, "none") {

@@ -82,6 +82,10 @@ type Context struct {
 	CardCanaryPID int
 	// Lost holds the protections the operator accepted losing here.
 	Lost map[string]bool
+	// Sparse is, per lane number, the sparse file of DiskRows; disk the
+	// broker's measure while the probe kept it mapped (diskPhase).
+	Sparse map[int]string
+	disk   diskMeasure
 }
 
 // Who says which roles a row applies to.
@@ -500,6 +504,13 @@ var Policy = []Row{
 	{Who: Except(roles.Builder, roles.Controller), Attempt: "open the builder's build folder", Make: at(OpList, func(c *Context, _ roles.Role) string { return c.BuildDir }), Want: refused},
 	{Who: Only(roles.Timing), Attempt: "read its run's build link", Make: at(OpReadlink, func(c *Context, r roles.Role) string { return c.RunBuild[r.Index] }), Want: succeeds},
 	{Who: Only(roles.Timing), Attempt: "write its run's out/", Make: at(OpCreateIn, func(c *Context, r roles.Role) string { return c.RunOut[r.Index] }), Want: succeeds},
+}
+
+// DiskRows run in a phase of their own (diskPhase), for the first lane:
+// the broker measures its folders between the probe's steps.
+var DiskRows = []Row{
+	{Who: Only(roles.Lane), Attempt: "grow a file unseen by the disk check: fill a sparse file's holes through a shared mapping, which no folder event shows",
+		Make: at(OpFillHoles, func(c *Context, r roles.Role) string { return c.Sparse[r.Index] }), Want: succeeds, Check: holesCounted},
 }
 
 // DaemonLabel names the controller daemon's rows: its probe runs confined

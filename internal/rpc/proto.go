@@ -285,7 +285,8 @@ type Status struct {
 	// accepted (host.accept_lost), each with why it is missing.
 	Without []string `json:"without,omitempty"`
 	// DiskCheck says how roles' disk use is measured: "quota (…)" where
-	// scratch's file system keeps user quotas, else "walk (why not)".
+	// scratch's file system keeps user quotas, else "incremental walk (why
+	// no quota)", or "full walk (why no quota; why not incremental)".
 	DiskCheck string `json:"disk_check,omitempty"`
 }
 

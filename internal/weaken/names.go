@@ -34,6 +34,10 @@ const (
 	// namespace with an open network, as if the agent's namespace and its
 	// one-port rule were gone.
 	EgressOpen = "egress-open"
+	// DiskUnseen makes the incremental disk measure re-stat nothing that
+	// no folder event names: a sparse file's holes filled through mmap,
+	// or a file written through a link elsewhere, go uncounted.
+	DiskUnseen = "disk-unseen"
 	// LandlockABIPrefix, followed by a number, pretends the kernel has that
 	// Landlock ABI (when lower than its own).
 	LandlockABIPrefix = "landlock-abi-"

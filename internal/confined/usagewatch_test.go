@@ -1,0 +1,376 @@
+package confined
+
+import (
+	"fmt"
+	"math/rand"
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+func measureBoth(t testing.TB, w *Watched, d string) (inc, full int64) {
+	top, err := Open(filepath.Dir(d), d, unix.O_PATH|unix.O_DIRECTORY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer top.Close()
+	inc, ie, err := w.Measure(top)
+	if err != nil {
+		t.Fatal(err)
+	}
+	full, fe, err := Usage(top)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ie != fe {
+		t.Errorf("entries: incremental %d, walk %d", ie, fe)
+	}
+	return inc, full
+}
+
+func TestWatchedEquivalentToWalk(t *testing.T) {
+	d := t.TempDir()
+	w := &Watched{}
+	defer w.Close()
+	r := rand.New(rand.NewSource(1))
+	var dirs = []string{d}
+	var files []string
+	pick := func(s []string) string { return s[r.Intn(len(s))] }
+	for round := 0; round < 200; round++ {
+		for op := 0; op < 20; op++ {
+			dir := pick(dirs)
+			p := filepath.Join(dir, fmt.Sprintf("n%d", r.Intn(1000)))
+			switch r.Intn(10) {
+			case 0:
+				if os.Mkdir(p, 0o755) == nil {
+					dirs = append(dirs, p)
+				}
+			case 1, 2:
+				if os.WriteFile(p, make([]byte, r.Intn(20000)), 0o644) == nil {
+					files = append(files, p)
+				}
+			case 3:
+				if len(files) > 0 {
+					f, err := os.OpenFile(pick(files), os.O_WRONLY|os.O_APPEND, 0)
+					if err == nil {
+						f.Write(make([]byte, r.Intn(50000)))
+						f.Close()
+					}
+				}
+			case 4:
+				if len(files) > 0 {
+					os.Truncate(pick(files), int64(r.Intn(1<<20)))
+				}
+			case 5:
+				if len(files) > 0 {
+					os.Rename(pick(files), p)
+					files = append(files, p)
+				}
+			case 6:
+				if len(dirs) > 1 {
+					src := pick(dirs[1:])
+					if os.Rename(src, p) == nil {
+						dirs = append(dirs, p)
+					}
+				}
+			case 7:
+				if len(files) > 0 {
+					os.Link(pick(files), p)
+					files = append(files, p)
+				}
+			case 8:
+				os.Symlink("/etc", p)
+			case 9:
+				if len(files) > 0 {
+					os.Remove(pick(files))
+				}
+				if len(dirs) > 1 {
+					os.Remove(pick(dirs[1:]))
+				}
+			}
+		}
+		if inc, full := measureBoth(t, w, d); inc != full {
+			t.Fatalf("round %d: incremental %d, walk %d", round, inc, full)
+		}
+	}
+	t.Logf("full walks: %d of 200", w.Full)
+}
+
+func TestWatchedSeesMmapIntoHoles(t *testing.T) {
+	d := t.TempDir()
+	w := &Watched{}
+	defer w.Close()
+	p := filepath.Join(d, "sparse")
+	f, _ := os.Create(p)
+	defer f.Close()
+	f.Truncate(8 << 20)
+	measureBoth(t, w, d)
+	m, err := unix.Mmap(int(f.Fd()), 0, 8<<20, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < len(m); i += 4096 {
+		m[i] = 1
+	}
+	unix.Msync(m, unix.MS_SYNC)
+	if inc, full := measureBoth(t, w, d); inc != full || full < 8<<20 {
+		t.Fatalf("incremental %d, walk %d", inc, full)
+	}
+}
+
+func TestWatchedOverflowWalksAll(t *testing.T) {
+	d := t.TempDir()
+	w := &Watched{}
+	defer w.Close()
+	measureBoth(t, w, d)
+	for i := 0; i < 20000; i++ {
+		os.WriteFile(filepath.Join(d, fmt.Sprint(i)), []byte("x"), 0o644)
+	}
+	if inc, full := measureBoth(t, w, d); inc != full || w.Full != 2 {
+		t.Fatalf("incremental %d, walk %d, full walks %d", inc, full, w.Full)
+	}
+}
+
+// measureTree is one tree's incremental measure and a plain walk's.
+func measureTree(t testing.TB, w *Watched, d string) (inc, full int64) {
+	return measureBoth(t, w, d)
+}
+
+// A lane links a file of one of its folders into another, opens it there,
+// removes that name and writes through the descriptor: no event names the
+// first folder's file. The write on the gone name puts the measure in
+// doubt, and the next measure of the role's trees is right.
+func TestWatchedWriteThroughGoneLinkInAnotherTree(t *testing.T) {
+	d, out := t.TempDir(), t.TempDir()
+	links := &Links{}
+	defer links.Close()
+	wd, wo := &Watched{Links: links}, &Watched{Links: links}
+	defer wd.Close()
+	defer wo.Close()
+	os.WriteFile(filepath.Join(d, "f"), make([]byte, 4096), 0o644)
+	measureTree(t, wd, d)
+	measureTree(t, wo, out)
+	g := filepath.Join(out, "g")
+	if err := os.Link(filepath.Join(d, "f"), g); err != nil {
+		t.Fatal(err)
+	}
+	h, err := os.OpenFile(g, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	os.Remove(g)
+	measureTree(t, wd, d)
+	measureTree(t, wo, out)
+	h.Write(make([]byte, 1<<20))
+	// The role's round: every tree, then again if a link was learnt.
+	gen := links.Gen()
+	measureTree(t, wo, out)
+	if links.Gen() != gen {
+		t.Log("a link was learnt: the round is taken again")
+	}
+	if inc, full := measureTree(t, wd, d); inc != full {
+		t.Fatalf("workspace after a write through a gone link elsewhere: incremental %d, walk %d", inc, full)
+	}
+}
+
+// A lane links a file of one of its folders into another, writes through
+// that name and removes it, all between two measures: the second folder
+// saw a name come, be written and go, and nothing names the first
+// folder's file. A written name gone unmeasured puts the measure in doubt.
+func TestWatchedWriteThroughLinkRemovedBeforeTheMeasure(t *testing.T) {
+	d, out := t.TempDir(), t.TempDir()
+	links := &Links{}
+	defer links.Close()
+	wd, wo := &Watched{Links: links}, &Watched{Links: links}
+	defer wd.Close()
+	defer wo.Close()
+	os.WriteFile(filepath.Join(d, "f"), make([]byte, 4096), 0o644)
+	measureTree(t, wd, d)
+	measureTree(t, wo, out)
+	g := filepath.Join(out, "g")
+	if err := os.Link(filepath.Join(d, "f"), g); err != nil {
+		t.Fatal(err)
+	}
+	h, err := os.OpenFile(g, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Write(make([]byte, 1<<20))
+	h.Close()
+	os.Remove(g)
+	measureTree(t, wo, out)
+	if inc, full := measureTree(t, wd, d); inc != full || full < 1<<20 {
+		t.Fatalf("workspace after a write through a link removed before the measure: incremental %d, walk %d", inc, full)
+	}
+}
+
+// The usual way to replace a file, writing a new one and renaming it over
+// the old, is measured from the events alone: no full walk.
+func TestWatchedWriteThenRenameStaysIncremental(t *testing.T) {
+	d := t.TempDir()
+	w := &Watched{}
+	defer w.Close()
+	os.Mkdir(filepath.Join(d, "sub"), 0o755)
+	os.WriteFile(filepath.Join(d, "final"), make([]byte, 4096), 0o644)
+	measureBoth(t, w, d)
+	for i := 0; i < 5; i++ {
+		tmp := filepath.Join(d, "sub", "tmp")
+		os.WriteFile(tmp, make([]byte, 10000*(i+1)), 0o644)
+		if err := os.Rename(tmp, filepath.Join(d, "final")); err != nil {
+			t.Fatal(err)
+		}
+		if inc, full := measureBoth(t, w, d); inc != full {
+			t.Fatalf("after rename %d: incremental %d, walk %d", i, inc, full)
+		}
+	}
+	if w.Full != 1 {
+		t.Fatalf("full walks: %d, want 1 (the first measure)", w.Full)
+	}
+}
+
+// inotifyFDs counts this process's inotify instances.
+func inotifyFDs(t *testing.T) int {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range ents {
+		if l, _ := os.Readlink("/proc/self/fd/" + e.Name()); l == "anon_inode:inotify" {
+			n++
+		}
+	}
+	return n
+}
+
+// Root has 128 inotify instances (fs.inotify.max_user_instances) for
+// every folder of every role: a role's trees share one, and each still
+// sees only its own events.
+func TestWatchedTreesOfOneRoleShareOneInotifyInstance(t *testing.T) {
+	before := inotifyFDs(t)
+	links := &Links{}
+	defer links.Close()
+	var dirs []string
+	var ws []*Watched
+	for i := 0; i < 3; i++ {
+		d := t.TempDir()
+		os.WriteFile(filepath.Join(d, "f"), make([]byte, 4096), 0o644)
+		w := &Watched{Links: links}
+		defer w.Close()
+		measureBoth(t, w, d)
+		dirs, ws = append(dirs, d), append(ws, w)
+	}
+	if got := inotifyFDs(t) - before; got != 1 {
+		t.Fatalf("three trees of one role hold %d inotify instances, want 1", got)
+	}
+	for round := 0; round < 3; round++ {
+		for i, d := range dirs {
+			os.WriteFile(filepath.Join(d, fmt.Sprintf("g%d", round)), make([]byte, 5000*(i+1)), 0o644)
+		}
+		for i, d := range dirs {
+			if inc, full := measureBoth(t, ws[i], d); inc != full {
+				t.Fatalf("round %d tree %d: incremental %d, walk %d", round, i, inc, full)
+			}
+		}
+	}
+	for i, w := range ws {
+		if w.Full != 1 {
+			t.Errorf("tree %d: %d full walks, want 1", i, w.Full)
+		}
+	}
+}
+
+// A folder measured as two trees of one role is watched by the first
+// alone: the second is walked whole at each measure, and says why.
+func TestWatchedSameFolderTwiceWalksTheSecond(t *testing.T) {
+	d := t.TempDir()
+	links := &Links{}
+	defer links.Close()
+	a, b := &Watched{Links: links}, &Watched{Links: links}
+	defer a.Close()
+	defer b.Close()
+	measureBoth(t, a, d)
+	measureBoth(t, b, d)
+	if b.Unwatched == nil || a.Unwatched != nil {
+		t.Fatalf("first tree: %v, second: %v; want the second unwatched", a.Unwatched, b.Unwatched)
+	}
+	os.WriteFile(filepath.Join(d, "f"), make([]byte, 8192), 0o644)
+	for _, w := range []*Watched{a, b} {
+		if inc, full := measureBoth(t, w, d); inc != full {
+			t.Fatalf("incremental %d, walk %d", inc, full)
+		}
+	}
+}
+
+func BenchmarkWatched100k(b *testing.B) {
+	d, _ := os.MkdirTemp("", "thermite-usagewatch-bench-")
+	b.Cleanup(func() { os.RemoveAll(d) })
+	for i := 0; i < 1000; i++ {
+		sub := filepath.Join(d, fmt.Sprintf("d%03d", i))
+		os.Mkdir(sub, 0o755)
+		for j := 0; j < 100; j++ {
+			os.WriteFile(filepath.Join(sub, fmt.Sprintf("f%03d", j)), []byte("x"), 0o644)
+		}
+	}
+	cpu := func() time.Duration {
+		var ru unix.Rusage
+		unix.Getrusage(unix.RUSAGE_THREAD, &ru)
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	top, _ := Open(filepath.Dir(d), d, unix.O_PATH|unix.O_DIRECTORY)
+	defer top.Close()
+	change := func(i int) {
+		for k := 0; k < 10; k++ {
+			p := filepath.Join(d, fmt.Sprintf("d%03d/f%03d", (i*10+k)%1000, k))
+			os.WriteFile(p, make([]byte, 5000+i%3000), 0o644)
+		}
+	}
+	b.Run("walk", func(b *testing.B) {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		var spent time.Duration
+		for i := 0; i < b.N; i++ {
+			change(i)
+			s := cpu()
+			Usage(top)
+			spent += cpu() - s
+		}
+		b.ReportMetric(float64(spent)/float64(b.N)/1e6, "cpu-ms/op")
+	})
+	b.Run("build", func(b *testing.B) {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		var spent time.Duration
+		for i := 0; i < b.N; i++ {
+			w := &Watched{}
+			s := cpu()
+			w.Measure(top)
+			spent += cpu() - s
+			w.Close()
+		}
+		b.ReportMetric(float64(spent)/float64(b.N)/1e6, "cpu-ms/op")
+	})
+	b.Run("incremental", func(b *testing.B) {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		w := &Watched{}
+		defer w.Close()
+		w.Measure(top)
+		var spent time.Duration
+		for i := 0; i < b.N; i++ {
+			change(i)
+			s := cpu()
+			w.Measure(top)
+			spent += cpu() - s
+		}
+		if w.Full != 1 {
+			b.Fatalf("full walks %d", w.Full)
+		}
+		b.ReportMetric(float64(spent)/float64(b.N)/1e6, "cpu-ms/op")
+	})
+}

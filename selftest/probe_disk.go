@@ -1,0 +1,168 @@
+package selftest
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"thermite/internal/rpc"
+	"thermite/roles"
+)
+
+// The disk check's row (issue 17): where no quota measures a role, its
+// folders are measured incrementally, from what inotify says changed, and
+// a file whose growth no folder event shows (its holes filled through a
+// shared mapping) must still be counted. The lane's probe maps a sparse
+// file of its workspace, fills the holes and keeps the mapping while the
+// broker measures: the mapping holds the file open, so not even a close
+// event comes until it goes. The measure must count at least what a full
+// walk of the same folders finds.
+
+// OpFillHoles maps the sparse file Path, closes its descriptor, writes a
+// byte in every page and syncs, makes Path+".filled", and keeps the
+// mapping until Path+".measured" is there.
+const OpFillHoles = "fill-holes"
+
+// sparseSize is the size of the sparse file placed for the row.
+const sparseSize = 1 << 20
+
+// handshakeWait bounds each side's wait for the other.
+const handshakeWait = 30 * time.Second
+
+// fillHolesThroughMmap is the probe's side of the row.
+func fillHolesThroughMmap(a Attempt) Outcome {
+	fd, err := unix.Open(a.Path, unix.O_RDWR|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return result(a.ID, err)
+	}
+	m, err := unix.Mmap(fd, 0, sparseSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	unix.Close(fd)
+	if err != nil {
+		return result(a.ID, err)
+	}
+	defer unix.Munmap(m)
+	for i := 0; i < len(m); i += 4096 {
+		m[i] = 1
+	}
+	if err := unix.Msync(m, unix.MS_SYNC); err != nil {
+		return result(a.ID, err)
+	}
+	f, err := unix.Open(a.Path+".filled", unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return result(a.ID, err)
+	}
+	unix.Close(f)
+	if !waitFor(a.Path + ".measured") {
+		return Outcome{ID: a.ID, Got: "ETIMEDOUT", Detail: "no " + a.Path + ".measured from the broker"}
+	}
+	return result(a.ID, nil)
+}
+
+// waitFor waits, up to handshakeWait, for path to be there.
+func waitFor(path string) bool {
+	for end := time.Now().Add(handshakeWait); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		var st unix.Stat_t
+		if unix.Lstat(path, &st) == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// diskPhase runs DiskRows for the first lane, with a sparse file placed
+// in its workspace and the broker's measures taken before the probe and
+// while it keeps the filled file mapped. One lane stands for all: each is
+// measured by the same code.
+func diskPhase(h Host, c *Context, record func([]rpc.Probe), fail func(role, attempt, expect, got string)) {
+	lane, ok := c.Table.Lane(1)
+	if !ok || c.Workspace[1] == "" {
+		return
+	}
+	p := filepath.Join(c.Workspace[1], ".selftest-holes")
+	defer func() {
+		for _, s := range []string{"", ".filled", ".measured"} {
+			removePlaced(c.Cfg.StateDir, p+s)
+		}
+	}()
+	if err := placeSparse(c.Cfg.StateDir, p, lane.UID, lane.GID); err != nil {
+		fail("rig", "place a sparse file in lane-1's workspace", "placed", err.Error())
+		return
+	}
+	c.Sparse = map[int]string{1: p}
+	// The first measure takes the file in as it is: holed.
+	if _, _, err := h.MeasureDisk(lane); err != nil {
+		fail("rig", "measure lane-1's folders", "measured", err.Error())
+		return
+	}
+	record(probeRows(c, lane, lane.Name, DiskRows, func(plan []Attempt) ([]Outcome, string) {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			if !waitFor(p + ".filled") {
+				c.disk = diskMeasure{err: fmt.Errorf("no %s.filled from the probe", p)}
+			} else {
+				var d diskMeasure
+				d.counted, d.walked, d.err = h.MeasureDisk(lane)
+				c.disk = d
+			}
+			if err := placeContent(c.Cfg.StateDir, p+".measured", "", lane.UID, lane.GID, 0o600); err != nil {
+				c.disk.err = errors.Join(c.disk.err, err)
+			}
+		}()
+		outs, why := runProbe(h, c, lane, plan)
+		<-done
+		return outs, why
+	}))
+}
+
+// diskMeasure is the broker's measure while the probe kept the filled
+// file mapped.
+type diskMeasure struct {
+	counted, walked int64
+	err             error
+}
+
+// placeSparse makes a new file at path of sparseSize bytes and no block,
+// owned by uid:gid, through descriptors as placeContent does.
+func placeSparse(stateDir, path string, uid, gid int) error {
+	if err := placeContent(stateDir, path, "", uid, gid, 0o600); err != nil {
+		return err
+	}
+	pfd, err := openParent(stateDir, path)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(pfd)
+	fd, err := unix.Openat(pfd, filepath.Base(path), unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Ftruncate(fd, sparseSize); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
+}
+
+// holesCounted checks that the measure taken while the probe kept the
+// filled file mapped counts at least what a full walk found then.
+func holesCounted(c *Context, r roles.Role, o Outcome) string {
+	p := c.Sparse[r.Index]
+	if c.disk.err != nil {
+		return "measuring while the probe kept the file mapped: " + c.disk.err.Error()
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(p, &st); err != nil {
+		return fmt.Sprintf("%s: %v", p, err)
+	}
+	if st.Blocks*512 < sparseSize {
+		return fmt.Sprintf("%s holds %d bytes after the probe's writes, not %d", p, st.Blocks*512, sparseSize)
+	}
+	if c.disk.counted < c.disk.walked {
+		return fmt.Sprintf("the disk check counts %d bytes in %s's folders, a full walk %d: %d bytes written where no folder event shows went uncounted", c.disk.counted, r.Name, c.disk.walked, c.disk.walked-c.disk.counted)
+	}
+	return ""
+}
