@@ -71,6 +71,7 @@ const (
 	OpUnshare   = "unshare"    // unshare(CLONE_NEWUSER)
 	OpMount     = "mount"      // mount a tmpfs on the folder Path
 	OpIOUring   = "io-uring"   // io_uring_setup
+	OpAIO       = "aio"        // io_setup: a Linux AIO context
 	OpTIOCSTI   = "tiocsti"    // ioctl(TIOCSTI) on a new pseudo-terminal
 	OpChmodSUID = "chmod-suid" // create Path and chmod it 04755
 	OpAbstract  = "abstract"   // connect to the abstract unix socket named Arg
@@ -215,6 +216,7 @@ var attempts = map[string]func(Attempt) Outcome{
 	OpUnshare:   unshareUserNamespace,
 	OpMount:     mountTmpfs,
 	OpIOUring:   setupIOUring,
+	OpAIO:       setupAIO,
 	OpTIOCSTI:   injectTerminalInput,
 	OpChmodSUID: chmodSetUID,
 	OpAbstract:  connectAbstractSocket,
@@ -558,6 +560,18 @@ func setupIOUring(a Attempt) Outcome {
 		return result(a.ID, errno)
 	}
 	unix.Close(int(fd))
+	return result(a.ID, nil)
+}
+
+// setupAIO sets up a Linux AIO context, whose writes raise no inotify
+// event.
+func setupAIO(a Attempt) Outcome {
+	var ctx uintptr
+	_, _, errno := unix.Syscall(unix.SYS_IO_SETUP, 1, uintptr(unsafe.Pointer(&ctx)), 0)
+	if errno != 0 {
+		return result(a.ID, errno)
+	}
+	unix.Syscall(unix.SYS_IO_DESTROY, ctx, 0, 0)
 	return result(a.ID, nil)
 }
 

@@ -295,6 +295,7 @@ var Policy = []Row{
 	{Who: Every, Attempt: "mount a file system", Make: at(OpMount, func(c *Context, r roles.Role) string { return tmpOf(c, r.Name) }), Want: notPerm},
 	{Who: Every, Attempt: "chmod a file set-uid", Make: at(OpChmodSUID, func(c *Context, r roles.Role) string { return filepath.Join(tmpOf(c, r.Name), ".selftest-suid") }), Want: notPerm},
 	{Who: Every, Attempt: "set up io_uring", Make: one(OpIOUring, ""), Want: notPerm},
+	{Who: Every, Attempt: "set up Linux AIO, whose writes raise no event the disk check sees", Make: one(OpAIO, ""), Want: notPerm},
 	{Who: Every, Attempt: "make the broker its tracer with PTRACE_TRACEME", Make: one(OpTraceMe, ""), Want: notPerm, Alone: true},
 	{Who: Every, Attempt: "inject terminal input with TIOCSTI", Make: one(OpTIOCSTI, ""), Want: notPerm},
 	{Who: Every, Attempt: "connect to the broker's abstract unix socket", Make: func(c *Context, r roles.Role) []Attempt {

@@ -290,6 +290,14 @@ func TestSelftestCatchesBreakage(t *testing.T) {
 			roles: "lane-1",
 		},
 		{
+			// Issue 17: Linux AIO allowed again, whose writes raise no
+			// inotify event for the incremental disk measure.
+			name:  "Linux AIO allowed",
+			opts:  testrig.Options{Tags: "thermite_weaken", Env: []string{"THERMITE_WEAKEN=" + weaken.AIO}, Extra: `startup_selftest = "warn"`},
+			want:  []string{"set up Linux AIO, whose writes raise no event the disk check sees"},
+			roles: "every",
+		},
+		{
 			name:  "an ambient capability",
 			opts:  testrig.Options{Tags: "thermite_weaken", Env: []string{"THERMITE_WEAKEN=cap-amb"}, Extra: `startup_selftest = "warn"`},
 			want:  []string{"CapEff, CapPrm, CapAmb and CapInh are 0"},

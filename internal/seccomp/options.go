@@ -75,6 +75,7 @@ const (
 	WeakenSysVIPC      = weaken.SysVIPC // denySharedSysVIPC
 	WeakenSetIDOpenat2 = weaken.SetID   // denyOpenat2
 	WeakenAPITCP       = weaken.APITCP  // restrictSockets: TCP for api roles
+	WeakenAIO          = weaken.AIO     // denyAIO
 )
 
 // ControllerOptions are the controller daemon's filter: everything a role

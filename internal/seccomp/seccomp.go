@@ -76,6 +76,9 @@ func makeRules(a *assembler, o Options) {
 	denyClockSetting(a)
 	denyUserfaultfd(a)
 	denyIOUring(a)
+	if !o.weakened(WeakenAIO) {
+		denyAIO(a)
+	}
 	denyTerminalInjection(a)
 	denySetIDModes(a)
 	if !o.weakened(WeakenSetIDOpenat2) {
@@ -245,6 +248,16 @@ func denyUserfaultfd(a *assembler) {
 func denyIOUring(a *assembler) {
 	a.denyCalls("io_uring", actionEPERM,
 		unix.SYS_IO_URING_SETUP, unix.SYS_IO_URING_ENTER, unix.SYS_IO_URING_REGISTER)
+}
+
+// denyAIO closes Linux AIO: a write submitted through io_submit reaches
+// the file without the fsnotify event every other write path raises, so
+// the incremental disk measure, which re-stats what inotify names, would
+// not see a file grow (measured on 6.18: 1 MiB written, no event).
+func denyAIO(a *assembler) {
+	a.denyCalls("aio", actionEPERM,
+		unix.SYS_IO_SETUP, unix.SYS_IO_SUBMIT, unix.SYS_IO_CANCEL, unix.SYS_IO_GETEVENTS,
+		unix.SYS_IO_PGETEVENTS, unix.SYS_IO_DESTROY)
 }
 
 // denyTerminalInjection closes the two ioctls that write into a terminal's

@@ -38,6 +38,9 @@ const (
 	// no folder event names: a sparse file's holes filled through mmap,
 	// or a file written through a link elsewhere, go uncounted.
 	DiskUnseen = "disk-unseen"
+	// AIO lets a role set up Linux AIO again: its writes raise no
+	// inotify event, so the incremental disk measure would not see them.
+	AIO = "aio"
 	// LandlockABIPrefix, followed by a number, pretends the kernel has that
 	// Landlock ABI (when lower than its own).
 	LandlockABIPrefix = "landlock-abi-"
