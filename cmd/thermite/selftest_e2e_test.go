@@ -169,7 +169,7 @@ func TestSelftestCatchesBreakage(t *testing.T) {
 			opts: testrig.Options{Tags: "thermite_weaken", Env: []string{"THERMITE_WEAKEN=no-landlock"}, Extra: `startup_selftest = "warn"`},
 			want: []string{
 				"write a folder whose mode lets everyone write", "make a user namespace, as unshare -U does",
-				"chmod a file set-uid", "set up io_uring",
+				"chmod a file set-uid", "set up io_uring", "set up Linux AIO, whose writes raise no event the disk check sees",
 				"connect to the broker's abstract unix socket", "connect to a TCP port that is not the API's",
 				"connect to the harness API's TCP port", "connect to another loopback address on the API's port",
 				"connect to an address beyond this host on the API's port",
@@ -388,6 +388,9 @@ func kernelRefuses() map[string]string {
 	}
 	if v := sysctl("kernel.io_uring_disabled"); v != "" && v != "0" {
 		refused["set up io_uring"] = "kernel.io_uring_disabled = " + v
+	}
+	if v := sysctl("fs.aio-max-nr"); v == "" || v == "0" {
+		refused["set up Linux AIO, whose writes raise no event the disk check sees"] = "fs.aio-max-nr = " + v + " (no AIO in this kernel, or none allowed)"
 	}
 	if sysctl("kernel.unprivileged_userns_clone") == "0" {
 		refused["make a user namespace, as unshare -U does"] = "kernel.unprivileged_userns_clone = 0"
