@@ -234,6 +234,8 @@ var attempts = map[string]func(Attempt) Outcome{
 	OpPOSIXMQ:      openPOSIXQueue,
 	OpOpenat2SetID: createSetIDThroughOpenat2,
 	OpLinkSetID:    linkSetIDFile,
+	// The start window's attack (starts.go).
+	OpStopOwn: stopOwnProcesses,
 }
 
 // runAttempt runs one attempt by its operation.

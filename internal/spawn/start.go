@@ -73,6 +73,9 @@ type Weakening struct {
 	// SlowStart spends about 300 ms of CPU time and 300 ms asleep before
 	// the stamp: a start a clock counting the child would see.
 	SlowStart bool
+	// Unguarded starts as before the start-window fix: holding
+	// syscall.ForkLock, and with no keepGoing.
+	Unguarded bool
 }
 
 // Child is a started command: it has exec'd, or failed at a stage and
@@ -191,7 +194,11 @@ func Start(c *Command) (*Child, error) {
 	// close-on-exec itself, so no other goroutine's descriptor can leak
 	// into it, and a start held up in the child must not hold up every
 	// other start (and every os/exec) of the process.
-	stop := keepGoing(&pidfd)
+	guard := keepGoing
+	if weaken.Enabled && c.Weakened.Unguarded {
+		guard = holdForkLock
+	}
+	stop := guard(&pidfd)
 	pid, errno := forkExec(p, &pidfd)
 	stop()
 	unix.Close(pipe[1])
@@ -253,6 +260,14 @@ func keepGoing(pidfd *int32) (stop func()) {
 		}
 	}()
 	return func() { close(done); <-gone }
+}
+
+// holdForkLock is a thermite_weaken build's start without keepGoing,
+// holding syscall.ForkLock as starts did before: a child stopped in its
+// window then holds every start, and every os/exec, of the process.
+func holdForkLock(*int32) (stop func()) {
+	syscall.ForkLock.Lock()
+	return syscall.ForkLock.Unlock
 }
 
 // detail names what stage s worked on at index i, for an error.

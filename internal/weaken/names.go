@@ -34,6 +34,11 @@ const (
 	// namespace with an open network, as if the agent's namespace and its
 	// one-port rule were gone.
 	EgressOpen = "egress-open"
+	// UnguardedStart starts a role's command as before the start-window
+	// fix: under syscall.ForkLock, with nothing sending SIGCONT to a child
+	// stopped between its uid switch and execve, so a lane that stops its
+	// own processes holds every start after it.
+	UnguardedStart = "unguarded-start"
 	// LandlockABIPrefix, followed by a number, pretends the kernel has that
 	// Landlock ABI (when lower than its own).
 	LandlockABIPrefix = "landlock-abi-"
