@@ -1,6 +1,7 @@
 package spawn
 
 import (
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -20,6 +21,16 @@ func runtimeAfterFork()
 
 //go:linkname runtimeAfterForkInChild syscall.runtime_AfterForkInChild
 func runtimeAfterForkInChild()
+
+// The runtime's system call hooks: entersyscall lets this goroutine's P
+// go for as long as the clone below waits (so the scheduler and the
+// collector go on without this thread), exitsyscall takes one back.
+//
+//go:linkname runtimeEntersyscall runtime.entersyscall
+func runtimeEntersyscall()
+
+//go:linkname runtimeExitsyscall runtime.exitsyscall
+func runtimeExitsyscall()
 
 // rawVfork is clone or clone3 for a child that shares this stack until
 // it execs (vfork_*.s).
@@ -52,14 +63,30 @@ func forkExec(p *prepared, pidfd *int32) (pid uintptr, errno syscall.Errno) {
 	)
 
 	runtimeBeforeFork()
+	// The parent waits in the clone until the child execs or exits; a
+	// child stopped there (SIGSTOP from its user, where no Landlock signal
+	// scope keeps it out) would otherwise hold this P, and with it every
+	// stop-the-world of the collector, keepGoing included, for as long as
+	// it stays stopped. In the system call state the runtime never moves
+	// this stack and scans it from this frame up, where the only live
+	// pointers are p and pidfd (go build -gcflags=-live), which the child
+	// never writes; the child's calls run below.
+	runtimeEntersyscall()
 	if p.clone3 != nil {
 		pid, errno = rawVfork(unix.SYS_CLONE3, uintptr(unsafe.Pointer(p.clone3)), unsafe.Sizeof(*p.clone3), 0)
 	} else {
 		pid, errno = rawVfork(unix.SYS_CLONE, p.cloneFlg|uintptr(unix.SIGCHLD), 0, uintptr(unsafe.Pointer(pidfd)))
 	}
 	if errno != 0 || pid != 0 {
-		// The parent: the child has exec'd or exited by now.
+		// The parent: the child has exec'd or exited by now. It says so
+		// at once, before it may wait for a P: keepGoing stops sending
+		// SIGCONT to a command that may stop itself. (An intrinsic: no
+		// call, no stack check here.) The fork's lock on this M goes
+		// next: taking a P back may park this goroutine, which the
+		// scheduler refuses while it is held.
+		atomic.StoreInt32(&p.back, 1)
 		runtimeAfterFork()
+		runtimeExitsyscall()
 		return
 	}
 

@@ -163,6 +163,11 @@ type prepared struct {
 	// set (a mask of the first 32), and the slow start.
 	ambient uint32
 	slow    bool
+
+	// back is set by the parent as soon as its clone returns: the child
+	// has exec'd (or ended), and keepGoing's SIGCONT must not reach the
+	// command, which may stop itself.
+	back int32
 }
 
 // Start starts c: clone, then in the child (raw system calls only, see
@@ -198,7 +203,7 @@ func Start(c *Command) (*Child, error) {
 	if weaken.Enabled && c.Weakened.Unguarded {
 		guard = holdForkLock
 	}
-	stop := guard(&pidfd)
+	stop := guard(&pidfd, &p.back)
 	pid, errno := forkExec(p, &pidfd)
 	stop()
 	unix.Close(pipe[1])
@@ -236,7 +241,7 @@ const (
 // keepGoing watches one start until the returned stop is called; stop
 // returns once the watcher has let go of the pidfd, which the caller may
 // close (and the number be reused) right after.
-func keepGoing(pidfd *int32) (stop func()) {
+func keepGoing(pidfd, back *int32) (stop func()) {
 	done, gone := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(gone)
@@ -249,7 +254,7 @@ func keepGoing(pidfd *int32) (stop func()) {
 				return
 			case <-t.C:
 			}
-			if fd := atomic.LoadInt32(pidfd); fd >= 0 {
+			if fd := atomic.LoadInt32(pidfd); fd >= 0 && atomic.LoadInt32(back) == 0 {
 				sig := unix.SIGCONT
 				if time.Now().After(deadline) {
 					sig = unix.SIGKILL
@@ -265,7 +270,7 @@ func keepGoing(pidfd *int32) (stop func()) {
 // holdForkLock is a thermite_weaken build's start without keepGoing,
 // holding syscall.ForkLock as starts did before: a child stopped in its
 // window then holds every start, and every os/exec, of the process.
-func holdForkLock(*int32) (stop func()) {
+func holdForkLock(_, _ *int32) (stop func()) {
 	syscall.ForkLock.Lock()
 	return syscall.ForkLock.Unlock
 }
