@@ -1,7 +1,6 @@
 package spawn
 
 import (
-	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -80,11 +79,13 @@ func forkExec(p *prepared, pidfd *int32) (pid uintptr, errno syscall.Errno) {
 	if errno != 0 || pid != 0 {
 		// The parent: the child has exec'd or exited by now. It says so
 		// at once, before it may wait for a P: keepGoing stops sending
-		// SIGCONT to a command that may stop itself. (An intrinsic: no
-		// call, no stack check here.) The fork's lock on this M goes
-		// next: taking a P back may park this goroutine, which the
-		// scheduler refuses while it is held.
-		atomic.StoreInt32(&p.back, 1)
+		// SIGCONT to a command that may stop itself. A plain aligned
+		// store (keepGoing loads it atomically): under the race detector
+		// sync/atomic calls into the race runtime, which this goroutine,
+		// without a P here, may not (it crashed the tests).
+		// The fork's lock on this M goes next: taking a P back may park
+		// this goroutine, which the scheduler refuses while it is held.
+		p.back = 1
 		runtimeAfterFork()
 		runtimeExitsyscall()
 		return
