@@ -9,14 +9,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"thermite/internal/testrig"
 	"thermite/roles"
 )
-
-func requireRoot(t testing.TB) {
-	if os.Geteuid() != 0 || testing.Short() {
-		t.Skip("needs root (and no -short): it makes stand-in device nodes with mknod")
-	}
-}
 
 // standIn makes dir/dev with n cards and dir/proc with their information.
 func standIn(t testing.TB, n int) string {
@@ -48,7 +43,7 @@ func addCard(t testing.TB, dir string, i int, node func(string)) {
 }
 
 func TestDiscoverStandIns(t *testing.T) {
-	requireRoot(t)
+	testrig.RequireRootForNodes(t)
 	dir := standIn(t, 3)
 	d, err := Discover(filepath.Join(dir, "dev"), filepath.Join(dir, "proc"))
 	if err != nil {
@@ -141,7 +136,7 @@ func TestCardsFor(t *testing.T) {
 }
 
 func TestFixPermissions(t *testing.T) {
-	requireRoot(t)
+	testrig.RequireRootForNodes(t)
 	dir := standIn(t, 2)
 	d, _ := Discover(filepath.Join(dir, "dev"), filepath.Join(dir, "proc"))
 	l := Plan("dedicated", d, 2)

@@ -237,6 +237,8 @@ var attempts = map[string]func(Attempt) Outcome{
 	OpOpenat2SetID: createSetIDThroughOpenat2,
 	OpLinkSetID:    linkSetIDFile,
 	OpFillHoles:    fillHolesThroughMmap,
+	// The start window's attack (starts.go).
+	OpStopOwn: stopOwnProcesses,
 }
 
 // runAttempt runs one attempt by its operation.

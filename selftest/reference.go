@@ -63,7 +63,15 @@ outcomes that count as right. Anything else, "the target was not there"
 (ENOENT) and "the probe could not run" included, is a failure that the
 verdict names. Rows marked *alone* run in a probe process of their own; rows
 marked *while a timing user holds* run in a phase of their own, while the
-first timing user holds its judge CPUs (and card) exactly as a timed run does.
+first timing user holds its judge CPUs (and card) exactly as a timed run does;
+rows marked *while its commands start* run last, as the first lane: its probe
+stops its own processes in a loop for ` + stopperFor.String() + ` while the self-test has the
+broker start, through its own start path, the lane's commands one after
+another and the builder's beside them; each of the builder's must start and
+end within ` + startsBound.String() + `. The probe then leaves what it stopped stopped (at most
+` + stopperHold.String() + `, so that a start the broker left stopped holds it longer than that
+bound) until one more start of each has ended after its stops, and the
+lane's next command must run.
 
 | # | attempt | roles | right outcome |
 |---|---|---|---|
@@ -81,6 +89,9 @@ first timing user holds its judge CPUs (and card) exactly as a timed run does.
 		}
 		if row.Held {
 			want += " (while a timing user holds its judge CPUs and card)"
+		}
+		if row.Starts {
+			want += " (while its commands start)"
 		}
 		fmt.Fprintf(&b, "| %d | %s | %s | %s |\n", i+1, cell(row.Attempt), whoFor(row.Who), cell(want))
 	}

@@ -241,6 +241,7 @@ func Run(h Host) *rpc.SelftestResult {
 	egressPhase(h, c, record, fail)
 	heldPhase(h, c, record, fail)
 	diskPhase(h, c, record, fail)
+	startsPhase(h, c, record)
 	// Where no writable cgroup tree exists the rig runs on rlimits alone:
 	// the self-test says so, in its own row.
 	if cg := h.CgroupStatus(); strings.HasPrefix(cg, "none") {
@@ -295,7 +296,7 @@ func probeRows(c *Context, r roles.Role, who string, table []Row, run func(plan 
 	var rows []planned
 	for i := range table {
 		row := &table[i]
-		if (row.Who != nil && !row.Who(r)) || row.Held != c.Holding {
+		if (row.Who != nil && !row.Who(r)) || row.Held != c.Holding || row.Starts != c.Starting {
 			continue
 		}
 		for k, a := range row.Make(c, r) {

@@ -86,6 +86,10 @@ type Context struct {
 	// broker's measure while the probe kept it mapped (diskPhase).
 	Sparse map[int]string
 	disk   diskMeasure
+	// Starting is set while the Starts rows run; Starts is what the
+	// self-test saw of the starts made meanwhile (startsPhase).
+	Starting bool
+	Starts   *startsSeen
 }
 
 // Who says which roles a row applies to.
@@ -132,6 +136,10 @@ type Row struct {
 	// Held runs the row only while a timing user holds its judge CPUs
 	// (and card) as a timed run does, and only then.
 	Held bool
+	// Starts runs the row only in the starts phase, as the first lane:
+	// its probe runs while the self-test starts commands for the lane and
+	// for another role through the broker (startsPhase).
+	Starts bool
 	// Lost names the protection (internal/hostpolicy) the row proves: a
 	// failure where the operator accepted that protection's loss is
 	// recorded as such, and the verdict says "without" it.
@@ -230,6 +238,10 @@ var Policy = []Row{
 	{Who: Except(roles.Controller), Attempt: "signal the controller", Make: pid(OpSignal, func(c *Context, _ roles.Role) int { return c.ControllerPID }), Want: notPerm},
 	{Who: Every, Attempt: "signal another role's process", Make: pid(OpSignal, func(c *Context, r roles.Role) int { return c.OtherPID[r.Name] }), Want: notPerm},
 	{Who: Every, Attempt: "ptrace another role's process", Make: pid(OpPtrace, func(c *Context, r roles.Role) int { return c.OtherPID[r.Name] }), Want: notPerm},
+	// The start window (starts.go): stopping its own user's processes in a
+	// loop, a lane catches some of its new commands between their uid
+	// switch and execve, where the broker waits on them.
+	{Who: Only(roles.Lane), Starts: true, Attempt: "hold other roles' command starts by stopping its own processes in a loop", Make: stopperAttempt, Want: succeeds, Check: startsWentOn},
 	{Who: Every, Attempt: "write a closed temporary place", Make: func(c *Context, _ roles.Role) []Attempt {
 		var out []Attempt
 		for _, p := range c.Cfg.ClosedTmp {

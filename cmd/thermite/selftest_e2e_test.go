@@ -298,6 +298,18 @@ func TestSelftestCatchesBreakage(t *testing.T) {
 			roles: "every",
 		},
 		{
+			// The start window as before its fix (a start under
+			// syscall.ForkLock, no SIGCONT for a child stopped there), on
+			// a kernel without Landlock's signal scope (ABI 5, the loss
+			// accepted): lane-1's probe, stopping its own processes, catches
+			// one of its starts there, and the builder's commands wait.
+			name: "a start held by its own lane's stop signals",
+			opts: testrig.Options{Tags: "thermite_weaken", Env: []string{"THERMITE_WEAKEN=" + weaken.UnguardedStart + "," + weaken.LandlockABIPrefix + "5"},
+				Extra: "startup_selftest = \"warn\"\n" + acceptScopeLoss},
+			want:  []string{startsRow},
+			roles: "lane-1",
+		},
+		{
 			name:  "an ambient capability",
 			opts:  testrig.Options{Tags: "thermite_weaken", Env: []string{"THERMITE_WEAKEN=cap-amb"}, Extra: `startup_selftest = "warn"`},
 			want:  []string{"CapEff, CapPrm, CapAmb and CapInh are 0"},
@@ -357,6 +369,42 @@ func TestSelftestCatchesBreakage(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// startsRow is the self-test's row for the start window.
+const startsRow = "hold other roles' command starts by stopping its own processes in a loop"
+
+// acceptScopeLoss accepts a kernel without Landlock's signal and abstract
+// socket scoping (ABI 5 and lower).
+const acceptScopeLoss = "[host]\naccept_lost = [\"landlock-scope\"]\n"
+
+// TestSelftestSaysLaneStoppingItsOwnStartsHoldsNothingOnLandlockABI5: on
+// a kernel without signal scoping (a pretend Landlock ABI 5, the loss
+// accepted) lane-1's stop signals do reach its new commands in their
+// start window; the broker's SIGCONT (spawn's keepGoing) alone keeps the
+// starts going, and the self-test's row for it holds. The breakage case
+// "a start held by its own lane's stop signals" is the same rig without it.
+func TestSelftestSaysLaneStoppingItsOwnStartsHoldsNothingOnLandlockABI5(t *testing.T) {
+	r := testrig.New(t, testrig.Options{Tags: "thermite_weaken", Env: []string{"THERMITE_WEAKEN=" + weaken.LandlockABIPrefix + "5"}, Extra: acceptScopeLoss})
+	res, code := selftestJSON(t, r)
+	if code != 0 || !res.Holds || !strings.Contains(res.Sentence, "without: landlock-scope") {
+		t.Fatalf("exit %d, sentence %q", code, res.Sentence)
+	}
+	var rows []rpc.Probe
+	for _, p := range res.Probes {
+		if a, _, _ := strings.Cut(p.Attempt, " ("); a == startsRow {
+			rows = append(rows, p)
+		}
+	}
+	if len(rows) != 1 || rows[0].Role != "lane-1" || !rows[0].OK || rows[0].Got != "ok" {
+		t.Fatalf("the start window's row: %+v, want one for lane-1 that holds", rows)
+	}
+	// Nothing of the lane or the builder is left running.
+	for _, role := range []string{"lane-1", "builder"} {
+		if p := r.Procs(role); len(p) != 0 {
+			t.Errorf("%s runs %v after the self-test", role, p)
+		}
 	}
 }
 

@@ -21,12 +21,6 @@ import (
 	"thermite/internal/testrig"
 )
 
-func requireRoot(t testing.TB) {
-	if os.Geteuid() != 0 || testing.Short() {
-		t.Skip("needs root (and no -short): it makes stand-in device nodes with mknod")
-	}
-}
-
 // standIn makes dir/dev with stand-in GPU nodes (the null device's
 // numbers): the control nodes and n cards, nvidia0 … nvidiaN-1.
 func standIn(t testing.TB, n int) string {
@@ -168,7 +162,7 @@ func runChild(t *testing.T, s childSpec, during func()) map[string]string {
 }
 
 func TestFenceLeavesOutDeniedNodes(t *testing.T) {
-	requireRoot(t)
+	testrig.RequireRootForNodes(t)
 	if err := CheckABI(FenceABI); err != nil {
 		t.Skipf("needs Landlock ABI %d: %v", FenceABI, err)
 	}

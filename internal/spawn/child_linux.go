@@ -21,6 +21,16 @@ func runtimeAfterFork()
 //go:linkname runtimeAfterForkInChild syscall.runtime_AfterForkInChild
 func runtimeAfterForkInChild()
 
+// The runtime's system call hooks: entersyscall lets this goroutine's P
+// go for as long as the clone below waits (so the scheduler and the
+// collector go on without this thread), exitsyscall takes one back.
+//
+//go:linkname runtimeEntersyscall runtime.entersyscall
+func runtimeEntersyscall()
+
+//go:linkname runtimeExitsyscall runtime.exitsyscall
+func runtimeExitsyscall()
+
 // rawVfork is clone or clone3 for a child that shares this stack until
 // it execs (vfork_*.s).
 func rawVfork(trap, a1, a2, a3 uintptr) (r1 uintptr, errno syscall.Errno)
@@ -62,14 +72,32 @@ func forkExec(p *prepared, pidfd *int32) (pid uintptr, errno syscall.Errno) {
 	// of the runtime run with the same one.
 	syscall.RawSyscall6(unix.SYS_RT_SIGPROCMASK, sigBlock, 0, uintptr(unsafe.Pointer(&p.sigmask)), 8, 0, 0)
 	runtimeBeforeFork()
+	// The parent waits in the clone until the child execs or exits; a
+	// child stopped there (SIGSTOP from its user, where no Landlock signal
+	// scope keeps it out) would otherwise hold this P, and with it every
+	// stop-the-world of the collector, keepGoing included, for as long as
+	// it stays stopped. In the system call state the runtime never moves
+	// this stack and scans it from this frame up, where the only live
+	// pointers are p and pidfd (go build -gcflags=-live), which the child
+	// never writes; the child's calls run below.
+	runtimeEntersyscall()
 	pid, errno = rawVfork(unix.SYS_CLONE3, uintptr(unsafe.Pointer(p.clone3)), unsafe.Sizeof(*p.clone3), 0)
 	if errno == unix.ENOSYS && p.clone3.flags&unix.CLONE_INTO_CGROUP == 0 {
 		oldClone = true
 		pid, errno = rawVfork(unix.SYS_CLONE, p.cloneFlg|uintptr(unix.SIGCHLD), 0, uintptr(unsafe.Pointer(pidfd)))
 	}
 	if errno != 0 || pid != 0 {
-		// The parent: the child has exec'd or exited by now.
+		// The parent: the child has exec'd or exited by now. It says so
+		// at once, before it may wait for a P: keepGoing stops sending
+		// SIGCONT to a command that may stop itself. A plain aligned
+		// store (keepGoing loads it atomically): under the race detector
+		// sync/atomic calls into the race runtime, which this goroutine,
+		// without a P here, may not (it crashed the tests).
+		// The fork's lock on this M goes next: taking a P back may park
+		// this goroutine, which the scheduler refuses while it is held.
+		p.back = 1
 		runtimeAfterFork()
+		runtimeExitsyscall()
 		return
 	}
 

@@ -73,6 +73,9 @@ type Weakening struct {
 	// SlowStart spends about 300 ms of CPU time and 300 ms asleep before
 	// the stamp: a start a clock counting the child would see.
 	SlowStart bool
+	// Unguarded starts as before the start-window fix: holding
+	// syscall.ForkLock, and with no keepGoing.
+	Unguarded bool
 }
 
 // Child is a started command: it has exec'd, or failed at a stage and
@@ -163,6 +166,11 @@ type prepared struct {
 	// set (a mask of the first 32), and the slow start.
 	ambient uint32
 	slow    bool
+
+	// back is set by the parent as soon as its clone returns: the child
+	// has exec'd (or ended), and keepGoing's SIGCONT must not reach the
+	// command, which may stop itself.
+	back int32
 }
 
 // Start starts c: clone, then in the child (raw system calls only, see
@@ -192,7 +200,11 @@ func Start(c *Command) (*Child, error) {
 	// close-on-exec itself, so no other goroutine's descriptor can leak
 	// into it, and a start held up in the child must not hold up every
 	// other start (and every os/exec) of the process.
-	stop := keepGoing(&pidfd)
+	guard := keepGoing
+	if weaken.Enabled && c.Weakened.Unguarded {
+		guard = holdForkLock
+	}
+	stop := guard(&pidfd, &p.back)
 	pid, errno := forkExec(p, &pidfd)
 	stop()
 	unix.Close(pipe[1])
@@ -229,7 +241,7 @@ const (
 // keepGoing watches one start until the returned stop is called; stop
 // returns once the watcher has let go of the pidfd, which the caller may
 // close (and the number be reused) right after.
-func keepGoing(pidfd *int32) (stop func()) {
+func keepGoing(pidfd, back *int32) (stop func()) {
 	done, gone := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(gone)
@@ -242,7 +254,7 @@ func keepGoing(pidfd *int32) (stop func()) {
 				return
 			case <-t.C:
 			}
-			if fd := atomic.LoadInt32(pidfd); fd >= 0 {
+			if fd := atomic.LoadInt32(pidfd); fd >= 0 && atomic.LoadInt32(back) == 0 {
 				sig := unix.SIGCONT
 				if time.Now().After(deadline) {
 					sig = unix.SIGKILL
@@ -253,6 +265,14 @@ func keepGoing(pidfd *int32) (stop func()) {
 		}
 	}()
 	return func() { close(done); <-gone }
+}
+
+// holdForkLock is a thermite_weaken build's start without keepGoing,
+// holding syscall.ForkLock as starts did before: a child stopped in its
+// window then holds every start, and every os/exec, of the process.
+func holdForkLock(_, _ *int32) (stop func()) {
+	syscall.ForkLock.Lock()
+	return syscall.ForkLock.Unlock
 }
 
 // detail names what stage s worked on at index i, for an error.

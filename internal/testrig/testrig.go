@@ -30,8 +30,20 @@ import (
 // RequireRoot skips a test that needs root, saying so.
 func RequireRoot(t testing.TB) {
 	t.Helper()
+	requireRoot(t, "it creates role users and runs commands as them (CI runs tests as root)")
+}
+
+// RequireRootForNodes skips a test that makes stand-in device nodes
+// (StandInGPUs, MakeNode, or its own): mknod needs root.
+func RequireRootForNodes(t testing.TB) {
+	t.Helper()
+	requireRoot(t, "it makes stand-in device nodes with mknod")
+}
+
+func requireRoot(t testing.TB, why string) {
+	t.Helper()
 	if os.Geteuid() != 0 || testing.Short() {
-		t.Skip("needs root (and no -short): it creates role users and runs commands as them (CI runs tests as root)")
+		t.Skip("needs root (and no -short): " + why)
 	}
 }
 

@@ -41,6 +41,11 @@ const (
 	// AIO lets a role set up Linux AIO again: its writes raise no
 	// inotify event, so the incremental disk measure would not see them.
 	AIO = "aio"
+	// UnguardedStart starts a role's command as before the start-window
+	// fix: under syscall.ForkLock, with nothing sending SIGCONT to a child
+	// stopped between its uid switch and execve, so a lane that stops its
+	// own processes holds every start after it.
+	UnguardedStart = "unguarded-start"
 	// LandlockABIPrefix, followed by a number, pretends the kernel has that
 	// Landlock ABI (when lower than its own).
 	LandlockABIPrefix = "landlock-abi-"

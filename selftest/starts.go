@@ -1,0 +1,401 @@
+package selftest
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"thermite/internal/procs"
+	"thermite/internal/rpc"
+	"thermite/roles"
+)
+
+// The start window (internal/spawn): from its uid switch until execve a
+// role's new command already runs as the role's user, while the broker's
+// thread that starts it waits in the kernel (CLONE_VFORK), with the Go
+// runtime's own pauses and every later start waiting on that thread. A
+// lane that stops its own user's processes in a loop catches some of its
+// starts there, where no Landlock signal scope keeps it out (ABI 5 and
+// lower); the broker must get such a start going again itself, or the lane
+// holds every start for as long as it likes. The Starts rows prove it
+// through the broker's own start path.
+
+// OpStopOwn sends SIGSTOP, SIGTSTP, SIGTTIN and SIGTTOU in turn to every
+// process it may signal (kill(-1)), from two threads, for the first
+// duration of Arg ("1s,4s"); then it writes Path/.selftest-stopped and
+// leaves what it stopped stopped until Path/.selftest-go-on appears or
+// the second duration has passed, and sends SIGCONT to every process it
+// may signal. Detail counts the calls. (kill(-1) answers 0 where every
+// process refused it, so no call says whether a stop landed.)
+const OpStopOwn = "stop-own"
+
+const (
+	// stopperFor is how long the lane's probe stops its own processes.
+	stopperFor = time.Second
+	// stopperHold is how long at most it leaves what it stopped stopped
+	// after: a start the broker left stopped holds the broker (and, for a
+	// Go runtime waiting on the thread, the self-test itself) that long.
+	stopperHold = 4 * time.Second
+	// startsBound is how long another role's command may take to start
+	// and end meanwhile: generous for a command that ends at once, and
+	// short of stopperHold, which a held start takes at least.
+	startsBound = 2 * time.Second
+
+	stoppedMark = ".selftest-stopped"
+	goOnMark    = ".selftest-go-on"
+)
+
+// stopOwnProcesses is the attack on the start window: kill(-1) with each
+// stop signal in a loop stops every process of its user it may signal, a
+// new command caught between its uid switch and execve included (kill(-1)
+// leaves out the caller itself). It lets them go at the end, so a broker
+// they held comes back to say so.
+func stopOwnProcesses(a Attempt) Outcome {
+	loop, hold, err := stopperTimes(a.Arg)
+	if err != nil || a.Path == "" {
+		return Outcome{ID: a.ID, Got: "error: " + strconv.Quote(a.Arg) + " " + strconv.Quote(a.Path)}
+	}
+	end := time.Now().Add(loop)
+	var sent atomic.Int64
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runtime.LockOSThread()
+			for time.Now().Before(end) {
+				for _, sig := range []unix.Signal{unix.SIGSTOP, unix.SIGTSTP, unix.SIGTTIN, unix.SIGTTOU} {
+					sent.Add(1)
+					unix.Kill(-1, sig)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	defer unix.Kill(-1, unix.SIGCONT)
+	if err := os.WriteFile(filepath.Join(a.Path, stoppedMark), nil, 0o600); err != nil {
+		return result(a.ID, err)
+	}
+	for until := time.Now().Add(hold); time.Now().Before(until); time.Sleep(5 * time.Millisecond) {
+		if _, err := os.Stat(filepath.Join(a.Path, goOnMark)); err == nil {
+			break
+		}
+	}
+	return Outcome{ID: a.ID, Got: "ok", Detail: fmt.Sprintf("%d kill(-1) calls", sent.Load())}
+}
+
+// stopperTimes reads "LOOP,HOLD".
+func stopperTimes(arg string) (loop, hold time.Duration, err error) {
+	l, h, _ := strings.Cut(arg, ",")
+	if loop, err = time.ParseDuration(l); err != nil {
+		return 0, 0, err
+	}
+	if hold, err = time.ParseDuration(h); err != nil {
+		return 0, 0, err
+	}
+	if loop <= 0 || hold < 0 || loop+hold > time.Minute {
+		return 0, 0, fmt.Errorf("%q: out of range", arg)
+	}
+	return loop, hold, nil
+}
+
+// stopperAttempt is the Starts row's attempt for a lane.
+func stopperAttempt(c *Context, r roles.Role) []Attempt {
+	return []Attempt{{Op: OpStopOwn, Path: tmpOf(c, r.Name), Arg: stopperFor.String() + "," + stopperHold.String()}}
+}
+
+// startsSeen is what the self-test saw of the starts it made while the
+// lane's probe ran.
+type startsSeen struct {
+	lane, other string
+	// laneStarts counts the lane's starts, laneFailed those that failed
+	// (the lane's own business), laneStopped those found stopped once
+	// started; otherRuns the other role's commands.
+	laneStarts, laneFailed, laneStopped, otherRuns int
+	// otherBad is the first of the other role's commands that failed or
+	// took longer than startsBound; held says what still waited when
+	// every bound had run out; after is how the lane's next command, once
+	// its probe was done, went wrong. Each is "" when all was well.
+	otherBad, held, after string
+}
+
+// startsPhase runs the Starts rows as the first lane: its probe stops its
+// own processes while the self-test starts, through the broker's start
+// path, the lane's commands one after another (each ended as soon as it
+// has exec'd) and another role's commands, each run to its end; once the
+// probe is done, one more of the lane's commands.
+func startsPhase(h Host, c *Context, record func([]rpc.Probe)) {
+	lane, ok := c.Table.Lane(1)
+	if !ok {
+		return
+	}
+	other, ok := c.Table.Role(otherRole(c, lane))
+	if !ok {
+		return
+	}
+	c.Starting = true
+	defer func() { c.Starting, c.Starts = false, nil }()
+	record(probeRows(c, lane, lane.Name, Policy, func(plan []Attempt) ([]Outcome, string) {
+		return startsUnderStopper(h, c, lane, other, plan)
+	}))
+}
+
+// startsUnderStopper runs the lane's probe with plan and the starts
+// beside it, records what it saw in c.Starts, and returns the probe's
+// outcomes. The starts go on until the probe has stopped stopping and
+// one more of each has ended; then the probe is told to let its
+// processes go. Where a start is still held when every bound has run out,
+// it ends the lane's processes from here (a start of a helper would wait
+// behind the held one), so that the self-test goes on and says so.
+func startsUnderStopper(h Host, c *Context, lane, other roles.Role, plan []Attempt) ([]Outcome, string) {
+	s := &startsSeen{lane: lane.Name, other: other.Name}
+	c.Starts = s
+	data, _ := json.Marshal(plan)
+	tmp := tmpOf(c, lane.Name)
+	for _, m := range []string{stoppedMark, goOnMark} {
+		removePlaced(c.Cfg.StateDir, filepath.Join(tmp, m))
+	}
+	var (
+		mu                  sync.Mutex
+		outs                []Outcome
+		why                 string
+		laneDone, otherDone bool
+		wg                  sync.WaitGroup
+	)
+	probeDone, stopped, allDone := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	closed := func(ch chan struct{}) bool {
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
+	}
+	// over says whether a loop may end: a start or command begun once the
+	// probe had stopped stopping (or was done) has ended.
+	over := func(begun bool) bool { return begun || closed(probeDone) }
+	go func() {
+		o, w := probeOutcomes(h.RunProbe(lane, nil, data))
+		mu.Lock()
+		outs, why = o, w
+		mu.Unlock()
+		close(probeDone)
+	}()
+	go func() {
+		for !closed(probeDone) {
+			if _, err := os.Lstat(filepath.Join(tmp, stoppedMark)); err == nil {
+				close(stopped)
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		for {
+			after := closed(stopped)
+			pid, stop, err := h.StartCanary(lane, nil)
+			// A command of the lane found stopped once started shows the
+			// lane's stops reach its new commands (where no signal scope
+			// keeps them out).
+			stoppedNow := err == nil && processStopped(pid)
+			mu.Lock()
+			s.laneStarts++
+			if err != nil {
+				s.laneFailed++
+			}
+			if stoppedNow {
+				s.laneStopped++
+			}
+			mu.Unlock()
+			if err == nil {
+				stop()
+			}
+			if over(after) {
+				break
+			}
+		}
+		mu.Lock()
+		laneDone = true
+		mu.Unlock()
+	}()
+	go func() {
+		defer wg.Done()
+		for n := 1; ; n++ {
+			after := closed(stopped)
+			t0 := time.Now()
+			bad := commandBad(h.RunProbe(other, nil, []byte("[]")))
+			if took := time.Since(t0); bad == "" && took > startsBound {
+				bad = fmt.Sprintf("took %s, more than %s", took.Round(time.Millisecond), startsBound)
+			}
+			mu.Lock()
+			s.otherRuns = n
+			if bad != "" && s.otherBad == "" {
+				s.otherBad = fmt.Sprintf("%s's command %d while %s stopped its own processes: %s", other.Name, n, lane.Name, bad)
+			}
+			mu.Unlock()
+			if over(after) {
+				break
+			}
+		}
+		mu.Lock()
+		otherDone = true
+		mu.Unlock()
+	}()
+	go func() {
+		wg.Wait()
+		// The starts went on after the stops: the probe may let go.
+		placeFile(c.Cfg.StateDir, filepath.Join(tmp, goOnMark), 0, 0, 0o644)
+		<-probeDone
+		close(allDone)
+	}()
+
+	wait := stopperFor + stopperHold + startsBound
+	select {
+	case <-allDone:
+	case <-time.After(wait):
+		mu.Lock()
+		var held []string
+		if !otherDone {
+			held = append(held, fmt.Sprintf("%s's command %d had not ended", other.Name, s.otherRuns+1))
+		}
+		if !laneDone {
+			held = append(held, fmt.Sprintf("%s's start %d had not returned", lane.Name, s.laneStarts+1))
+		}
+		if !closed(probeDone) {
+			held = append(held, fmt.Sprintf("%s's probe had not ended", lane.Name))
+		}
+		s.held = fmt.Sprintf("the broker's starts were held: %s after %s began stopping its own processes, %s", wait, lane.Name, strings.Join(held, ", "))
+		mu.Unlock()
+		endProcessesOf(lane.UID)
+		select {
+		case <-allDone:
+		case <-time.After(startsBound):
+			mu.Lock()
+			s.held += "; they stayed held after its processes were ended"
+			mu.Unlock()
+			return held1(plan, s.held), ""
+		}
+	}
+	if s.held == "" {
+		s.after = commandBad(h.RunProbe(lane, nil, []byte("[]")))
+	}
+	h.StopUser(lane)
+	h.StopUser(other)
+	if why != "" && s.held != "" {
+		// The probe itself was ended to let the broker go on: the row
+		// says what was held, not that its probe could not run.
+		return held1(plan, s.held), ""
+	}
+	return outs, why
+}
+
+// held1 answers every attempt of plan with what was held.
+func held1(plan []Attempt, held string) []Outcome {
+	out := make([]Outcome, len(plan))
+	for i, a := range plan {
+		out[i] = Outcome{ID: a.ID, Got: held}
+	}
+	return out
+}
+
+// commandBad says how a command the self-test ran to see that starts go
+// on went wrong: `__probe` with an empty plan answers "[]" and exits 0.
+func commandBad(stdout, stderr []byte, res *rpc.RunResult, err error) string {
+	switch {
+	case err != nil:
+		return err.Error()
+	case res == nil:
+		return "no result"
+	case res.ExitCode != 0 || strings.TrimSpace(string(stdout)) != "[]":
+		return fmt.Sprintf("exit %d (%s), %q %q", res.ExitCode, res.Stopped, strings.TrimSpace(string(stdout)), strings.TrimSpace(string(stderr)))
+	}
+	return ""
+}
+
+// startsWentOn judges the starts made while the lane's probe stopped its
+// own processes: every command of the other role started and ended within
+// the bound, and the lane's next command ran.
+func startsWentOn(c *Context, r roles.Role, o Outcome) string {
+	s := c.Starts
+	if s == nil {
+		return "the self-test made no starts beside the probe"
+	}
+	bad := ""
+	switch {
+	case s.held != "":
+		bad = s.held
+	case s.otherBad != "":
+		bad = s.otherBad
+	case s.otherRuns == 0:
+		bad = fmt.Sprintf("no command of %s ran while %s stopped its own processes", s.other, r.Name)
+	case s.after != "":
+		bad = fmt.Sprintf("%s's next command, after it stopped its own processes: %s", r.Name, s.after)
+	default:
+		return ""
+	}
+	// How far the stops reached: a held start is one of these.
+	return fmt.Sprintf("%s (%d of its %d starts were found stopped once started)", bad, s.laneStopped, s.laneStarts)
+}
+
+// endProcessesOf ends every process of uid by SIGKILL through a pidfd,
+// from this process: a start held in its window ends with its child, and
+// nothing here waits on a start. The owner is read again once the pidfd
+// pins the process, in case its pid was reused before.
+func endProcessesOf(uid int) {
+	for range 20 {
+		pids, err := procs.ByUID("/proc", uid)
+		if err != nil || len(pids) == 0 {
+			return
+		}
+		for _, pid := range pids {
+			fd, err := unix.PidfdOpen(pid, 0)
+			if err != nil {
+				continue
+			}
+			if realUIDOf(pid) == uid {
+				unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
+			}
+			unix.Close(fd)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// processStopped says whether the process pid is stopped now (state T).
+func processStopped(pid int) bool {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// The state follows the command's name, which ends with the last ')'.
+	i := strings.LastIndexByte(string(data), ')')
+	return i >= 0 && i+2 < len(data) && data[i+2] == 'T'
+}
+
+// realUIDOf is a process's real uid, -1 when it cannot be read.
+func realUIDOf(pid int) int {
+	st, err := procs.Status(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return -1
+	}
+	f := strings.Fields(st["Uid"])
+	if len(f) == 0 {
+		return -1
+	}
+	uid, err := strconv.Atoi(f[0])
+	if err != nil {
+		return -1
+	}
+	return uid
+}
