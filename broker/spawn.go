@@ -170,8 +170,8 @@ func closeAll(fs []*os.File) {
 
 // startHelper forks `/proc/self/exe __spawn` as the role's user with its
 // credentials, a new session and a pidfd, hands it the spec on a pipe and
-// returns when it has answered (stop and held modes run Go code as the
-// role, which the raw child cannot).
+// returns when it has answered (stop mode runs Go code as the role, which
+// the raw child cannot).
 func (b *Broker) startHelper(c *command, spec *spawn.Spec) (*child, error) {
 	specR, specW, err := os.Pipe()
 	if err != nil {
