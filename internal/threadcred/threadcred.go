@@ -19,12 +19,15 @@ import (
 // Setresuid changes every thread. Real and saved ids stay root's, so
 // setting the effective uid back to 0 gives the thread back its
 // capabilities, and no process of the role may signal it (kill checks the
-// target's real and saved uid). The thread is never reused: while its
-// effective uid is the role's, the role's processes may renice it, move
-// it to other CPUs or make it SCHED_IDLE (those checks take the
-// effective uid), and that would outlive the call; so its goroutine ends
-// locked to it and the runtime ends the thread. The credentials are put
-// back in reverse all the same, and an error says when they could not be.
+// target's real and saved uid) nor renice, move or reschedule it (the
+// thread keeps root's permitted capabilities, which the kernel wants the
+// caller to hold: cap_safe_nice). The thread is never reused: fn may change
+// what is per thread (the disk measure pins it off a timed run's CPUs),
+// and nothing of a call should outlive it; so its goroutine ends locked
+// to it and the runtime ends the thread (about 0.1 ms; the main thread it
+// parks for good instead, running no goroutine again). The credentials are
+// put back in reverse all the same, and an error says when they could not
+// be.
 // A caller that already is uid and gid runs fn where it is.
 //
 // The whole process is made not dumpable first: a thread whose

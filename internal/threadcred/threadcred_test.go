@@ -3,11 +3,13 @@ package threadcred
 import (
 	"errors"
 	"os"
+	"os/exec"
 	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -101,19 +103,8 @@ func TestAsLeavesEveryThreadRoot(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// The runtime ends a thread after its locked goroutine has exited,
-	// which is after As has its answer.
-	deadline := time.Now().Add(5 * time.Second)
 	for _, tid := range tids {
-		for {
-			if _, err := os.Stat("/proc/self/task/" + strconv.Itoa(tid)); os.IsNotExist(err) {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("thread %d, which ran as uid %d, still serves the process", tid, nobody)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		waitEnded(t, tid)
 	}
 	tasks, _ := os.ReadDir("/proc/self/task")
 	for _, tk := range tasks {
@@ -162,5 +153,83 @@ func TestAsReadsAsTheUser(t *testing.T) {
 	}
 	if _, err := os.ReadFile(secret); err != nil {
 		t.Fatalf("root after As: %v", err)
+	}
+}
+
+// While a call runs, a process of the user tries to renice the calling
+// thread, whose effective uid is the user's: refused (EPERM), as the
+// thread keeps root's permitted capabilities; a thread's own nice value
+// (or affinity) set inside fn does not outlive the call, as the thread is
+// gone after it (or, the main thread, parked for good).
+func TestUserRenicingTheCallingThreadRefused(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: it changes one thread's effective uid")
+	}
+	renice, err := exec.LookPath("renice")
+	if err != nil {
+		t.Skip("needs renice (util-linux) to act as the user")
+	}
+	tids := make(chan int)
+	done := make(chan struct{})
+	var out []byte
+	var runErr error
+	go func() {
+		tid := <-tids
+		cmd := exec.Command(renice, "-n", "19", "-p", strconv.Itoa(tid))
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
+		out, runErr = cmd.CombinedOutput()
+		close(done)
+	}()
+	var tid, niceAfterUser int
+	if err := As(nobody, nobody, func() error {
+		tid = unix.Gettid()
+		tids <- tid
+		<-done
+		p, err := unix.Getpriority(unix.PRIO_PROCESS, 0)
+		niceAfterUser = 20 - p // the raw system call answers 20 - nice
+		if err != nil {
+			return err
+		}
+		// The call itself may lower its thread's priority.
+		return unix.Setpriority(unix.PRIO_PROCESS, 0, 19)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if runErr == nil || !strings.Contains(string(out), "Operation not permitted") || niceAfterUser != 0 {
+		t.Fatalf("renice of the calling thread by its user: %v %s; nice %d, want EPERM and 0", runErr, out, niceAfterUser)
+	}
+	waitEnded(t, tid)
+	tasks, _ := os.ReadDir("/proc/self/task")
+	for _, tk := range tasks {
+		stat, err := os.ReadFile("/proc/self/task/" + tk.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// After the command's ")": state is field 3, nice field 19.
+		f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+2:]))
+		if f[16] == "19" && tk.Name() != strconv.Itoa(os.Getpid()) {
+			t.Fatalf("thread %s runs at nice 19 after the call", tk.Name())
+		}
+	}
+}
+
+// waitEnded waits for the thread a call ran on to end. The runtime ends a
+// thread after its locked goroutine has exited, which is after As has its
+// answer; the main thread it parks for good instead (exiting it would
+// leave the process a zombie), where it runs no goroutine again.
+func waitEnded(t *testing.T, tid int) {
+	t.Helper()
+	if tid == os.Getpid() {
+		return
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, err := os.Stat("/proc/self/task/" + strconv.Itoa(tid)); os.IsNotExist(err) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("thread %d, which ran a call as uid %d, still serves the process", tid, nobody)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
