@@ -228,7 +228,7 @@ func (b *Broker) DiskUsage(r roles.Role, helperIdle bool) (*rpc.DiskUsage, error
 	errs := b.measureFolders(r, 0, u)
 	// Space in files unlinked but kept open or mapped by the role's
 	// processes: no walk sees it, and the disk holds it all the same.
-	h, err := b.heldHelper(r, 0)
+	h, err := b.heldUnlinked(r, 0)
 	u.Bytes += h.Bytes
 	u.Unlinked, u.UnlinkedFiles = h.Bytes, h.Files
 	if err != nil {

@@ -134,7 +134,7 @@ func (b *Broker) quotaUsage(r roles.Role, fs *quota.FS) (u *rpc.DiskUsage, ok bo
 	// elsewhere (a memfd, another file system) only a process holds, so
 	// with none running there are none.
 	if !b.roleIdle(r.UID) {
-		h, err := b.heldHelper(r, fs.Dev)
+		h, err := b.heldUnlinked(r, fs.Dev)
 		u.Bytes += h.Bytes
 		u.Unlinked, u.UnlinkedFiles = h.Bytes, h.Files
 		if err != nil {

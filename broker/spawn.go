@@ -18,6 +18,7 @@ import (
 	"thermite/internal/rpc"
 	"thermite/internal/seccomp"
 	"thermite/internal/spawn"
+	"thermite/internal/threadcred"
 	"thermite/internal/weaken"
 	"thermite/roles"
 )
@@ -170,8 +171,8 @@ func closeAll(fs []*os.File) {
 
 // startHelper forks `/proc/self/exe __spawn` as the role's user with its
 // credentials, a new session and a pidfd, hands it the spec on a pipe and
-// returns when it has answered (stop and held modes run Go code as the
-// role, which the raw child cannot).
+// returns when it has answered (stop mode runs Go code as the role, which
+// the raw child cannot).
 func (b *Broker) startHelper(c *command, spec *spawn.Spec) (*child, error) {
 	specR, specW, err := os.Pipe()
 	if err != nil {
@@ -211,9 +212,7 @@ func (b *Broker) startHelper(c *command, spec *spawn.Spec) (*child, error) {
 		return nil, fmt.Errorf("start %s: %w", c.role.Name, err)
 	}
 	ch := &child{pid: pid, pidfd: pidfd, started: started, exited: exited}
-	if spec.Mode != spawn.ModeHeld {
-		b.bumpRole(c.role.UID)
-	}
+	b.bumpRole(c.role.UID)
 	b.mu.Lock()
 	b.starting[pid] = true
 	b.mu.Unlock()
@@ -410,43 +409,51 @@ func rlimitOf(rl []spawn.Rlimit, r int) uint64 {
 	return 0
 }
 
-// heldHelper runs the Go helper in held mode as the role's user: it sums what
-// the user's processes keep in unlinked files (procs.HeldUnlinked). As the
-// user, it reads its own processes' descriptor tables without a
-// capability the broker does not keep (CAP_SYS_PTRACE). It holds the stop
-// lock, so the broker's own stop never kills it; a helper killed anyway
-// was killed by the user's processes, which hides what they hold.
-func (b *Broker) heldHelper(r roles.Role, skipDev uint64) (procs.Held, error) {
+// heldUnlinked sums what the role's processes keep in unlinked files
+// (procs.HeldUnlinkedExcept), in the broker on a thread whose effective
+// uid and gid are the role's for the call (threadcred.As): reading another
+// user's descriptor tables and maps takes ptrace read access, which the
+// kernel grants on the file-system ids when the target is not more
+// capable, and otherwise only with CAP_SYS_PTRACE, which the broker does
+// not keep. A process that made itself not dumpable still refuses it and
+// counts as hidden (procs.ErrHidden). The thread runs off the CPUs a
+// timed run holds, so the measure never disturbs it. It holds the stop
+// lock, so it never measures while the role's processes are being ended.
+func (b *Broker) heldUnlinked(r roles.Role, skipDev uint64) (procs.Held, error) {
 	lk := b.stopLock(r.UID)
 	lk.Lock()
 	defer lk.Unlock()
-	c := &command{role: r, stdio: [3]*os.File{b.devnull, b.devnull, b.devnull}}
-	spec := &spawn.Spec{Mode: spawn.ModeHeld, SkipDev: skipDev}
-	// Off the CPUs a timed run holds, so the measure never disturbs it.
-	if free := b.online.Minus(b.heldCPUs()); len(free) > 0 {
-		spec.CPUs = free
+	var cpus unix.CPUSet
+	free := b.online.Minus(b.heldCPUs())
+	for _, c := range free {
+		cpus.Set(c)
 	}
+	// The broker's own commands and shims hold nothing of the role's and
+	// may not be dumpable yet.
+	skip := map[int]bool{}
 	b.mu.Lock()
 	for _, m := range []map[int]bool{b.ownExec, b.starting} {
 		for pid := range m {
-			spec.SkipPIDs = append(spec.SkipPIDs, pid)
+			skip[pid] = true
 		}
 	}
 	b.mu.Unlock()
-	ch, err := b.startHelper(c, spec)
-	if err != nil {
-		return procs.Held{}, fmt.Errorf("unlinked files of %s: %w", r.Name, err)
-	}
-	e := <-ch.exited
-	ch.close()
 	var h procs.Held
-	if _, serr := fmt.Sscanf(ch.answer, "ok %d %d", &h.Bytes, &h.Files); serr == nil && e.ws.Exited() && e.ws.ExitStatus() == 0 {
-		return h, nil
+	err := threadcred.As(r.UID, r.GID, func() error {
+		if len(free) > 0 {
+			// Affinity is per thread, and this thread ends with the call.
+			if err := unix.SchedSetaffinity(0, &cpus); err != nil {
+				return fmt.Errorf("affinity: %w", err)
+			}
+		}
+		var err error
+		h, err = procs.HeldUnlinkedExcept("/proc", r.UID, skip, skipDev)
+		return err
+	})
+	if err != nil {
+		return h, fmt.Errorf("unlinked files of %s: %w", r.Name, err)
 	}
-	if e.ws.Signaled() {
-		return h, fmt.Errorf("unlinked files of %s: the measure %s: %w", r.Name, describe(e.ws), procs.ErrHidden)
-	}
-	return h, fmt.Errorf("unlinked files of %s: %s", r.Name, ch.answer)
+	return h, nil
 }
 
 // stopHelper runs the Go helper in stop mode as the role's user: kill(-1,

@@ -31,7 +31,8 @@ var ErrHidden = errors.New("keeps its open files from the measure")
 // /proc/<pid>/fd/<n>, which reaches the open file, not a name), and every
 // mapping of a deleted file whose descriptor was closed (/proc/<pid>/maps:
 // its mapped length, as map_files needs CAP_SYS_ADMIN). Each inode counts
-// once. It runs as that uid, which may read its own processes' tables;
+// once. It runs as that uid, which may read its own processes' tables, and
+// which can change its effective uid to no other (ByUIDOwned);
 // skip names processes to pass over (the broker's own commands, which hold
 // no descriptor of the user's and may not be dumpable).
 func HeldUnlinked(procRoot string, uid int, skip map[int]bool) (Held, error) {
@@ -41,7 +42,7 @@ func HeldUnlinked(procRoot string, uid int, skip map[int]bool) (Held, error) {
 // HeldUnlinkedExcept is HeldUnlinked passing over the files of the file
 // system skipDev (an st_dev; 0 passes over none).
 func HeldUnlinkedExcept(procRoot string, uid int, skip map[int]bool, skipDev uint64) (Held, error) {
-	pids, err := ByUID(procRoot, uid)
+	pids, err := ByUIDOwned(procRoot, uid)
 	if err != nil {
 		return Held{}, fmt.Errorf("processes of uid %d: %w", uid, err)
 	}

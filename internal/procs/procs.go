@@ -7,6 +7,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // ByUID returns the pids whose real uid is uid, from procRoot ("/proc").
@@ -41,6 +43,42 @@ func CountByUID(procRoot string, uids map[int]bool) (map[int][]int, error) {
 		uid, ok := realUID(procRoot+"/"+n+"/status", buf)
 		if ok && uids[uid] {
 			out[uid] = append(out[uid], pid)
+		}
+	}
+	return out, nil
+}
+
+// ByUIDOwned is ByUID for users that cannot change their effective uid
+// (no capability, no_new_privs: a role): it reads the status only of
+// processes whose /proc entry is uid's or root's. The kernel gives the
+// entry the effective uid of a dumpable process and root to one that is
+// not dumpable, so a process of uid is one or the other; a stat costs a
+// fraction of generating the status, which every other process of the
+// machine would otherwise cost each call.
+func ByUIDOwned(procRoot string, uid int) ([]int, error) {
+	d, err := os.Open(procRoot)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	names, err := d.Readdirnames(-1)
+	if err != nil {
+		return nil, err
+	}
+	var out []int
+	self := os.Getpid()
+	buf := make([]byte, 4096)
+	for _, n := range names {
+		pid, err := strconv.Atoi(n)
+		if err != nil || pid == self {
+			continue
+		}
+		var st unix.Stat_t
+		if unix.Stat(procRoot+"/"+n, &st) != nil || (st.Uid != uint32(uid) && st.Uid != 0) {
+			continue
+		}
+		if u, ok := realUID(procRoot+"/"+n+"/status", buf); ok && u == uid {
+			out = append(out, pid)
 		}
 	}
 	return out, nil

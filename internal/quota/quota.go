@@ -13,12 +13,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"runtime"
 	"strconv"
 	"strings"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"thermite/internal/threadcred"
 )
 
 // From linux/quota.h: the Q_GETQUOTA command and its answer.
@@ -112,46 +113,20 @@ func (f *FS) Close() error { return f.dir.Close() }
 // Of is what uid owns on the file system now.
 //
 // Reading another user's quota takes CAP_SYS_ADMIN, which the broker does
-// not keep; a user may read its own. So the read runs on a thread of its
-// own whose effective uid is uid for that one call (setresuid on one
-// thread, where Go's own Setresuid changes every thread): real and saved
-// uid stay root's, so the thread's capabilities come back with euid 0.
-// A thread that could not be put back is never reused: its goroutine
-// ends locked to it, and the runtime ends the thread.
+// not keep; a user may read its own. So the read runs with uid as its
+// effective uid on a thread of its own for that one call
+// (threadcred.As); quotactl asks the uid alone, so the gid stays.
 func (f *FS) Of(uid int) (Usage, error) {
-	type answer struct {
-		d   dqblk
-		err error
+	var d dqblk
+	err := threadcred.As(uid, unix.Getegid(), func() error {
+		var err error
+		d, err = f.get(uid)
+		return err
+	})
+	if err != nil {
+		return Usage{}, fmt.Errorf("quota of uid %d on %s: %w", uid, f.Source, err)
 	}
-	ch := make(chan answer, 1)
-	go func() {
-		runtime.LockOSThread()
-		euid := unix.Geteuid()
-		if euid == uid {
-			d, err := f.get(uid)
-			runtime.UnlockOSThread()
-			ch <- answer{d, err}
-			return
-		}
-		if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, ^uintptr(0), uintptr(uid), ^uintptr(0)); e != 0 {
-			runtime.UnlockOSThread()
-			ch <- answer{err: fmt.Errorf("setresuid(-1, %d, -1) on the reading thread: %w", uid, e)}
-			return
-		}
-		d, err := f.get(uid)
-		if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, ^uintptr(0), uintptr(euid), ^uintptr(0)); e != 0 {
-			// Left locked: the thread ends with this goroutine.
-			ch <- answer{err: fmt.Errorf("setresuid back to %d on the reading thread: %w", euid, e)}
-			return
-		}
-		runtime.UnlockOSThread()
-		ch <- answer{d, err}
-	}()
-	a := <-ch
-	if a.err != nil {
-		return Usage{}, fmt.Errorf("quota of uid %d on %s: %w", uid, f.Source, a.err)
-	}
-	return Usage{Bytes: int64(a.d.curSpace), Inodes: int64(a.d.curInodes)}, nil
+	return Usage{Bytes: int64(d.curSpace), Inodes: int64(d.curInodes)}, nil
 }
 
 func (f *FS) get(uid int) (dqblk, error) {

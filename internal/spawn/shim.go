@@ -5,9 +5,10 @@
 // stage it failed at) in binary on a pipe. No second runtime runs as the
 // role before the command.
 //
-// The Go helper (Main, `thermite __spawn`) remains for the two jobs that
-// run Go code as the role's user: stop mode ends every process of the
-// user, held mode measures what its processes keep in unlinked files.
+// The Go helper (Main, `thermite __spawn`) remains for the one job that
+// runs Go code as the role's user: stop mode ends every process of the
+// user. (What its processes keep in unlinked files the broker measures
+// itself, on one thread as the user: threadcred.)
 package spawn
 
 import (
@@ -45,31 +46,18 @@ type Rlimit struct {
 	Max      uint64 `json:"max"`
 }
 
-// Modes of the helper.
-const (
-	// ModeStop ends every process of the user and removes its SysV IPC
-	// objects, and reports "ok N".
-	ModeStop = "stop"
-	// ModeHeld measures what the user's processes keep in unlinked files
-	// (procs.HeldUnlinked) and reports "ok BYTES FILES".
-	ModeHeld = "held"
-)
+// ModeStop, the helper's mode, ends every process of the user and removes
+// its SysV IPC objects, and reports "ok N".
+const ModeStop = "stop"
 
 // Spec is what the helper does.
 type Spec struct {
 	Mode string `json:"mode"`
-	CPUs []int  `json:"cpus,omitempty"`
 	// StopTimeoutMS bounds the stop loop.
 	StopTimeoutMS int64 `json:"stop_timeout_ms,omitempty"`
 	// KeepIPC leaves the stopped user's SysV IPC objects; only a
 	// thermite_weaken test build honours it.
 	KeepIPC bool `json:"keep_ipc,omitempty"`
-	// SkipPIDs are processes the held mode passes over: the broker's own
-	// thermite commands (procs.HeldUnlinked).
-	SkipPIDs []int `json:"skip_pids,omitempty"`
-	// SkipDev is a file system the held mode passes over (st_dev): one
-	// whose user quota already counts its unlinked files.
-	SkipDev uint64 `json:"skip_dev,omitempty"`
 }
 
 // Main is the helper. It never returns: it reports on FDReport and exits,
@@ -78,7 +66,8 @@ func Main() {
 	// The helper is not dumpable, so that no other process of the role
 	// can ptrace it or read its memory.
 	unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
-	// Affinity is per thread: the measure runs on the thread it pinned.
+	// Capabilities are per thread (ClearInheritable in a cgo build): the
+	// stop runs on the thread that cleared them.
 	runtime.LockOSThread()
 	report := os.NewFile(FDReport, "report")
 	fail := func(stage string, err error) {
@@ -113,26 +102,6 @@ func Main() {
 			}
 		}
 		fmt.Fprintf(report, "ok %d", n)
-		os.Exit(0)
-	case ModeHeld:
-		if err := caps.ClearInheritable(); err != nil {
-			fail("held", err)
-		}
-		if err := pinCPUs(s.CPUs); err != nil {
-			fail("affinity", err)
-		}
-		if err := unprivileged(); err != nil {
-			fail("held", err)
-		}
-		skip := map[int]bool{}
-		for _, p := range s.SkipPIDs {
-			skip[p] = true
-		}
-		h, err := procs.HeldUnlinkedExcept("/proc", os.Getuid(), skip, s.SkipDev)
-		if err != nil {
-			fail("held", err)
-		}
-		fmt.Fprintf(report, "ok %d %d", h.Bytes, h.Files)
 		os.Exit(0)
 	default:
 		fail("spec", fmt.Errorf("unknown mode %q", s.Mode))
@@ -216,17 +185,4 @@ func stopAll(limit time.Duration) (int, error) {
 			pause *= 2
 		}
 	}
-}
-
-// pinCPUs keeps this thread, and what it execs, on cpus; none leaves the
-// affinity as it is.
-func pinCPUs(cpus []int) error {
-	if len(cpus) == 0 {
-		return nil
-	}
-	var set unix.CPUSet
-	for _, c := range cpus {
-		set.Set(c)
-	}
-	return unix.SchedSetaffinity(0, &set)
 }
