@@ -1,7 +1,9 @@
 package main
 
 import (
+	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -98,3 +100,72 @@ func killStopHelper(t *testing.T, opts testrig.Options) {
 type errString string
 
 func (e errString) Error() string { return string(e) }
+
+// TestLaneCrashSignalsToItsOwnStartsLeaveTheBrokerUp: between its uid
+// switch and execve the broker's child shares the broker's memory
+// (CLONE_VM|CLONE_VFORK). Where Landlock cannot scope signals (ABI 5,
+// the loss accepted), a lane may send it a signal whose default action
+// dumps core (SIGSEGV, SIGQUIT, SIGABRT, SIGBUS): the dump of a process
+// that shares its memory must not take the broker with it (kernels before
+// 5.16 ended every process sharing the dumping mm), nor write the
+// broker's memory anywhere. The child is not dumpable from its uid switch
+// on, so no core is written and only the child ends; the broker goes on
+// serving every lane.
+func TestLaneCrashSignalsToItsOwnStartsLeaveTheBrokerUp(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: it starts a broker and role users")
+	}
+	r := testrig.New(t, oldKernel(5, "[host]\naccept_lost = [\"landlock-scope\"]\n"))
+	if err := r.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, pid := range r.Procs("lane-1") {
+			unix.Kill(pid, unix.SIGKILL)
+		}
+	})
+	crasher := make(chan string, 1)
+	go func() {
+		out, stderr, code := r.RunAs("lane-1", []string{"--timeout", "20s"}, "/bin/sh", "-c",
+			`n=0; while [ $n -lt 40000 ]; do kill -SEGV -1 2>/dev/null; kill -QUIT -1 2>/dev/null; kill -ABRT -1 2>/dev/null; kill -BUS -1 2>/dev/null; n=$((n+1)); done; echo "$n"`)
+		crasher <- fmt.Sprintf("exit %d, %s %s", code, out, stderr)
+	}()
+	time.Sleep(300 * time.Millisecond)
+	// lane-1's starts, each a child the loop may catch before its exec.
+	lane1 := make(chan struct{})
+	failed, beforeExec := 0, 0
+	go func() {
+		defer close(lane1)
+		for range 60 {
+			if _, stderr, code := r.RunAs("lane-1", []string{"--timeout", "5s"}, "/bin/echo", "started"); code != 0 {
+				failed++
+				if strings.Contains(stderr, "before its execve") {
+					beforeExec++
+				}
+			}
+		}
+	}()
+	for i := range 25 {
+		if out, stderr, code := r.RunAs("lane-2", nil, "/bin/echo", "started"); code != 0 || out != "started\n" {
+			t.Fatalf("lane-2 command %d while lane-1 sends crash signals to its own processes: exit %d, %q %q\n%s", i, code, out, stderr, r.LogText())
+		}
+	}
+	<-lane1
+	t.Logf("crasher: %s; %d of lane-1's 60 commands ended by its signals, %d of them before their execve", strings.TrimSpace(<-crasher), failed, beforeExec)
+	if err, exited := r.WaitExit(0); exited {
+		t.Fatalf("the broker exited: %v\n%s", err, r.LogText())
+	}
+	if out, stderr, code := r.RunAs("lane-1", nil, "/bin/echo", "started"); code != 0 || out != "started\n" {
+		t.Fatalf("lane-1 after its crash signals: exit %d, %q %q", code, out, stderr)
+	}
+	// No core of the broker's memory anywhere lane-1 can read: its HOME,
+	// its TMPDIR, the stand-in closed folders.
+	for _, d := range []string{filepath.Join(r.Cfg.ScratchDir(), "home", r.Role("lane-1").Name), filepath.Join(r.Cfg.ScratchDir(), "tmp", r.Role("lane-1").Name), filepath.Join(r.Dir, "closed-tmp")} {
+		ents, _ := os.ReadDir(d)
+		for _, e := range ents {
+			if strings.HasPrefix(e.Name(), "core") {
+				t.Errorf("a core file %s/%s", d, e.Name())
+			}
+		}
+	}
+}
