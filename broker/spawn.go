@@ -167,6 +167,11 @@ func closeAll(fs []*os.File) {
 	}
 }
 
+// helperGiveUp is how long the Go helper may take before it is killed:
+// above the stop mode's own bounds (10 s to end the user's processes, 10 s
+// to remove its IPC objects).
+const helperGiveUp = time.Minute
+
 // startHelper forks `/proc/self/exe __spawn` as the role's user with its
 // credentials, a new session and a pidfd, hands it the spec on a pipe and
 // returns when it has answered (stop and held modes run Go code as the
@@ -209,6 +214,11 @@ func (b *Broker) startHelper(c *command, spec *spawn.Spec) (*child, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", c.role.Name, err)
 	}
+	// The helper runs as the role's user, whose processes may stop it
+	// (kill(-1, SIGSTOP) where Landlock cannot scope signals): it is sent
+	// SIGCONT until it answers, and killed after helperGiveUp, so that
+	// no role holds its own disk check or stop, and this call, for good.
+	stopWatch := spawn.KeepGoing(pidfd, helperGiveUp)
 	ch := &child{pid: pid, pidfd: pidfd, started: started, exited: exited}
 	if spec.Mode != spawn.ModeHeld {
 		b.bumpRole(c.role.UID)
@@ -225,11 +235,17 @@ func (b *Broker) startHelper(c *command, spec *spawn.Spec) (*child, error) {
 	if _, err := specW.Write(data); err != nil {
 		unix.Kill(pid, unix.SIGKILL)
 		<-exited
+		stopWatch()
 		ch.close()
 		return nil, fmt.Errorf("start %s: spec: %w", c.role.Name, err)
 	}
 	specW.Close()
 	msg, _ := io.ReadAll(io.LimitReader(repR, 4096))
+	// The report ends when the helper exits (nothing else holds its write
+	// end): read to its end, so the watcher holds on until then, and lets
+	// go before the caller reaps the helper and closes the pidfd.
+	io.Copy(io.Discard, repR)
+	stopWatch()
 	ch.answer = string(msg)
 	return ch, nil
 }

@@ -27,29 +27,34 @@ func TestLaneKillingItsStopHelperCannotSurviveItsStop(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: it starts a broker and role users")
 	}
+	noScope := "[host]\naccept_lost = [\"landlock-scope\"]\n"
+	noCgroups := "[cgroup]\nenabled = false\n"
 	for _, c := range []struct {
-		name string
-		opts testrig.Options
-		hole string
+		name, signal string
+		opts         testrig.Options
+		hole         string
 	}{
-		{"signals scoped, no cgroups", testrig.Options{Extra: "[cgroup]\nenabled = false\n"}, ""},
-		{"landlock ABI 5, cgroups", oldKernel(5, "[host]\naccept_lost = [\"landlock-scope\"]\n"), ""},
+		{"signals scoped, no cgroups", "KILL", testrig.Options{Extra: noCgroups}, ""},
+		{"landlock ABI 5, cgroups", "KILL", oldKernel(5, noScope), ""},
+		// A helper stopped by the loop is sent SIGCONT until it has
+		// done its kill(-1) (spawn.KeepGoing).
+		{"landlock ABI 5, no cgroups, SIGSTOP", "STOP", oldKernel(5, noScope+noCgroups), ""},
 		// Neither protection: the loop kills all five of the broker's
 		// helpers, stop_user fails ("helper killed by SIGKILL") and the
 		// loop lives on (see /work/notes/redteam.md for the fix).
-		{"landlock ABI 5, no cgroups", oldKernel(5, "[host]\naccept_lost = [\"landlock-scope\"]\n[cgroup]\nenabled = false\n"),
+		{"landlock ABI 5, no cgroups, SIGKILL", "KILL", oldKernel(5, noScope+noCgroups),
 			"HOLE: with landlock-scope lost and cgroups off, a lane's kill(-1, SIGKILL) loop kills every stop helper (same uid) and outlives its stop"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if c.hole != "" && os.Getenv("THERMITE_REDTEAM_HOLES") == "" {
 				t.Skip(c.hole + " (THERMITE_REDTEAM_HOLES=1 runs it)")
 			}
-			killStopHelper(t, c.opts)
+			killStopHelper(t, c.opts, c.signal)
 		})
 	}
 }
 
-func killStopHelper(t *testing.T, opts testrig.Options) {
+func killStopHelper(t *testing.T, opts testrig.Options, signal string) {
 	r := testrig.New(t, opts)
 	if opts.NoStart {
 		if err := r.Start(); err != nil {
@@ -67,7 +72,7 @@ func killStopHelper(t *testing.T, opts testrig.Options) {
 	// The loop is a shell builtin (no fork): nothing of it is a new
 	// process its own kill(-1) would end.
 	_, stderr, code := r.RunAs("lane-1", nil, "/bin/sh", "-c",
-		`setsid /bin/sh -c 'while :; do kill -KILL -1 2>/dev/null; done' </dev/null >/dev/null 2>&1 & echo started`)
+		`setsid /bin/sh -c 'while :; do kill -`+signal+` -1 2>/dev/null; done' </dev/null >/dev/null 2>&1 & echo started`)
 	if code != 0 {
 		t.Fatalf("lane-1 leaving its loop behind: exit %d %s", code, stderr)
 	}
@@ -81,9 +86,24 @@ func killStopHelper(t *testing.T, opts testrig.Options) {
 	if len(left) == 0 {
 		t.Skip("lane-1's loop did not outlive its command here: nothing to stop")
 	}
-	resp, err := rpc.Call(r.Cfg.BrokerSocket(), &rpc.Request{Op: rpc.OpStopUser, StopUser: &rpc.StopUserRequest{Role: "lane-1"}})
-	if err == nil && resp.Error != "" {
-		err = errString(resp.Error)
+	type answer struct {
+		resp *rpc.Response
+		err  error
+	}
+	stopped := make(chan answer, 1)
+	go func() {
+		resp, err := rpc.Call(r.Cfg.BrokerSocket(), &rpc.Request{Op: rpc.OpStopUser, StopUser: &rpc.StopUserRequest{Role: "lane-1"}})
+		stopped <- answer{resp, err}
+	}()
+	var a answer
+	select {
+	case a = <-stopped:
+	case <-time.After(5 * time.Minute):
+		t.Fatalf("stop lane-1 did not answer in 5 minutes while its loop sends SIG%s to every process of its user", signal)
+	}
+	err := a.err
+	if err == nil && a.resp.Error != "" {
+		err = errString(a.resp.Error)
 	}
 	if pids := r.Procs("lane-1"); len(pids) > 0 {
 		t.Fatalf("lane-1's processes %v outlived its stop (stop: %v)", pids, err)
@@ -167,5 +187,72 @@ func TestLaneCrashSignalsToItsOwnStartsLeaveTheBrokerUp(t *testing.T) {
 				t.Errorf("a core file %s/%s", d, e.Name())
 			}
 		}
+	}
+}
+
+// TestLaneStoppingItsDiskMeasureCannotHoldIt: a role's disk measure
+// counts what its processes keep in unlinked files with the broker's Go
+// helper, run as the role's own user while the role's processes run.
+// Where Landlock cannot scope signals (ABI 5, the loss accepted), a lane
+// that leaves behind a loop of kill(-1, SIGSTOP) stops that helper as soon
+// as it appears: the measure must still answer (a helper that cannot
+// finish is the lane's doing, and counts as over every cap), never wait
+// for ever, which would stop the disk checks of the lane's trial, and so
+// its disk cap, for good.
+func TestLaneStoppingItsDiskMeasureCannotHoldIt(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: it starts a broker and role users")
+	}
+	r := testrig.New(t, oldKernel(5, "[host]\naccept_lost = [\"landlock-scope\"]\n"))
+	if err := r.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, pid := range r.Procs("lane-1") {
+			unix.Kill(pid, unix.SIGKILL)
+		}
+	})
+	_, stderr, code := r.RunAs("lane-1", nil, "/bin/sh", "-c",
+		`setsid /bin/sh -c 'while :; do kill -STOP -1 2>/dev/null; done' </dev/null >/dev/null 2>&1 & echo started`)
+	if code != 0 {
+		t.Fatalf("lane-1 leaving its loop behind: exit %d %s", code, stderr)
+	}
+	for range 50 {
+		if len(r.Procs("lane-1")) > 0 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if len(r.Procs("lane-1")) == 0 {
+		t.Skip("lane-1's loop did not outlive its command here")
+	}
+	measure := func(role string) chan string {
+		done := make(chan string, 1)
+		go func() {
+			resp, err := rpc.Call(r.Cfg.BrokerSocket(), &rpc.Request{Op: rpc.OpDiskUsage, DiskUsage: &rpc.DiskUsageRequest{Role: role}})
+			switch {
+			case err != nil:
+				done <- err.Error()
+			case resp.Error != "":
+				done <- resp.Error
+			default:
+				done <- "ok"
+			}
+		}()
+		return done
+	}
+	lane1 := measure("lane-1")
+	select {
+	case got := <-lane1:
+		if got == "ok" {
+			t.Logf("lane-1's measure answered: the helper got through")
+		} else if !strings.Contains(got, "unlinked files of "+r.Role("lane-1").Name) {
+			t.Errorf("lane-1's measure: %s, want the measure's failure named", got)
+		}
+	case <-time.After(90 * time.Second):
+		t.Fatalf("lane-1's disk measure did not answer in 90 s while lane-1 stops every process of its user: its helper is held, and so is every later disk check of its trial")
+	}
+	if got := <-measure("lane-2"); got != "ok" {
+		t.Errorf("lane-2's measure: %s", got)
 	}
 }

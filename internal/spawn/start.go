@@ -191,7 +191,7 @@ func Start(c *Command) (*Child, error) {
 	// close-on-exec itself, so no other goroutine's descriptor can leak
 	// into it, and a start held up in the child must not hold up every
 	// other start (and every os/exec) of the process.
-	stop := keepGoing(&pidfd)
+	stop := keepGoing(&pidfd, giveUpAfter)
 	pid, errno := forkExec(p, &pidfd)
 	stop()
 	unix.Close(pipe[1])
@@ -226,16 +226,27 @@ const (
 	giveUpAfter = 30 * time.Second
 )
 
+// KeepGoing watches a process already started as a role's user (the
+// broker's Go helper, which the role's processes may signal just as they
+// may Start's child) as Start watches its child: SIGCONT through pidfd
+// from stuckAfter on, every stuckEvery, SIGKILL from giveUp on, until the
+// returned stop is called. A helper held stopped would otherwise hold its
+// caller, a role's disk check or stop, for good.
+func KeepGoing(pidfd int, giveUp time.Duration) (stop func()) {
+	fd := int32(pidfd)
+	return keepGoing(&fd, giveUp)
+}
+
 // keepGoing watches one start until the returned stop is called; stop
 // returns once the watcher has let go of the pidfd, which the caller may
 // close (and the number be reused) right after.
-func keepGoing(pidfd *int32) (stop func()) {
+func keepGoing(pidfd *int32, giveUp time.Duration) (stop func()) {
 	done, gone := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(gone)
 		t := time.NewTimer(stuckAfter)
 		defer t.Stop()
-		deadline := time.Now().Add(giveUpAfter)
+		deadline := time.Now().Add(giveUp)
 		for {
 			select {
 			case <-done:
