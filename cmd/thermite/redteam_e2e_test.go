@@ -256,3 +256,59 @@ func TestLaneStoppingItsDiskMeasureCannotHoldIt(t *testing.T) {
 		t.Errorf("lane-2's measure: %s", got)
 	}
 }
+
+// TestSharedRoleLeftoverKillsTheNextLanesCommandRefused: the builder and
+// the timing users are shared by every lane's builds and timed runs, and
+// what a command of theirs leaves behind is stopped after it. A lane's
+// build that leaves a kill(-1, SIGKILL) loop behind must not be alive when
+// the next command of that user (another lane's build) starts: either the
+// stop ends it, or the next command is refused until a stop does.
+func TestSharedRoleLeftoverKillsTheNextLanesCommandRefused(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: it starts a broker and role users")
+	}
+	noScope := "[host]\naccept_lost = [\"landlock-scope\"]\n"
+	noCgroups := "[cgroup]\nenabled = false\n"
+	for _, c := range []struct {
+		name string
+		opts testrig.Options
+		hole string
+	}{
+		{"landlock ABI 5, cgroups", oldKernel(5, noScope), ""},
+		{"landlock ABI 5, no cgroups", oldKernel(5, noScope+noCgroups),
+			"HOLE: with landlock-scope lost and cgroups off, a build's kill(-1, SIGKILL) loop outlives its stop and kills the next build, another lane's"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if c.hole != "" && os.Getenv("THERMITE_REDTEAM_HOLES") == "" {
+				t.Skip(c.hole + " (THERMITE_REDTEAM_HOLES=1 runs it)")
+			}
+			sharedLeftover(t, c.opts)
+		})
+	}
+}
+
+func sharedLeftover(t *testing.T, opts testrig.Options) {
+	r := testrig.New(t, opts)
+	if err := r.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, pid := range r.Procs("builder") {
+			unix.Kill(pid, unix.SIGKILL)
+		}
+	})
+	_, stderr, code := r.RunAs("builder", nil, "/bin/sh", "-c",
+		`setsid /bin/sh -c 'while :; do kill -KILL -1 2>/dev/null; done' </dev/null >/dev/null 2>&1 & sleep 0.2; echo built`)
+	t.Logf("the build that leaves its loop: exit %d %s", code, strings.TrimSpace(stderr))
+	out, stderr, code := r.RunAs("builder", nil, "/bin/sh", "-c", "sleep 1; echo built")
+	switch {
+	case code == 0 && strings.TrimSpace(out) == "built":
+		if left := r.Procs("builder"); len(left) > 0 {
+			t.Fatalf("the next build ran beside the last one's leftovers %v", left)
+		}
+	case strings.Contains(stderr, "still runs what its last stop could not end"):
+		// Refused before it started: the user still runs a leftover.
+	default:
+		t.Fatalf("the next build started beside the last one's leftover and did not finish: exit %d %q %s", code, out, strings.TrimSpace(stderr))
+	}
+}
