@@ -79,10 +79,7 @@ type Broker struct {
 	mu        sync.Mutex
 	userLocks map[int]*sync.Mutex
 	stopLocks map[int]*sync.Mutex
-	// stopFailed is each user's last failed stop, until one succeeds
-	// (leftoverRefusal).
-	stopFailed map[int]error
-	handed     map[int]map[string]bool // folders handed to each role's uid
+	handed    map[int]map[string]bool // folders handed to each role's uid
 	// ownExec are the running commands the broker started as thermite
 	// itself (/proc/self/exe: a lane's file helper, a probe): not
 	// dumpable where the binary is 0711, and holding no descriptor of
@@ -111,6 +108,10 @@ type Broker struct {
 	selftestFn SelftestFunc
 	selftestMu sync.Mutex
 	notes      []string
+
+	// stopFailed is each user's last failed stop, until one succeeds
+	// (leftoverRefusal); under mu.
+	stopFailed map[int]error
 }
 
 // New prepares a broker for cfg; Serve runs it.
