@@ -3,8 +3,11 @@ package main
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -12,6 +15,7 @@ import (
 
 	"thermite/internal/rpc"
 	"thermite/internal/testrig"
+	"thermite/internal/weaken"
 )
 
 // TestLaneKillingItsStopHelperCannotSurviveItsStop: a role's stop is the
@@ -314,5 +318,160 @@ func sharedLeftover(t *testing.T, opts testrig.Options) {
 		t.Logf("the next build refused: %s", strings.TrimSpace(stderr))
 	default:
 		t.Fatalf("the next build started beside the last one's leftover and did not finish: exit %d %q %s", code, out, strings.TrimSpace(stderr))
+	}
+}
+
+// TestLaneStoppingItsOwnStartsDuringAGCCannotStallTheBroker: the start's
+// vfork child runs as the role's user until its execve, while the
+// broker's thread that cloned it waits in the kernel, not preemptible (it
+// is in the runtime's fork section). A garbage collection that begins
+// then must stop the world, and waits for that thread; keepGoing, which
+// sends the child SIGCONT, is a goroutine too. Where Landlock cannot
+// scope signals (ABI 5), a lane stopping its own processes in a loop must
+// not catch a child just as a collection begins and so freeze the whole
+// broker. GOGC=1 makes the broker collect at nearly every request, and
+// lane-1 starts commands eight at a time.
+func TestLaneStoppingItsOwnStartsDuringAGCCannotStallTheBroker(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: it starts a broker and role users")
+	}
+	opts := oldKernel(5, "[host]\naccept_lost = [\"landlock-scope\"]\n")
+	opts.Env = append(opts.Env, "GOGC=1")
+	r := testrig.New(t, opts)
+	if err := r.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, pid := range r.Procs("lane-1") {
+			unix.Kill(pid, unix.SIGKILL)
+		}
+	})
+	stopper := make(chan string, 1)
+	go func() {
+		out, stderr, code := r.RunAs("lane-1", []string{"--timeout", "60s"}, "/bin/sh", "-c",
+			`end=$(( $(date +%s) + 20 )); n=0; while [ "$(date +%s)" -lt "$end" ]; do i=0; while [ $i -lt 2000 ]; do kill -STOP -1 2>/dev/null; i=$((i+1)); done; n=$((n+2000)); done; echo "$n"`)
+		stopper <- fmt.Sprintf("exit %d, %s %s", code, strings.TrimSpace(out), stderr)
+	}()
+	time.Sleep(500 * time.Millisecond)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 40 {
+				r.RunAs("lane-1", []string{"--timeout", "2s"}, "/bin/true")
+			}
+		}()
+	}
+	lane2 := make(chan string, 1)
+	go func() {
+		for i := range 40 {
+			if out, stderr, code := r.RunAs("lane-2", nil, "/bin/echo", "started"); code != 0 || out != "started\n" {
+				lane2 <- fmt.Sprintf("lane-2 command %d: exit %d, %q %q", i, code, out, stderr)
+				return
+			}
+		}
+		lane2 <- ""
+	}()
+	select {
+	case msg := <-lane2:
+		if msg != "" {
+			t.Fatal(msg)
+		}
+	case <-time.After(120 * time.Second):
+		t.Fatalf("lane-2's commands did not all start and end in 120 s while lane-1 stopped its own starts: the broker is frozen")
+	}
+	t.Logf("stopper: %s", <-stopper)
+	wg.Wait()
+}
+
+// TestRolesProcessStoppingAStartDuringAGCCannotFreezeTheBrokerForGood: the
+// start's vfork child runs as the role's user until its execve while the
+// broker's thread that cloned it waits in the kernel, not preemptible (it
+// is in the runtime's fork section), and a garbage collection that begins
+// meanwhile waits for that thread to stop the world. keepGoing, which
+// sends a stopped child SIGCONT, is a goroutine: it does not run while the
+// world is being stopped. A process of the user that stops the child just
+// then (kill(-1, SIGSTOP) in a loop, where Landlock cannot scope signals)
+// would freeze the whole broker for as long as it likes. The race made
+// wide: a thermite_weaken build whose timed runs' starts spend 600 ms
+// between the uid switch and execve (slow-shim), a process of the timing
+// user (started here, outside any Landlock domain, as a process of a role
+// whose signals are not scoped would be) stopping every process of its
+// user in a loop, and GOGC=1 with lane-2's commands going on throughout,
+// so that collections begin while the child is held. Every one of lane-2's
+// commands must start and end: the child's own timers (SIGCONT every
+// millisecond, SIGKILL at 30 s) bound the freeze, which a stopper on a
+// busy machine can still make last up to the SIGKILL (see
+// /work/notes/redteam.md: refusing stop signals to role commands is the
+// whole fix).
+func TestRolesProcessStoppingAStartDuringAGCCannotFreezeTheBrokerForGood(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: it starts a broker and role users")
+	}
+	r := testrig.New(t, testrig.Options{Tags: "thermite_weaken", Env: []string{"THERMITE_WEAKEN=" + weaken.SlowShim, "GOGC=1"}})
+	run := r.Role("run")
+	stopperCmd := exec.Command("/bin/sh", "-c", "while :; do kill -STOP -1 2>/dev/null; done")
+	stopperCmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(run.UID), Gid: uint32(run.GID)}, Setsid: true}
+	if err := stopperCmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	reaped := make(chan struct{})
+	go func() { stopperCmd.Wait(); close(reaped) }()
+	t.Cleanup(func() {
+		stopperCmd.Process.Kill()
+		<-reaped
+	})
+	t.Logf("the timing user's processes: %v", r.Procs("run"))
+	timed := make(chan string, 1)
+	go func() {
+		t0 := time.Now()
+		out, stderr, code := r.RunAs("run", []string{"--timeout", "30s"}, "/bin/echo", "timed")
+		timed <- fmt.Sprintf("exit %d, %q %s, after %s", code, out, strings.TrimSpace(stderr), time.Since(t0).Round(time.Millisecond))
+	}()
+	for i := 0; ; i++ {
+		lane2 := make(chan string, 1)
+		go func() {
+			out, stderr, code := r.RunAs("lane-2", nil, "/bin/echo", "started")
+			if code != 0 || out != "started\n" {
+				lane2 <- fmt.Sprintf("exit %d, %q %q", code, out, stderr)
+				return
+			}
+			lane2 <- ""
+		}()
+		select {
+		case msg := <-lane2:
+			if msg != "" {
+				t.Fatalf("lane-2 command %d: %s", i, msg)
+			}
+		case <-time.After(60 * time.Second):
+			if os.Getenv("THERMITE_REDTEAM_DUMP") != "" {
+				dumpBroker(t, r)
+			}
+			t.Fatalf("lane-2 command %d did not end in 60 s while a process of the timing user stopped a start of its user: the broker is frozen", i)
+		}
+		select {
+		case got := <-timed:
+			t.Logf("the timed command, beside %d of lane-2's: %s", i+1, got)
+			return
+		default:
+		}
+	}
+}
+
+// dumpBroker asks the rig's broker for its goroutines (SIGQUIT) and logs
+// what it wrote: where a frozen broker is stuck.
+func dumpBroker(t *testing.T, r *testrig.Rig) {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		cmdline, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil || !strings.Contains(string(cmdline), "__broker") || !strings.Contains(string(cmdline), r.Config) {
+			continue
+		}
+		var pid int
+		fmt.Sscan(e.Name(), &pid)
+		unix.Kill(pid, unix.SIGQUIT)
+		time.Sleep(3 * time.Second)
+		t.Logf("broker %d after SIGQUIT:\n%s", pid, r.LogText())
 	}
 }

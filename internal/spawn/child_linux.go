@@ -49,6 +49,8 @@ func forkExec(p *prepared, pidfd *int32) (pid uintptr, errno syscall.Errno) {
 		rec           record
 		ts            unix.Timespec
 		ru            unix.Rusage
+		timerID       int32
+		killID        int32
 	)
 
 	runtimeBeforeFork()
@@ -67,6 +69,27 @@ func forkExec(p *prepared, pidfd *int32) (pid uintptr, errno syscall.Errno) {
 	runtimeAfterForkInChild()
 	report = p.report
 	spare = p.spare
+
+	// The child watches itself as keepGoing does: from its uid switch on,
+	// any process of the user may stop it, and the broker's thread waits
+	// for its execve in the kernel, where a stop of the world for a
+	// garbage collection waits for it too, keepGoing's goroutine stopped
+	// with the rest. Timers of its own send it SIGCONT from stuckAfter on,
+	// every stuckEvery, and SIGKILL at giveUpAfter, whatever the broker
+	// does meanwhile; SIGCONT left at its default interrupts nothing, and
+	// execve deletes both timers.
+	if _, _, err1 = syscall.RawSyscall(unix.SYS_TIMER_CREATE, unix.CLOCK_MONOTONIC, uintptr(unsafe.Pointer(&p.contEvent)), uintptr(unsafe.Pointer(&timerID))); err1 != 0 {
+		childFail(report, StageContinue, err1, 0)
+	}
+	if _, _, err1 = syscall.RawSyscall6(unix.SYS_TIMER_SETTIME, uintptr(timerID), 0, uintptr(unsafe.Pointer(&p.contEvery)), 0, 0, 0); err1 != 0 {
+		childFail(report, StageContinue, err1, 1)
+	}
+	if _, _, err1 = syscall.RawSyscall(unix.SYS_TIMER_CREATE, unix.CLOCK_MONOTONIC, uintptr(unsafe.Pointer(&p.killEvent)), uintptr(unsafe.Pointer(&killID))); err1 != 0 {
+		childFail(report, StageContinue, err1, 2)
+	}
+	if _, _, err1 = syscall.RawSyscall6(unix.SYS_TIMER_SETTIME, uintptr(killID), 0, uintptr(unsafe.Pointer(&p.killAt)), 0, 0, 0); err1 != 0 {
+		childFail(report, StageContinue, err1, 3)
+	}
 
 	// Its own session: the broker signals the command's process group,
 	// and no terminal of the broker's reaches it.

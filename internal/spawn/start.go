@@ -160,6 +160,21 @@ type prepared struct {
 	// set (a mask of the first 32), and the slow start.
 	ambient uint32
 	slow    bool
+
+	// contEvent and contEvery are the child's own timer: SIGCONT to
+	// itself from stuckAfter on, every stuckEvery, until its execve;
+	// killEvent and killAt, SIGKILL at giveUpAfter.
+	contEvent, killEvent sigevent
+	contEvery, killAt    unix.ItimerSpec
+}
+
+// sigevent is struct sigevent (64 bytes on 64-bit Linux) for
+// timer_create: a signal to the process (SIGEV_SIGNAL, 0).
+type sigevent struct {
+	value  uintptr
+	signo  int32
+	notify int32
+	_      [48]byte
 }
 
 // Start starts c: clone, then in the child (raw system calls only, see
@@ -401,6 +416,10 @@ func prepare(c *Command) (*prepared, error) {
 		p.rlimRes = append(p.rlimRes, uintptr(r.Resource))
 	}
 	p.capHdr = unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	p.contEvent = sigevent{signo: int32(unix.SIGCONT)}
+	p.contEvery = unix.ItimerSpec{Value: unix.NsecToTimespec(int64(stuckAfter)), Interval: unix.NsecToTimespec(int64(stuckEvery))}
+	p.killEvent = sigevent{signo: int32(unix.SIGKILL)}
+	p.killAt = unix.ItimerSpec{Value: unix.NsecToTimespec(int64(giveUpAfter))}
 	if c.Seccomp != nil {
 		p.seccomp = c.Seccomp.Prog()
 	}
