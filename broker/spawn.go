@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"sort"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -172,9 +171,9 @@ func closeAll(fs []*os.File) {
 // to remove its IPC objects).
 const helperGiveUp = time.Minute
 
-// startHelper forks `/proc/self/exe __spawn` as the role's user with its
-// credentials, a new session and a pidfd, hands it the spec on a pipe and
-// returns when it has answered (stop and held modes run Go code as the
+// startHelper starts `/proc/self/exe __spawn` as the role's user through
+// spawn.Start (its credentials, a new session, a pidfd), hands it the spec
+// on a pipe and returns when it has answered (stop and held modes run Go code as the
 // role, which the raw child cannot).
 func (b *Broker) startHelper(c *command, spec *spawn.Spec) (*child, error) {
 	specR, specW, err := os.Pipe()
@@ -188,28 +187,37 @@ func (b *Broker) startHelper(c *command, spec *spawn.Spec) (*child, error) {
 		return nil, err
 	}
 	defer repR.Close()
-	files := []uintptr{
-		c.stdio[0].Fd(), c.stdio[1].Fd(), c.stdio[2].Fd(),
-		specR.Fd(), repW.Fd(),
-	}
-	groups := make([]uint32, len(c.groups))
-	for i, g := range c.groups {
-		groups[i] = uint32(g)
-	}
-	pidfd := -1
-	attr := &syscall.ProcAttr{
+	// The raw child, as for every command: nothing but its slots
+	// survives the exec, and no stdlib fork runs as the role (its child,
+	// between setuid and execve, had no timer of its own to undo a stop).
+	sc := &spawn.Command{
+		Argv:  []string{b.exe, spawn.Arg},
 		Env:   []string{}, // the helper's own environment is empty
-		Files: files,
-		Sys: &syscall.SysProcAttr{
-			Credential: &syscall.Credential{Uid: uint32(c.role.UID), Gid: uint32(c.role.GID), Groups: groups},
-			Setsid:     true,
-			PidFD:      &pidfd,
-		},
+		Stdin: c.stdio[0], Stdout: c.stdio[1], Stderr: c.stdio[2],
+		Inherit: []*os.File{specR, repW}, // spawn.FDSpec, spawn.FDReport
+		UID:     c.role.UID, GID: c.role.GID, Groups: c.groups,
 	}
+	var sch *spawn.Child
+	var startErr error
 	started := time.Now()
 	pid, exited, err := b.reaper.fork(func() (int, error) {
-		return syscall.ForkExec(b.exe, []string{"thermite", spawn.Arg}, attr)
+		sch, startErr = spawn.Start(sc)
+		if sch == nil {
+			return 0, startErr
+		}
+		return sch.PID, nil
 	})
+	if err == nil && startErr != nil {
+		// The child failed a stage and exited 127: reaped, then refused.
+		repW.Close()
+		<-exited
+		unix.Close(sch.PIDFD)
+		return nil, fmt.Errorf("start %s: %w", c.role.Name, startErr)
+	}
+	pidfd := -1
+	if sch != nil {
+		pidfd = sch.PIDFD
+	}
 	repW.Close()
 	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", c.role.Name, err)
