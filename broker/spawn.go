@@ -196,6 +196,10 @@ func (b *Broker) startHelper(c *command, spec *spawn.Spec) (*child, error) {
 		Stdin: c.stdio[0], Stdout: c.stdio[1], Stderr: c.stdio[2],
 		Inherit: []*os.File{specR, repW}, // spawn.FDSpec, spawn.FDReport
 		UID:     c.role.UID, GID: c.role.GID, Groups: c.groups,
+		// A stop strikes first from the raw child: a process of the
+		// user that kills every newcomer in a loop would otherwise kill
+		// the helper before its runtime reaches its own kill(-1).
+		KillUserFirst: spec.Mode == spawn.ModeStop,
 	}
 	var sch *spawn.Child
 	var startErr error
@@ -486,7 +490,10 @@ func (b *Broker) stopHelper(r roles.Role) (int, error) {
 		}
 		ch, err := b.startHelper(c, spec)
 		if err != nil {
-			return 0, err
+			// A process of the user may kill the raw child before its
+			// execve too: another round, as for a helper killed later.
+			lastErr = err
+			continue
 		}
 		e := <-ch.exited
 		ch.close()

@@ -145,6 +145,12 @@ func forkExec(p *prepared, pidfd *int32) (pid uintptr, errno syscall.Errno) {
 	if _, _, err1 = syscall.RawSyscall(unix.SYS_SETRESUID, p.uid, p.uid, p.uid); err1 != 0 {
 		childFail(report, StageUID, err1, 0)
 	}
+	// A stop's first blow, the very next system call as the user (never
+	// root: prepare refuses uid 0): every other process of the user,
+	// which from now on could kill this child before it stops them.
+	if p.killUser {
+		syscall.RawSyscall(unix.SYS_KILL, ^uintptr(0), uintptr(unix.SIGKILL), 0)
+	}
 	// Not dumpable: no other process of the user may ptrace this child,
 	// which shares the broker's memory until its execve.
 	if _, _, err1 = syscall.RawSyscall6(unix.SYS_PRCTL, unix.PR_SET_DUMPABLE, 0, 0, 0, 0, 0); err1 != 0 {

@@ -60,6 +60,12 @@ type Command struct {
 	// Seccomp is the filter, loaded last; nil, none.
 	Seccomp *seccomp.Built
 
+	// KillUserFirst: right after its uid switch the child sends SIGKILL
+	// to every other process of the user (kill(-1)), before any of them
+	// can stop or kill it: the Go helper's stop mode, whose own kill(-1)
+	// comes only after its runtime has started.
+	KillUserFirst bool
+
 	// Weakened switches protections off; only a thermite_weaken test
 	// build honours it, for the self-test's breakage tests.
 	Weakened Weakening
@@ -160,6 +166,8 @@ type prepared struct {
 	// set (a mask of the first 32), and the slow start.
 	ambient uint32
 	slow    bool
+
+	killUser bool
 
 	// contEvent and contEvery are the child's own timer: SIGCONT to
 	// itself from stuckAfter on, every stuckEvery, until its execve;
@@ -411,6 +419,7 @@ func prepare(c *Command) (*prepared, error) {
 		p.groups = append(p.groups, uint32(g))
 	}
 	p.uid, p.gid = uintptr(c.UID), uintptr(c.GID)
+	p.killUser = c.KillUserFirst
 	for _, r := range c.ordered() {
 		p.rlimits = append(p.rlimits, rlimit64{r.Cur, r.Max})
 		p.rlimRes = append(p.rlimRes, uintptr(r.Resource))
