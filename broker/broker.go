@@ -109,6 +109,10 @@ type Broker struct {
 	selftestFn SelftestFunc
 	selftestMu sync.Mutex
 	notes      []string
+
+	// stopFailed is each user's last failed stop, until one succeeds
+	// (leftoverRefusal); under mu.
+	stopFailed map[int]error
 }
 
 // New prepares a broker for cfg; Serve runs it.

@@ -177,6 +177,9 @@ func (b *Broker) execute(cmd *command, timeout time.Duration, cancel <-chan stru
 		lk.Lock()
 		defer lk.Unlock()
 	}
+	if err := b.leftoverRefusal(r); err != nil {
+		return nil, err
+	}
 	res, runErr := b.runCommand(cmd, timeout, cancel)
 	if res != nil {
 		if r.StopsAfterEachCommand() {

@@ -254,11 +254,47 @@ func (b *Broker) StopUser(r roles.Role) (int, error) {
 	}
 	k := b.stopGroup(r)
 	n, err := b.stopHelper(r)
+	b.noteStop(r.UID, err)
 	if err != nil {
 		return max(n, k), err
 	}
 	b.resetOwnFolders(r)
 	return max(n, k), nil
+}
+
+// noteStop keeps each user's last failed stop until a stop succeeds.
+func (b *Broker) noteStop(uid int, err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err == nil {
+		delete(b.stopFailed, uid)
+		return
+	}
+	if b.stopFailed == nil {
+		b.stopFailed = map[int]error{}
+	}
+	b.stopFailed[uid] = err
+}
+
+// leftoverRefusal decides whether a command of a role whose leftovers are
+// stopped after each command (the builder, the timing users, the agents)
+// may start while its user's last stop failed: what an earlier command
+// left (another lane's build or timed run, for the shared users) may still
+// run, and would run beside this one. It may once a stop now succeeds.
+func (b *Broker) leftoverRefusal(r roles.Role) error {
+	if !r.StopsAfterEachCommand() {
+		return nil
+	}
+	b.mu.Lock()
+	_, failed := b.stopFailed[r.UID]
+	b.mu.Unlock()
+	if !failed {
+		return nil
+	}
+	if _, err := b.StopUser(r); err != nil {
+		return fmt.Errorf("run: %s still runs what its last stop could not end (%w): end its processes, then run again", r.Name, err)
+	}
+	return nil
 }
 
 // resetOwnFolders empties a role's HOME and TMPDIR once nothing of its user

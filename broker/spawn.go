@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"sort"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -169,10 +168,15 @@ func closeAll(fs []*os.File) {
 	}
 }
 
-// startHelper forks `/proc/self/exe __spawn` as the role's user with its
-// credentials, a new session and a pidfd, hands it the spec on a pipe and
-// returns when it has answered (stop mode runs Go code as the role, which
-// the raw child cannot).
+// helperGiveUp is how long the Go helper may take before it is killed:
+// above the stop mode's own bounds (10 s to end the user's processes, 10 s
+// to remove its IPC objects).
+const helperGiveUp = time.Minute
+
+// startHelper starts `/proc/self/exe __spawn` as the role's user through
+// spawn.Start (its credentials, a new session, a pidfd), hands it the spec
+// on a pipe and returns when it has answered (stop mode runs Go code as
+// the role, which the raw child cannot).
 func (b *Broker) startHelper(c *command, spec *spawn.Spec) (*child, error) {
 	specR, specW, err := os.Pipe()
 	if err != nil {
@@ -185,32 +189,50 @@ func (b *Broker) startHelper(c *command, spec *spawn.Spec) (*child, error) {
 		return nil, err
 	}
 	defer repR.Close()
-	files := []uintptr{
-		c.stdio[0].Fd(), c.stdio[1].Fd(), c.stdio[2].Fd(),
-		specR.Fd(), repW.Fd(),
-	}
-	groups := make([]uint32, len(c.groups))
-	for i, g := range c.groups {
-		groups[i] = uint32(g)
-	}
-	pidfd := -1
-	attr := &syscall.ProcAttr{
+	// The raw child, as for every command: nothing but its slots
+	// survives the exec, and no stdlib fork runs as the role (its child,
+	// between setuid and execve, had no timer of its own to undo a stop).
+	sc := &spawn.Command{
+		Argv:  []string{b.exe, spawn.Arg},
 		Env:   []string{}, // the helper's own environment is empty
-		Files: files,
-		Sys: &syscall.SysProcAttr{
-			Credential: &syscall.Credential{Uid: uint32(c.role.UID), Gid: uint32(c.role.GID), Groups: groups},
-			Setsid:     true,
-			PidFD:      &pidfd,
-		},
+		Stdin: c.stdio[0], Stdout: c.stdio[1], Stderr: c.stdio[2],
+		Inherit: []*os.File{specR, repW}, // spawn.FDSpec, spawn.FDReport
+		UID:     c.role.UID, GID: c.role.GID, Groups: c.groups,
+		// A stop strikes first from the raw child: a process of the
+		// user that kills every newcomer in a loop would otherwise kill
+		// the helper before its runtime reaches its own kill(-1).
+		KillUserFirst: spec.Mode == spawn.ModeStop,
 	}
+	var sch *spawn.Child
+	var startErr error
 	started := time.Now()
 	pid, exited, err := b.reaper.fork(func() (int, error) {
-		return syscall.ForkExec(b.exe, []string{"thermite", spawn.Arg}, attr)
+		sch, startErr = spawn.Start(sc)
+		if sch == nil {
+			return 0, startErr
+		}
+		return sch.PID, nil
 	})
+	if err == nil && startErr != nil {
+		// The child failed a stage and exited 127: reaped, then refused.
+		repW.Close()
+		<-exited
+		unix.Close(sch.PIDFD)
+		return nil, fmt.Errorf("start %s: %w", c.role.Name, startErr)
+	}
+	pidfd := -1
+	if sch != nil {
+		pidfd = sch.PIDFD
+	}
 	repW.Close()
 	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", c.role.Name, err)
 	}
+	// The helper runs as the role's user, whose processes may stop it
+	// (kill(-1, SIGSTOP) where Landlock cannot scope signals): it is sent
+	// SIGCONT until it answers, and killed after helperGiveUp, so that
+	// no role holds its own disk check or stop, and this call, for good.
+	stopWatch := spawn.KeepGoing(pidfd, helperGiveUp)
 	ch := &child{pid: pid, pidfd: pidfd, started: started, exited: exited}
 	b.bumpRole(c.role.UID)
 	b.mu.Lock()
@@ -225,11 +247,17 @@ func (b *Broker) startHelper(c *command, spec *spawn.Spec) (*child, error) {
 	if _, err := specW.Write(data); err != nil {
 		unix.Kill(pid, unix.SIGKILL)
 		<-exited
+		stopWatch()
 		ch.close()
 		return nil, fmt.Errorf("start %s: spec: %w", c.role.Name, err)
 	}
 	specW.Close()
 	msg, _ := io.ReadAll(io.LimitReader(repR, 4096))
+	// The report ends when the helper exits (nothing else holds its write
+	// end): read to its end, so the watcher holds on until then, and lets
+	// go before the caller reaps the helper and closes the pidfd.
+	io.Copy(io.Discard, repR)
+	stopWatch()
 	ch.answer = string(msg)
 	return ch, nil
 }
@@ -474,7 +502,10 @@ func (b *Broker) stopHelper(r roles.Role) (int, error) {
 		}
 		ch, err := b.startHelper(c, spec)
 		if err != nil {
-			return 0, err
+			// A process of the user may kill the raw child before its
+			// execve too: another round, as for a helper killed later.
+			lastErr = err
+			continue
 		}
 		e := <-ch.exited
 		ch.close()

@@ -31,7 +31,9 @@ func openParent(stateDir, path string) (int, error) {
 		if err != nil {
 			return -1, err
 		}
-		fd, err := unix.Dup(int(f.Fd()))
+		// Close-on-exec from the start: the broker forks its Go helper
+		// as a role's user (syscall.ForkExec) while canaries are placed.
+		fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
 		f.Close()
 		return fd, err
 	}

@@ -130,8 +130,10 @@ func finish(dfd int, name string, mode uint32, o Options) error {
 }
 
 func copyDir(sfd, dfd int, src, dst string, o Options, st *Stats) error {
-	// Readdirnames on a duplicate, so closing it leaves sfd open.
-	dup, err := unix.Dup(sfd)
+	// Readdirnames on a duplicate, so closing it leaves sfd open. The
+	// duplicate is close-on-exec from the start: a fork by another
+	// goroutine (os/exec in the controller) must not inherit it.
+	dup, err := unix.FcntlInt(uintptr(sfd), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
 		return err
 	}

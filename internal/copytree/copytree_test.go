@@ -180,3 +180,49 @@ func BenchmarkCopy100k(b *testing.B) {
 		b.ReportMetric(float64(cpu(unix.RUSAGE_CHILDREN)-start)/float64(b.N)/1e6, "cpu-ms/op")
 	})
 }
+
+// TestCopyLeaksNoDescriptorToAConcurrentFork: the copy runs in processes
+// that start other programs while it goes (the controller runs a kit's
+// check with os/exec; the CLI's import runs as root). Every descriptor it
+// opens must be close-on-exec from the moment it exists, or a fork by
+// another goroutine in between inherits a folder of the tree being copied.
+// The folder listing's duplicate was made by dup(2), without it.
+func TestCopyLeaksNoDescriptorToAConcurrentFork(t *testing.T) {
+	if testing.Short() {
+		t.Skip("forks in a loop for a few seconds")
+	}
+	src := filepath.Join(t.TempDir(), "leak-marker-src")
+	for i := range 200 {
+		os.MkdirAll(filepath.Join(src, fmt.Sprintf("d%03d", i), "e"), 0o755)
+	}
+	done := make(chan struct{})
+	leaks := make(chan string, 1)
+	go func() {
+		defer close(leaks)
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			// ls lists its own descriptors: 0-2, the one it reads
+			// /proc/self/fd with, and whatever it inherited.
+			out, _ := exec.Command("/bin/ls", "-l", "/proc/self/fd/").Output()
+			if strings.Contains(string(out), "leak-marker-src") {
+				leaks <- string(out)
+				return
+			}
+		}
+	}()
+	deadline := time.Now().Add(3 * time.Second)
+	for n := 0; time.Now().Before(deadline); n++ {
+		if _, err := Copy(src, filepath.Join(t.TempDir(), fmt.Sprintf("copy%d", n)), Options{UID: -1, GID: -1}); err != nil {
+			t.Fatal(err)
+		}
+		runtime.Gosched()
+	}
+	close(done)
+	if out, ok := <-leaks; ok {
+		t.Fatalf("a program started during the copy inherited a descriptor of the tree copied:\n%s", out)
+	}
+}

@@ -66,6 +66,8 @@ func forkExec(p *prepared, pidfd *int32) (pid uintptr, errno syscall.Errno) {
 		ts            unix.Timespec
 		ru            unix.Rusage
 		oldClone      bool
+		timerID       int32
+		killID        int32
 	)
 
 	// The mask BeforeFork saves and the child must restore: all threads
@@ -111,6 +113,28 @@ func forkExec(p *prepared, pidfd *int32) (pid uintptr, errno syscall.Errno) {
 	}
 	report = p.report
 	spare = p.spare
+
+	// The child watches itself as keepGoing does: from its uid switch on,
+	// any process of the user may stop it, and keepGoing is a goroutine,
+	// which a loaded broker may not run in time. Timers of its own send it
+	// SIGCONT from stuckAfter on, every stuckEvery, and SIGKILL at
+	// giveUpAfter, whatever the broker does meanwhile; SIGCONT left at its
+	// default interrupts nothing, and execve deletes both timers, so none
+	// reaches the command.
+	if !p.unguarded {
+		if _, _, err1 = syscall.RawSyscall(unix.SYS_TIMER_CREATE, unix.CLOCK_MONOTONIC, uintptr(unsafe.Pointer(&p.contEvent)), uintptr(unsafe.Pointer(&timerID))); err1 != 0 {
+			childFail(report, StageContinue, err1, 0)
+		}
+		if _, _, err1 = syscall.RawSyscall6(unix.SYS_TIMER_SETTIME, uintptr(timerID), 0, uintptr(unsafe.Pointer(&p.contEvery)), 0, 0, 0); err1 != 0 {
+			childFail(report, StageContinue, err1, 1)
+		}
+		if _, _, err1 = syscall.RawSyscall(unix.SYS_TIMER_CREATE, unix.CLOCK_MONOTONIC, uintptr(unsafe.Pointer(&p.killEvent)), uintptr(unsafe.Pointer(&killID))); err1 != 0 {
+			childFail(report, StageContinue, err1, 2)
+		}
+		if _, _, err1 = syscall.RawSyscall6(unix.SYS_TIMER_SETTIME, uintptr(killID), 0, uintptr(unsafe.Pointer(&p.killAt)), 0, 0, 0); err1 != 0 {
+			childFail(report, StageContinue, err1, 3)
+		}
+	}
 
 	// Its own session: the broker signals the command's process group,
 	// and no terminal of the broker's reaches it.
@@ -165,6 +189,12 @@ func forkExec(p *prepared, pidfd *int32) (pid uintptr, errno syscall.Errno) {
 	}
 	if _, _, err1 = syscall.RawSyscall(unix.SYS_SETRESUID, p.uid, p.uid, p.uid); err1 != 0 {
 		childFail(report, StageUID, err1, 0)
+	}
+	// A stop's first blow, the very next system call as the user (never
+	// root: prepare refuses uid 0): every other process of the user,
+	// which from now on could kill this child before it stops them.
+	if p.killUser {
+		syscall.RawSyscall(unix.SYS_KILL, ^uintptr(0), uintptr(unix.SIGKILL), 0)
 	}
 	// Not dumpable: no other process of the user may ptrace this child,
 	// which shares the broker's memory until its execve.

@@ -31,6 +31,8 @@ const (
 	StageRlimit
 	StageSeccomp
 	StageExec
+	// StageContinue is the child's own SIGCONT timer, made first.
+	StageContinue
 )
 
 var stageNames = [...]string{
@@ -52,6 +54,7 @@ var stageNames = [...]string{
 	StageRlimit:       "prlimit64",
 	StageSeccomp:      "seccomp",
 	StageExec:         "execve",
+	StageContinue:     "timer_create(SIGCONT)",
 }
 
 func (s Stage) String() string {

@@ -32,11 +32,13 @@ const Arg = "__spawn"
 
 // The descriptors the helper inherits, after stdin, stdout and stderr.
 const (
-	FDSpec   = 3 // the spec, JSON, on a pipe the broker closes after writing
-	FDReport = 4 // the helper writes its answer or why it failed here
 	// FDInherit is the first descriptor a command may be handed to keep
 	// (Command.Inherit): the controller's bootstrap and API listener.
 	FDInherit = 7
+	// The helper is started like any command (Start), its two pipes its
+	// first inherited slots.
+	FDSpec   = FDInherit     // the spec, JSON, on a pipe the broker closes after writing
+	FDReport = FDInherit + 1 // the helper writes its answer or why it failed here
 )
 
 // Rlimit is one resource limit to set.

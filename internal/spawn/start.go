@@ -60,6 +60,12 @@ type Command struct {
 	// Seccomp is the filter, loaded last; nil, none.
 	Seccomp *seccomp.Built
 
+	// KillUserFirst: right after its uid switch the child sends SIGKILL
+	// to every other process of the user (kill(-1)), before any of them
+	// can stop or kill it: the Go helper's stop mode, whose own kill(-1)
+	// comes only after its runtime has started.
+	KillUserFirst bool
+
 	// Weakened switches protections off; only a thermite_weaken test
 	// build honours it, for the self-test's breakage tests.
 	Weakened Weakening
@@ -171,6 +177,26 @@ type prepared struct {
 	// has exec'd (or ended), and keepGoing's SIGCONT must not reach the
 	// command, which may stop itself.
 	back int32
+
+	killUser bool
+	// unguarded is a thermite_weaken build's start without the child's
+	// own timers (Weakening.Unguarded).
+	unguarded bool
+
+	// contEvent and contEvery are the child's own timer: SIGCONT to
+	// itself from stuckAfter on, every stuckEvery, until its execve;
+	// killEvent and killAt, SIGKILL at giveUpAfter.
+	contEvent, killEvent sigevent
+	contEvery, killAt    unix.ItimerSpec
+}
+
+// sigevent is struct sigevent (64 bytes on 64-bit Linux) for
+// timer_create: a signal to the process (SIGEV_SIGNAL, 0).
+type sigevent struct {
+	value  uintptr
+	signo  int32
+	notify int32
+	_      [48]byte
 }
 
 // Start starts c: clone, then in the child (raw system calls only, see
@@ -200,11 +226,12 @@ func Start(c *Command) (*Child, error) {
 	// close-on-exec itself, so no other goroutine's descriptor can leak
 	// into it, and a start held up in the child must not hold up every
 	// other start (and every os/exec) of the process.
-	guard := keepGoing
-	if weaken.Enabled && c.Weakened.Unguarded {
-		guard = holdForkLock
+	var stop func()
+	if p.unguarded {
+		stop = holdForkLock()
+	} else {
+		stop = keepGoing(&pidfd, &p.back, giveUpAfter)
 	}
-	stop := guard(&pidfd, &p.back)
 	pid, errno := forkExec(p, &pidfd)
 	stop()
 	unix.Close(pipe[1])
@@ -238,23 +265,36 @@ const (
 	giveUpAfter = 30 * time.Second
 )
 
+// KeepGoing watches a process already started as a role's user (the
+// broker's Go helper, which the role's processes may signal just as they
+// may Start's child) as Start watches its child: SIGCONT through pidfd
+// from stuckAfter on, every stuckEvery, SIGKILL from giveUp on, until the
+// returned stop is called. A helper held stopped would otherwise hold its
+// caller, a role's disk check or stop, for good.
+func KeepGoing(pidfd int, giveUp time.Duration) (stop func()) {
+	fd := int32(pidfd)
+	return keepGoing(&fd, nil, giveUp)
+}
+
 // keepGoing watches one start until the returned stop is called; stop
 // returns once the watcher has let go of the pidfd, which the caller may
 // close (and the number be reused) right after.
-func keepGoing(pidfd, back *int32) (stop func()) {
+// back, where not nil, says the watched child has exec'd: from then on
+// nothing is sent, as the command may stop itself.
+func keepGoing(pidfd, back *int32, giveUp time.Duration) (stop func()) {
 	done, gone := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(gone)
 		t := time.NewTimer(stuckAfter)
 		defer t.Stop()
-		deadline := time.Now().Add(giveUpAfter)
+		deadline := time.Now().Add(giveUp)
 		for {
 			select {
 			case <-done:
 				return
 			case <-t.C:
 			}
-			if fd := atomic.LoadInt32(pidfd); fd >= 0 && atomic.LoadInt32(back) == 0 {
+			if fd := atomic.LoadInt32(pidfd); fd >= 0 && (back == nil || atomic.LoadInt32(back) == 0) {
 				sig := unix.SIGCONT
 				if time.Now().After(deadline) {
 					sig = unix.SIGKILL
@@ -270,7 +310,7 @@ func keepGoing(pidfd, back *int32) (stop func()) {
 // holdForkLock is a thermite_weaken build's start without keepGoing,
 // holding syscall.ForkLock as starts did before: a child stopped in its
 // window then holds every start, and every os/exec, of the process.
-func holdForkLock(_, _ *int32) (stop func()) {
+func holdForkLock() (stop func()) {
 	syscall.ForkLock.Lock()
 	return syscall.ForkLock.Unlock
 }
@@ -405,11 +445,16 @@ func prepare(c *Command) (*prepared, error) {
 		p.groups = append(p.groups, uint32(g))
 	}
 	p.uid, p.gid = uintptr(c.UID), uintptr(c.GID)
+	p.killUser = c.KillUserFirst
 	for _, r := range c.ordered() {
 		p.rlimits = append(p.rlimits, rlimit64{r.Cur, r.Max})
 		p.rlimRes = append(p.rlimRes, uintptr(r.Resource))
 	}
 	p.capHdr = unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	p.contEvent = sigevent{signo: int32(unix.SIGCONT)}
+	p.contEvery = unix.ItimerSpec{Value: unix.NsecToTimespec(int64(stuckAfter)), Interval: unix.NsecToTimespec(int64(stuckEvery))}
+	p.killEvent = sigevent{signo: int32(unix.SIGKILL)}
+	p.killAt = unix.ItimerSpec{Value: unix.NsecToTimespec(int64(giveUpAfter))}
 	if c.Seccomp != nil {
 		p.seccomp = c.Seccomp.Prog()
 	}
@@ -421,6 +466,7 @@ func prepare(c *Command) (*prepared, error) {
 			p.ambient |= 1 << cap
 		}
 		p.slow = c.Weakened.SlowStart
+		p.unguarded = c.Weakened.Unguarded
 	}
 	// clone3 resets the child's signal handlers itself
 	// (CLONE_CLEAR_SIGHAND): the child then only restores its signal mask,
