@@ -23,29 +23,39 @@ func ByUID(procRoot string, uid int) ([]int, error) {
 
 // CountByUID returns, for each uid in uids, the pids whose real uid it is.
 func CountByUID(procRoot string, uids map[int]bool) (map[int][]int, error) {
+	out := map[int][]int{}
+	err := eachProcess(procRoot, func(string) bool { return true }, func(pid, uid int) {
+		if uids[uid] {
+			out[uid] = append(out[uid], pid)
+		}
+	})
+	return out, err
+}
+
+// eachProcess calls found with the pid and real uid of every process but
+// this one whose /proc entry name passes want.
+func eachProcess(procRoot string, want func(entry string) bool, found func(pid, uid int)) error {
 	d, err := os.Open(procRoot)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer d.Close()
 	names, err := d.Readdirnames(-1)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	out := map[int][]int{}
 	self := os.Getpid()
 	buf := make([]byte, 4096)
 	for _, n := range names {
 		pid, err := strconv.Atoi(n)
-		if err != nil || pid == self {
+		if err != nil || pid == self || !want(procRoot+"/"+n) {
 			continue
 		}
-		uid, ok := realUID(procRoot+"/"+n+"/status", buf)
-		if ok && uids[uid] {
-			out[uid] = append(out[uid], pid)
+		if uid, ok := realUID(procRoot+"/"+n+"/status", buf); ok {
+			found(pid, uid)
 		}
 	}
-	return out, nil
+	return nil
 }
 
 // ByUIDOwned is ByUID for users that cannot change their effective uid
@@ -56,32 +66,17 @@ func CountByUID(procRoot string, uids map[int]bool) (map[int][]int, error) {
 // fraction of generating the status, which every other process of the
 // machine would otherwise cost each call.
 func ByUIDOwned(procRoot string, uid int) ([]int, error) {
-	d, err := os.Open(procRoot)
-	if err != nil {
-		return nil, err
-	}
-	defer d.Close()
-	names, err := d.Readdirnames(-1)
-	if err != nil {
-		return nil, err
-	}
 	var out []int
-	self := os.Getpid()
-	buf := make([]byte, 4096)
-	for _, n := range names {
-		pid, err := strconv.Atoi(n)
-		if err != nil || pid == self {
-			continue
-		}
+	owned := func(entry string) bool {
 		var st unix.Stat_t
-		if unix.Stat(procRoot+"/"+n, &st) != nil || (st.Uid != uint32(uid) && st.Uid != 0) {
-			continue
-		}
-		if u, ok := realUID(procRoot+"/"+n+"/status", buf); ok && u == uid {
+		return unix.Stat(entry, &st) == nil && (st.Uid == uint32(uid) || st.Uid == 0)
+	}
+	err := eachProcess(procRoot, owned, func(pid, u int) {
+		if u == uid {
 			out = append(out, pid)
 		}
-	}
-	return out, nil
+	})
+	return out, err
 }
 
 func realUID(path string, buf []byte) (int, bool) {

@@ -6,12 +6,8 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -138,60 +134,5 @@ func BenchmarkOf(b *testing.B) {
 	}
 	for b.Loop() {
 		fs.Of(65534)
-	}
-}
-
-// TestOfThreadServesNoOtherGoroutine: while reads change one thread's
-// effective uid, no other goroutine (a Run being served, a start forking
-// its child, which takes on the thread's credentials) ever runs on a
-// thread that is not root's: the reading goroutine holds its thread
-// locked from before the change until after it is undone.
-func TestOfThreadServesNoOtherGoroutine(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: it changes one thread's effective uid")
-	}
-	dir, err := os.Open(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dir.Close()
-	fs := &FS{dir: dir, Source: "test"}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	var seen atomic.Int64
-	for range 4 {
-		wg.Add(2)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-					fs.Of(65534)
-				}
-			}
-		}()
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				// getresuid asks the thread this goroutine runs on now.
-				if _, e, _ := unix.Getresuid(); e != 0 {
-					seen.Store(int64(e))
-				}
-				runtime.Gosched()
-			}
-		}()
-	}
-	time.Sleep(2 * time.Second)
-	close(stop)
-	wg.Wait()
-	if e := seen.Load(); e != 0 {
-		t.Fatalf("a goroutine other than a quota read ran with effective uid %d", e)
 	}
 }
