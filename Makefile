@@ -33,7 +33,7 @@ staticcheck:
 # Every test, as root: isolation tests create throwaway role users and run
 # probes as them; tests that need what this machine lacks skip and say why.
 test: build vet staticcheck
-	$(GO) test -count=1 -timeout 20m ./...
+	$(GO) test -count=1 -timeout 35m ./...
 
 # The fast tests: no root, no podman, no virtual machine (root-only tests
 # skip under -short, saying so).

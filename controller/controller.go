@@ -45,6 +45,10 @@ type Controller struct {
 
 	mu      sync.Mutex
 	pruneMu sync.Mutex // one prune of ended trials at a time
+	// ending are the trials whose end is under way (recorded, its roles
+	// not yet stopped or its folder not yet retired): a prune passes them
+	// over (c.mu).
+	ending  map[string]bool
 	trials  map[string]*trialRT
 	apiAddr string // the harness API's TCP address, once it listens
 	apiTCP  string // the address of the listener the broker handed over

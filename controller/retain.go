@@ -57,7 +57,7 @@ func (c *Controller) pruneEnded(olderThan time.Duration) (PruneResult, error) {
 	}
 	cut := time.Now().Add(-olderThan)
 	for _, t := range ts {
-		if t.State == ledger.TrialOpen || !t.Removed.IsZero() || t.Ended.After(cut) {
+		if t.State == ledger.TrialOpen || !t.Removed.IsZero() || t.Ended.After(cut) || c.endUnderWay(t.ID) {
 			continue
 		}
 		n, err := c.broker.retire(c.trialDir(t.ID), true)
@@ -78,6 +78,14 @@ func (c *Controller) pruneEnded(olderThan time.Duration) (PruneResult, error) {
 		c.log.Info("ended trials removed", "trials", len(res.Trials), "entries", res.Entries, "bytes", res.Bytes)
 	}
 	return res, nil
+}
+
+// endUnderWay says whether id's end is recorded but not done: its roles
+// may still run, and EndTrial retires its folder itself.
+func (c *Controller) endUnderWay(id string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ending[id]
 }
 
 // keptEnded is what ended trials not yet removed hold.

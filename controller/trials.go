@@ -403,7 +403,16 @@ func (c *Controller) EndTrial(id, reason string) error {
 	c.mu.Lock()
 	rt := c.trials[id]
 	delete(c.trials, id)
+	if c.ending == nil {
+		c.ending = map[string]bool{}
+	}
+	c.ending[id] = true
 	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		delete(c.ending, id)
+		c.mu.Unlock()
+	}()
 	if rt != nil {
 		// No request starts after this, and those in flight are cancelled
 		// (a body still arriving is cut short), so that they end before

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -116,4 +117,61 @@ func TestEndedTrialFolderRemovedAfterRetention(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestPruneDuringATrialsEndPassesItOver: a prune (the operator's, or the
+// retention's) that runs while a trial's end is under way, recorded but
+// its lane not yet stopped, passes that trial over instead of failing on
+// its still-running processes; the end retires the folder itself, and the
+// next prune removes it.
+func TestPruneDuringATrialsEndPassesItOver(t *testing.T) {
+	r := newRig(t)
+	project := makeProject(t, r)
+	info, _ := startTrial(t, r, 1, project)
+	// Leftovers make the stop take a while: the window a prune lands in.
+	sleepers := "for i in $(seq 30); do setsid -f sleep 600 </dev/null >/dev/null 2>&1; done"
+	if out, stderr, code := r.Thermite("trial", "exec", info.ID, "--", "sh", "-c", sleepers); code != 0 {
+		t.Fatalf("trial exec: exit %d %s %s", code, out, stderr)
+	}
+	done := make(chan struct{})
+	failed := make(chan string, 1)
+	prunes := 0
+	go func() {
+		defer close(failed)
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			out, stderr, code := r.Thermite("trial", "prune")
+			prunes++
+			if code != 0 {
+				failed <- fmt.Sprintf("exit %d %q %q", code, out, stderr)
+				return
+			}
+		}
+	}()
+	time.Sleep(100 * time.Millisecond)
+	if _, stderr, code := r.Thermite("trial", "end", info.ID); code != 0 {
+		t.Fatalf("trial end: %s", stderr)
+	}
+	close(done)
+	if msg, ok := <-failed; ok {
+		t.Fatalf("a prune during the trial's end failed: %s", msg)
+	}
+	t.Logf("%d prunes ran during the end", prunes)
+	// A prune that began after the end's retire may have removed it
+	// already; after one more, it is gone either way.
+	if out, stderr, code := r.Thermite("trial", "prune"); code != 0 {
+		t.Fatalf("trial prune after the end: exit %d %q %q", code, out, stderr)
+	}
+	if dir := filepath.Dir(info.Workspace); !gone(dir) {
+		t.Fatalf("ended trial's folder %s still there after the prunes", dir)
+	}
+}
+
+func gone(p string) bool {
+	_, err := os.Lstat(p)
+	return os.IsNotExist(err)
 }

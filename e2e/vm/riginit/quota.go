@@ -133,7 +133,7 @@ func quotaCase(base string, errf func(string, ...any)) (*QuotaResult, *exec.Cmd)
 	}
 	fmt.Printf("RIG: quota: trial two ended: %q\n", q.EndReason)
 	if out, err := run(bin, "trial", "prune"); err != nil {
-		errf("quota: trial prune: %v: %s", err, out)
+		errf("quota: trial prune: %v: %s; processes then: %s", err, out, processesNow())
 		return q, broker
 	}
 	three, ok := trialStart(errf)
@@ -200,4 +200,28 @@ func loadModule(path string) error {
 		return err
 	}
 	return nil
+}
+
+// processesNow lists every process but root's, one line each (pid, name,
+// state, parent, real uid), so a failed step says what still ran.
+func processesNow() string {
+	var b strings.Builder
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		data, err := os.ReadFile("/proc/" + e.Name() + "/status")
+		if err != nil {
+			continue
+		}
+		f := map[string]string{}
+		for _, l := range strings.Split(string(data), "\n") {
+			if k, v, ok := strings.Cut(l, ":"); ok {
+				f[k] = strings.Join(strings.Fields(v), " ")
+			}
+		}
+		if strings.HasPrefix(f["Uid"], "0 ") {
+			continue
+		}
+		fmt.Fprintf(&b, "[pid %s %s %s ppid %s uid %s] ", e.Name(), f["Name"], f["State"], f["PPid"], f["Uid"])
+	}
+	return b.String()
 }
