@@ -31,14 +31,7 @@ func BenchmarkIdleTrialsDiskCheck(b *testing.B) {
 }
 
 func idleTrialsDiskCheck(b *testing.B, onQuota bool) {
-	files := 10000
-	if v := os.Getenv("IDLE_FILES"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			b.Fatalf("IDLE_FILES: %q is not a count", v)
-		}
-		files = n
-	}
+	files := envCount(b, "IDLE_FILES", 10000)
 	r := testrig.New(b, testrig.Options{Lanes: 16, Extra: "[trial]\ndisk_check = \"1s\"\n", NoStart: onQuota})
 	if onQuota {
 		mountWithUserQuotas(b, r.Cfg.StateDir, 4096)
@@ -112,14 +105,7 @@ func BenchmarkBusyTrialsDiskCheck(b *testing.B) {
 }
 
 func busyTrialsDiskCheck(b *testing.B, fullWalk bool) {
-	files := 10000
-	if v := os.Getenv("BUSY_FILES"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			b.Fatalf("BUSY_FILES: %q is not a count", v)
-		}
-		files = n
-	}
+	files := envCount(b, "BUSY_FILES", 10000)
 	counts := []int{1, 4, 16}
 	if v := os.Getenv("BUSY_TRIALS"); v != "" {
 		counts = nil
@@ -211,4 +197,17 @@ func busyTrialsDiskCheck(b *testing.B, fullWalk bool) {
 			mode, n, files, ms(per), ms(parts[0]), ms(parts[1]), ms(parts[2]), ms(du), float64(per)/float64(du))
 		b.ReportMetric(float64(per)/float64(du), fmt.Sprintf("cpu-per-interval/du-%dtrials", n))
 	}
+}
+
+// envCount is the count the variable name gives, or def where it is unset.
+func envCount(b *testing.B, name string, def int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		b.Fatalf("%s: %q is not a count", name, v)
+	}
+	return n
 }
