@@ -547,7 +547,7 @@ func planEgress(cfg *config.Config, r roles.Role, pol *roles.Policy, asked bool,
 func planConfinement(cfg *config.Config, r roles.Role, argv []string, l *fence.Layout, cards []int, home string, pol roles.Policy, now *Snapshot) (*landlock.RoleSpec, *seccomp.Options) {
 	w := now.Weakened
 	sc := &seccomp.Options{Network: pol.Network, AllowPerf: pol.AllowPerf, FileHelper: fileHelper(r, argv)}
-	for _, name := range []string{seccomp.WeakenSysVIPC, seccomp.WeakenSetIDOpenat2, seccomp.WeakenAPITCP, seccomp.WeakenAIO} {
+	for _, name := range []string{seccomp.WeakenSysVIPC, seccomp.WeakenSetIDOpenat2, seccomp.WeakenAPITCP, seccomp.WeakenAIO, seccomp.WeakenStopSignals} {
 		if w[name] {
 			sc.Weakened = append(sc.Weakened, name)
 		}
@@ -729,7 +729,7 @@ const (
 
 // policySwitches are every switch the policy reads.
 var policySwitches = []string{
-	seccomp.WeakenSysVIPC, seccomp.WeakenSetIDOpenat2, seccomp.WeakenAPITCP, seccomp.WeakenAIO,
+	seccomp.WeakenSysVIPC, seccomp.WeakenSetIDOpenat2, seccomp.WeakenAPITCP, seccomp.WeakenAIO, seccomp.WeakenStopSignals,
 	weaken.APITCP, weaken.AdvisoryCPUs, weaken.ControllerBare, weakNoLandlock, weakFenceOnly,
 	weaken.EgressOpen,
 }

@@ -143,6 +143,25 @@ func (a *assembler) returnOf(action uint32) label {
 	return l
 }
 
+// exitLabel is a label a block may jump to from anywhere to return
+// action: the shared return; where decisions return in place (the linear
+// reference), a label the block places with placeExit after its last
+// decision.
+func (a *assembler) exitLabel(action uint32) label {
+	if !a.inlineReturns {
+		return a.returnOf(action)
+	}
+	return a.newLabel()
+}
+
+// placeExit places what exitLabel made, when it must be placed.
+func (a *assembler) placeExit(l label, action uint32) {
+	if a.inlineReturns {
+		a.place(l)
+		a.ret(action)
+	}
+}
+
 // placeReturns ends the program with the shared returns, ALLOW last: the
 // answer for every call no rule names.
 func (a *assembler) placeReturns() {

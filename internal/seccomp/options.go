@@ -72,10 +72,11 @@ func (o Options) Validate() error {
 
 // The rules a thermite_weaken test build can leave out (Options.Weakened).
 const (
-	WeakenSysVIPC      = weaken.SysVIPC // denySharedSysVIPC
-	WeakenSetIDOpenat2 = weaken.SetID   // denyOpenat2
-	WeakenAPITCP       = weaken.APITCP  // restrictSockets: TCP for api roles
-	WeakenAIO          = weaken.AIO     // denyAIO
+	WeakenSysVIPC      = weaken.SysVIPC     // denySharedSysVIPC
+	WeakenSetIDOpenat2 = weaken.SetID       // denyOpenat2
+	WeakenAPITCP       = weaken.APITCP      // restrictSockets: TCP for api roles
+	WeakenAIO          = weaken.AIO         // denyAIO
+	WeakenStopSignals  = weaken.StopSignals // denyStopSignals
 )
 
 // ControllerOptions are the controller daemon's filter: everything a role

@@ -80,6 +80,9 @@ func makeRules(a *assembler, o Options) {
 		denyAIO(a)
 	}
 	denyTerminalInjection(a)
+	if !o.weakened(WeakenStopSignals) {
+		denyStopSignals(a)
+	}
 	denySetIDModes(a)
 	if !o.weakened(WeakenSetIDOpenat2) {
 		denyOpenat2(a, o.FileHelper || o.Controller)
@@ -275,6 +278,64 @@ func denyTerminalInjection(a *assembler) {
 		a.place(injection)
 		a.ret(actionEPERM)
 	})
+}
+
+// stopSignals are the signals whose default action stops a process.
+var stopSignals = []uint32{uint32(unix.SIGSTOP), uint32(unix.SIGTSTP), uint32(unix.SIGTTIN), uint32(unix.SIGTTOU)}
+
+// denyStopSignals refuses every role the power to stop a process: no role
+// command has a terminal, so none needs job control, and a stop sent to
+// its own user's processes reaches, where Landlock cannot scope signals,
+// the broker's new command between its uid switch and execve and the
+// broker's stop helper, holding the broker's starts. Each call that names
+// a signal for another process is refused when that signal is a stop
+// signal, as is F_SETSIG, which picks the signal an F_SETOWN target gets
+// for I/O, dnotify and lease breaks. Signal 0, SIGCONT, SIGTERM, SIGKILL
+// and the rest pass. The kernel reads every one of these arguments as an
+// int (F_SETSIG's too: do_fcntl's argi), so only the low 32 bits count.
+//
+// What else sets a signal reaches only the caller, so is left open: a
+// clone's exit signal goes to the new child's parent, the caller (with
+// CLONE_PARENT the kernel gives the child the caller's own exit signal,
+// and a reparented child's becomes SIGCHLD); PR_SET_PDEATHSIG, timer_create
+// (SIGEV_THREAD_ID must name a thread of the caller's group) and mq_notify
+// signal the caller itself; a pseudo-terminal's job-control signals reach
+// only its own session, one the role made.
+func denyStopSignals(a *assembler) {
+	signalArgument := []struct {
+		nr, sig int
+	}{
+		{unix.SYS_KILL, 1}, {unix.SYS_TKILL, 1}, {unix.SYS_TGKILL, 2},
+		{unix.SYS_RT_SIGQUEUEINFO, 1}, {unix.SYS_RT_TGSIGQUEUEINFO, 2},
+		{unix.SYS_PIDFD_SEND_SIGNAL, 1},
+	}
+	for _, c := range signalArgument {
+		a.syscallBlock("stop signals", uint32(c.nr), func() {
+			a.loadArgLow(c.sig)
+			refuseStopSignal(a)
+		})
+	}
+	a.syscallBlock("stop signals", unix.SYS_FCNTL, func() {
+		// The command is an unsigned int in the kernel's fcntl.
+		allow := a.exitLabel(actionAllow)
+		a.loadArgLow(1)
+		a.jumpIf(bpf.JumpEqual, unix.F_SETSIG, next, allow)
+		a.loadArgLow(2)
+		refuseStopSignal(a)
+		a.placeExit(allow, actionAllow)
+	})
+}
+
+// refuseStopSignal ends a block: EPERM when the accumulator holds a stop
+// signal, ALLOW otherwise.
+func refuseStopSignal(a *assembler) {
+	refuse := a.exitLabel(actionEPERM)
+	last := len(stopSignals) - 1
+	for _, sig := range stopSignals[:last] {
+		a.jumpIf(bpf.JumpEqual, sig, refuse, next)
+	}
+	a.decide(bpf.JumpEqual, stopSignals[last], actionEPERM, actionAllow)
+	a.placeExit(refuse, actionEPERM)
 }
 
 // setIDBits are the mode bits that make an executable run as its owner or

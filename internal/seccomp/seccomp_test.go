@@ -37,6 +37,7 @@ const (
 	envNetwork   = "THERMITE_SECCOMP_NETWORK"
 	envAllowPerf = "THERMITE_SECCOMP_ALLOW_PERF"
 	envHelper    = "THERMITE_SECCOMP_FILE_HELPER"
+	envCtl       = "THERMITE_SECCOMP_CONTROLLER"
 	envDir       = "THERMITE_SECCOMP_DIR"
 	resultPrefix = "RESULT: "
 )
@@ -380,7 +381,7 @@ func child(name string) int {
 	if run == nil {
 		return say("unknown scenario %q", name)
 	}
-	o := Options{Network: netpolicy.Network(os.Getenv(envNetwork)), AllowPerf: os.Getenv(envAllowPerf) == "1", FileHelper: os.Getenv(envHelper) == "1"}
+	o := Options{Network: netpolicy.Network(os.Getenv(envNetwork)), AllowPerf: os.Getenv(envAllowPerf) == "1", FileHelper: os.Getenv(envHelper) == "1", Controller: os.Getenv(envCtl) == "1"}
 	var witness *otherThread
 	if name == "thread-only" {
 		witness = startOtherThread() // exists before the filter, so has none
@@ -467,7 +468,8 @@ func runChild(t *testing.T, scenario, mode string, o Options, dir string) outcom
 	cmd.Env = append(os.Environ(),
 		envScenario+"="+scenario, envMode+"="+mode, envNetwork+"="+string(o.Network),
 		envAllowPerf+"="+map[bool]string{true: "1", false: "0"}[o.AllowPerf], envDir+"="+dir,
-		envHelper+"="+map[bool]string{true: "1", false: "0"}[o.FileHelper])
+		envHelper+"="+map[bool]string{true: "1", false: "0"}[o.FileHelper],
+		envCtl+"="+map[bool]string{true: "1", false: "0"}[o.Controller])
 	out, err := cmd.CombinedOutput()
 	res := outcome{output: string(out)}
 	var exit *exec.ExitError

@@ -46,6 +46,11 @@ const (
 	// stopped between its uid switch and execve, so a lane that stops its
 	// own processes holds every start after it.
 	UnguardedStart = "unguarded-start"
+	// StopSignals lets every role send SIGSTOP, SIGTSTP, SIGTTIN and
+	// SIGTTOU again (and pick one with F_SETSIG), as before the filter
+	// refused them: a lane stops its own user's processes, the broker's
+	// starts and helpers among them where Landlock cannot scope signals.
+	StopSignals = "stop-signals"
 	// LandlockABIPrefix, followed by a number, pretends the kernel has that
 	// Landlock ABI (when lower than its own).
 	LandlockABIPrefix = "landlock-abi-"
