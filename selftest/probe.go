@@ -237,8 +237,10 @@ var attempts = map[string]func(Attempt) Outcome{
 	OpOpenat2SetID: createSetIDThroughOpenat2,
 	OpLinkSetID:    linkSetIDFile,
 	OpFillHoles:    fillHolesThroughMmap,
-	// The start window's attack (starts.go).
-	OpStopOwn: stopOwnProcesses,
+	// The start window's attack (starts.go), and at its root
+	// (probe_stop.go).
+	OpStopOwn:   stopOwnProcesses,
+	OpStopChild: stopOwnChild,
 }
 
 // runAttempt runs one attempt by its operation.

@@ -242,6 +242,9 @@ var Policy = []Row{
 	// loop, a lane catches some of its new commands between their uid
 	// switch and execve, where the broker waits on them.
 	{Who: Only(roles.Lane), Starts: true, Attempt: "hold other roles' command starts by stopping its own processes in a loop", Make: stopperAttempt, Want: succeeds, Check: startsWentOn},
+	// At its root: no role may stop any process, so none reaches a start
+	// or a stop helper of its user, with or without Landlock's scope.
+	{Who: Only(roles.Lane), Attempt: "stop a process of its own user with SIGSTOP, SIGTSTP, SIGTTIN or SIGTTOU", Make: stopChildAttempts, Want: notPerm},
 	{Who: Every, Attempt: "write a closed temporary place", Make: func(c *Context, _ roles.Role) []Attempt {
 		var out []Attempt
 		for _, p := range c.Cfg.ClosedTmp {

@@ -175,6 +175,7 @@ func TestSelftestCatchesBreakage(t *testing.T) {
 				"connect to an address beyond this host on the API's port",
 				"make a SysV IPC object other users may open", "open its SysV IPC object up with IPC_SET",
 				"create a set-id file through openat2", "make the broker its tracer with PTRACE_TRACEME",
+				stopRow,
 				// This build has no role cgroups either, so no cpuset.
 				"move onto a judge CPU a timed run holds", "widen its affinity beyond its judge CPUs",
 			},
@@ -301,12 +302,24 @@ func TestSelftestCatchesBreakage(t *testing.T) {
 			// The start window as before its fix (a start under
 			// syscall.ForkLock, no SIGCONT for a child stopped there), on
 			// a kernel without Landlock's signal scope (ABI 5, the loss
-			// accepted): lane-1's probe, stopping its own processes, catches
-			// one of its starts there, and the builder's commands wait.
+			// accepted), and the filter's refusal of stop signals gone:
+			// lane-1's probe, stopping its own processes, catches one of
+			// its starts there, and the builder's commands wait. (With the
+			// stop signals refused the starts row would hold.)
 			name: "a start held by its own lane's stop signals",
-			opts: testrig.Options{Tags: "thermite_weaken", Env: []string{"THERMITE_WEAKEN=" + weaken.UnguardedStart + "," + weaken.LandlockABIPrefix + "5"},
+			opts: testrig.Options{Tags: "thermite_weaken", Env: []string{"THERMITE_WEAKEN=" + weaken.UnguardedStart + "," + weaken.StopSignals + "," + weaken.LandlockABIPrefix + "5"},
 				Extra: "startup_selftest = \"warn\"\n" + acceptScopeLoss},
-			want:  []string{startsRow},
+			want:  []string{startsRow, stopRow},
+			roles: "lane-1",
+		},
+		{
+			// The filter's refusal of stop signals gone: lane-1 stops a
+			// child of its own by every path. Landlock's signal scope
+			// (here) keeps its stops from the broker's starts, so this row
+			// alone fails.
+			name:  "stop signals allowed",
+			opts:  testrig.Options{Tags: "thermite_weaken", Env: []string{"THERMITE_WEAKEN=" + weaken.StopSignals}, Extra: `startup_selftest = "warn"`},
+			want:  []string{stopRow},
 			roles: "lane-1",
 		},
 		{
@@ -375,21 +388,28 @@ func TestSelftestCatchesBreakage(t *testing.T) {
 // startsRow is the self-test's row for the start window.
 const startsRow = "hold other roles' command starts by stopping its own processes in a loop"
 
+// stopRow is the self-test's row for stop signals, the start window's
+// attack at its root.
+const stopRow = "stop a process of its own user with SIGSTOP, SIGTSTP, SIGTTIN or SIGTTOU"
+
 // acceptScopeLoss accepts a kernel without Landlock's signal and abstract
 // socket scoping (ABI 5 and lower).
 const acceptScopeLoss = "[host]\naccept_lost = [\"landlock-scope\"]\n"
 
 // TestSelftestSaysLaneStoppingItsOwnStartsHoldsNothingOnLandlockABI5: on
 // a kernel without signal scoping (a pretend Landlock ABI 5, the loss
-// accepted) lane-1's stop signals do reach its new commands in their
-// start window; the broker's SIGCONT (spawn's keepGoing) alone keeps the
-// starts going, and the self-test's row for it holds. The breakage case
-// "a start held by its own lane's stop signals" is the same rig without it.
+// accepted), with the filter's refusal of stop signals left out, lane-1's
+// stop signals do reach its new commands in their start window; the
+// broker's SIGCONT (spawn's keepGoing) alone keeps the starts going, and
+// the self-test's row for it holds (the stop signals' own row fails, as
+// it must without its rule). The breakage case "a start held by its own
+// lane's stop signals" is the same rig without keepGoing.
 func TestSelftestSaysLaneStoppingItsOwnStartsHoldsNothingOnLandlockABI5(t *testing.T) {
-	r := testrig.New(t, testrig.Options{Tags: "thermite_weaken", Env: []string{"THERMITE_WEAKEN=" + weaken.LandlockABIPrefix + "5"}, Extra: acceptScopeLoss})
-	res, code := selftestJSON(t, r)
-	if code != 0 || !res.Holds || !strings.Contains(res.Sentence, "without: landlock-scope") {
-		t.Fatalf("exit %d, sentence %q", code, res.Sentence)
+	r := testrig.New(t, testrig.Options{Tags: "thermite_weaken", Env: []string{"THERMITE_WEAKEN=" + weaken.StopSignals + "," + weaken.LandlockABIPrefix + "5"},
+		Extra: "startup_selftest = \"warn\"\n" + acceptScopeLoss})
+	res, _ := selftestJSON(t, r)
+	if got := failing(res); len(got) != 1 || len(got[stopRow]) == 0 {
+		t.Fatalf("failing rows %v, want only %q (the stop-signals switch)\n%s", got, stopRow, res.Sentence)
 	}
 	var rows []rpc.Probe
 	for _, p := range res.Probes {

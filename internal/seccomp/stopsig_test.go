@@ -162,17 +162,18 @@ var stopPaths = map[string]stopSender{
 		}
 		defer unix.Close(p[0])
 		defer unix.Close(p[1])
+		if _, _, e := unix.Syscall(unix.SYS_FCNTL, uintptr(p[0]), unix.F_SETSIG, uintptr(sig)); e != 0 {
+			return e
+		}
 		if _, err := unix.FcntlInt(uintptr(p[0]), unix.F_SETOWN, pid); err != nil {
 			return err.(unix.Errno)
 		}
 		if _, err := unix.FcntlInt(uintptr(p[0]), unix.F_SETFL, unix.O_ASYNC|unix.O_NONBLOCK); err != nil {
 			return err.(unix.Errno)
 		}
-		if _, _, e := unix.Syscall(unix.SYS_FCNTL, uintptr(p[0]), unix.F_SETSIG, uintptr(sig)); e != 0 {
-			return e
-		}
-		_, err := unix.Write(p[1], []byte{1})
-		if err != nil {
+		// Closing the write end would raise the signal once more.
+		defer unix.FcntlInt(uintptr(p[0]), unix.F_SETFL, unix.O_NONBLOCK)
+		if _, err := unix.Write(p[1], []byte{1}); err != nil {
 			return err.(unix.Errno)
 		}
 		return 0
