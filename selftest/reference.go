@@ -71,7 +71,9 @@ another and the builder's beside them; each of the builder's must start and
 end within ` + startsBound.String() + `. The probe then leaves what it stopped stopped (at most
 ` + stopperHold.String() + `, so that a start the broker left stopped holds it longer than that
 bound) until one more start of each has ended after its stops, and the
-lane's next command must run.
+lane's next command must run. (Every role's filter refuses stop signals, so
+its stops reach nothing unless that rule is gone; the row after it proves
+the rule.)
 
 | # | attempt | roles | right outcome |
 |---|---|---|---|

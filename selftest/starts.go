@@ -27,7 +27,11 @@ import (
 // starts there, where no Landlock signal scope keeps it out (ABI 5 and
 // lower); the broker must get such a start going again itself, or the lane
 // holds every start for as long as it likes. The Starts rows prove it
-// through the broker's own start path.
+// through the broker's own start path. Every role's filter now refuses
+// stop signals at their root (seccomp's denyStopSignals, proved by the
+// row "stop a process of its own user ..."), so the stops here reach
+// something only where that rule is gone; the row still proves the start
+// path behind it.
 
 // OpStopOwn sends SIGSTOP, SIGTSTP, SIGTTIN and SIGTTOU in turn to every
 // process it may signal (kill(-1)), from two threads, for the first

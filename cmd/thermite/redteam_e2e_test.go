@@ -41,8 +41,10 @@ func TestLaneKillingItsStopHelperCannotSurviveItsStop(t *testing.T) {
 		{"signals scoped, no cgroups", "KILL", testrig.Options{Extra: noCgroups}, ""},
 		{"landlock ABI 5, cgroups", "KILL", oldKernel(5, noScope), ""},
 		// A helper stopped by the loop is sent SIGCONT until it has
-		// done its kill(-1) (spawn.KeepGoing).
-		{"landlock ABI 5, no cgroups, SIGSTOP", "STOP", oldKernel(5, noScope+noCgroups), ""},
+		// done its kill(-1) (spawn.KeepGoing). The filter refuses every
+		// stop signal; the build leaves that rule out (stop-signals) so
+		// that the watcher behind it is what this proves.
+		{"landlock ABI 5, no cgroups, SIGSTOP", "STOP", stopsAllowed(oldKernel(5, noScope+noCgroups)), ""},
 		// Neither protection: the loop killed all five of the broker's
 		// helpers before their runtime reached kill(-1), and lived on;
 		// the raw child now strikes first, right after its uid switch
@@ -203,12 +205,14 @@ func TestLaneCrashSignalsToItsOwnStartsLeaveTheBrokerUp(t *testing.T) {
 // as it appears: the measure must still answer (a helper that cannot
 // finish is the lane's doing, and counts as over every cap), never wait
 // for ever, which would stop the disk checks of the lane's trial, and so
-// its disk cap, for good.
+// its disk cap, for good. The filter refuses every stop signal; the build
+// leaves that rule out (stop-signals) so that the measure's own bound is
+// what this proves.
 func TestLaneStoppingItsDiskMeasureCannotHoldIt(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: it starts a broker and role users")
 	}
-	r := testrig.New(t, oldKernel(5, "[host]\naccept_lost = [\"landlock-scope\"]\n"))
+	r := testrig.New(t, stopsAllowed(oldKernel(5, "[host]\naccept_lost = [\"landlock-scope\"]\n")))
 	if err := r.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -331,13 +335,16 @@ func sharedLeftover(t *testing.T, opts testrig.Options) {
 // scope signals (ABI 5), a lane stopping its own processes in a loop must
 // not catch a child just as a collection begins and so freeze the whole
 // broker. GOGC=1 makes the broker collect at nearly every request, and
-// lane-1 starts commands eight at a time.
+// lane-1 starts commands eight at a time. The filter refuses every stop
+// signal; the build leaves that rule out (stop-signals) so that the start
+// path behind it is what this proves.
 func TestLaneStoppingItsOwnStartsDuringAGCCannotStallTheBroker(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: it starts a broker and role users")
 	}
 	opts := oldKernel(5, "[host]\naccept_lost = [\"landlock-scope\"]\n")
 	opts.Env = append(opts.Env, "GOGC=1")
+	opts = stopsAllowed(opts)
 	r := testrig.New(t, opts)
 	if err := r.Start(); err != nil {
 		t.Fatal(err)
@@ -403,9 +410,10 @@ func TestLaneStoppingItsOwnStartsDuringAGCCannotStallTheBroker(t *testing.T) {
 // so that collections begin while the child is held. Every one of lane-2's
 // commands must start and end: the child's own timers (SIGCONT every
 // millisecond, SIGKILL at 30 s) bound the freeze, which a stopper on a
-// busy machine can still make last up to the SIGKILL (see
-// /work/notes/redteam.md: refusing stop signals to role commands is the
-// whole fix).
+// busy machine can still make last up to the SIGKILL. Every role's
+// filter now refuses stop signals (seccomp's denyStopSignals), the whole
+// fix; the stopper here, started by the test outside any filter, stands
+// for a process where that rule would not hold.
 func TestRolesProcessStoppingAStartDuringAGCCannotFreezeTheBrokerForGood(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: it starts a broker and role users")
