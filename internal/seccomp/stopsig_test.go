@@ -359,3 +359,99 @@ func TestOtherSignalsToOwnChildStillDelivered(t *testing.T) {
 		}
 	}
 }
+
+// The filter leaves open the other calls that set a signal, as each
+// reaches only the caller. These scenarios check the kernel's side of
+// that under the filter.
+func init() {
+	scenarios["clone-parent-stop"] = func(string) string {
+		// A child (the caller) clones with CLONE_PARENT and exit signal
+		// SIGSTOP: the new process is this process's child, and the
+		// kernel gives it the caller's own exit signal (copy_process), so
+		// its end cannot stop this process.
+		cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$", "-test.count=1")
+		cmd.Env = append(os.Environ(), envScenario+"=clone-parent-caller", envMode+"="+modeInherited)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			return fmt.Sprintf("the caller: %v %s", err, out)
+		}
+		var gpid int
+		for line := range strings.Lines(string(out)) {
+			if r, ok := strings.CutPrefix(line, resultPrefix); ok {
+				if _, err := fmt.Sscanf(r, "clone %d", &gpid); err != nil {
+					return "the caller: " + strings.TrimSpace(r)
+				}
+			}
+		}
+		if gpid <= 0 {
+			return "the caller: no pid in " + string(out)
+		}
+		defer func() {
+			unix.Kill(gpid, unix.SIGKILL)
+			var ws unix.WaitStatus
+			unix.Wait4(gpid, &ws, 0, nil)
+		}()
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", gpid))
+		if err != nil {
+			return err.Error()
+		}
+		s := string(data)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+		// f[0] is field 3 (state): ppid is field 4, exit_signal field 38.
+		if len(f) < 36 {
+			return "short stat: " + s
+		}
+		return fmt.Sprintf("ppid self %v, exit signal %s", f[1] == fmt.Sprint(os.Getpid()), f[35])
+	}
+	scenarios["clone-parent-caller"] = func(string) string {
+		// Fork semantics (no CLONE_VM): the new process runs on a copy of
+		// this stack and only blocks until it is killed.
+		pid, _, e := unix.RawSyscall6(unix.SYS_CLONE, unix.CLONE_PARENT|uintptr(unix.SIGSTOP), 0, 0, 0, 0, 0)
+		if e != 0 {
+			return "clone " + errnoName(e)
+		}
+		if pid == 0 {
+			// Let go of the caller's output pipe, which its reader waits on.
+			unix.RawSyscall(unix.SYS_CLOSE_RANGE, 0, ^uintptr(0), 0)
+			for {
+				unix.RawSyscall6(unix.SYS_PPOLL, 0, 0, 0, 0, 0, 0)
+			}
+		}
+		return fmt.Sprintf("clone %d", pid)
+	}
+	scenarios["timer-other-thread"] = func(string) string {
+		// SIGEV_THREAD_ID must name a thread of the caller's own group
+		// (good_sigevent): another process's is EINVAL.
+		c, err := stopTarget()
+		if err != nil {
+			return "start the target: " + err.Error()
+		}
+		defer func() { c.Process.Kill(); c.Wait() }()
+		var ev [64]byte // struct sigevent: value, signo, notify, then the tid
+		*(*int32)(unsafe.Pointer(&ev[8])) = int32(unix.SIGSTOP)
+		*(*int32)(unsafe.Pointer(&ev[12])) = 4 // SIGEV_THREAD_ID
+		*(*int32)(unsafe.Pointer(&ev[16])) = int32(c.Process.Pid)
+		var id int32
+		_, _, e := unix.Syscall(unix.SYS_TIMER_CREATE, unix.CLOCK_MONOTONIC, uintptr(unsafe.Pointer(&ev[0])), uintptr(unsafe.Pointer(&id)))
+		return errnoName(e)
+	}
+}
+
+// TestOtherSignalSettersReachOnlyTheCaller: what the filter leaves open
+// cannot stop another process. A CLONE_PARENT child made with exit signal
+// SIGSTOP gets the caller's own exit signal (SIGCHLD, 17) from the kernel;
+// a timer's SIGEV_THREAD_ID cannot name another process's thread.
+// (PR_SET_PDEATHSIG and mq_notify signal the caller by their definition.)
+func TestOtherSignalSettersReachOnlyTheCaller(t *testing.T) {
+	requireRoot(t)
+	o := Options{Network: NetworkNone}
+	if got := runChild(t, "clone-parent-stop", modeFiltered, o, ""); got.result != "ppid self true, exit signal 17" {
+		t.Errorf("CLONE_PARENT with exit signal SIGSTOP: %s, want this process its parent and exit signal 17 (SIGCHLD)\n%s", got.result, got.output)
+	}
+	if _, err := os.Stat("/bin/sleep"); err != nil {
+		t.Skipf("needs /bin/sleep as the target child: %v", err)
+	}
+	if got := runChild(t, "timer-other-thread", modeFiltered, o, ""); got.result != "EINVAL" {
+		t.Errorf("timer_create(SIGEV_THREAD_ID, another process): %s, want EINVAL\n%s", got.result, got.output)
+	}
+}
