@@ -101,6 +101,10 @@ func stopOwnChild(a Attempt) Outcome {
 		return Outcome{ID: a.ID, Got: "error: " + err.Error()}
 	}
 	child := exec.Command(exe, ProbeArg, "canary")
+	// A process group of its own, whose parent (this probe) is in another
+	// group of the same session: not orphaned, so the kernel acts on
+	// SIGTSTP, SIGTTIN and SIGTTOU too, not only on SIGSTOP.
+	child.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	stdin, err := child.StdinPipe()
 	if err != nil {
 		return Outcome{ID: a.ID, Got: "error: " + err.Error()}
@@ -125,10 +129,14 @@ func stopOwnChild(a Attempt) Outcome {
 		if err != nil {
 			r = errName(err)
 		}
-		// A signal sent is acted on when the child next runs.
+		// A signal sent is acted on when the child next runs. Once one
+		// stop has landed the row fails anyway: the rest wait less.
 		wait := time.Duration(0)
-		if err == nil {
+		switch {
+		case err == nil && stopped == "":
 			wait = time.Second
+		case err == nil:
+			wait = 50 * time.Millisecond
 		}
 		if stateStopped(pid, wait) {
 			r += ", child stopped"
