@@ -300,7 +300,11 @@ var stopSignals = []uint32{uint32(unix.SIGSTOP), uint32(unix.SIGTSTP), uint32(un
 // and a reparented child's becomes SIGCHLD); PR_SET_PDEATHSIG, timer_create
 // (SIGEV_THREAD_ID must name a thread of the caller's group) and mq_notify
 // signal the caller itself; a pseudo-terminal's job-control signals reach
-// only its own session, one the role made.
+// only its own session, one the role made. ptrace's attach stop reaches
+// only a process the caller may trace: Landlock keeps ptrace within the
+// caller's domain, and the start's child is not dumpable from its uid
+// switch on. Other ABIs are killed (checkArchitecture), io_uring is
+// closed (denyIOUring).
 func denyStopSignals(a *assembler) {
 	signalArgument := []struct {
 		nr, sig int
