@@ -97,8 +97,8 @@ func loadBenchPrograms(b *testing.B) []benchProgram {
 // dispatched program (an api lane's) make the same call in turn, a batch
 // of filteredBatch at a time, and the median nanoseconds per call of each
 // are reported. getppid is allowed whatever its arguments, so the kernel's
-// bitmap lets it skip either filter; ioctl, openat and socketpair have
-// argument checks, so the filter runs on each (socketpair's rule is the
+// bitmap lets it skip either filter; ioctl, openat, fcntl and socketpair
+// have argument checks, so the filter runs on each (socketpair's rule is the
 // list's last; it refuses AF_INET there, so the call does no other work).
 func BenchmarkFilteredCall(b *testing.B) {
 	o := Options{Network: NetworkAPI}
@@ -120,6 +120,8 @@ func BenchmarkFilteredCall(b *testing.B) {
 		{"openat", func() {
 			unix.RawSyscall6(unix.SYS_OPENAT, uintptr(atFDCWD), uintptr(unsafe.Pointer(&empty[0])), unix.O_RDONLY, 0, 0, 0)
 		}},
+		// fcntl has the stop-signal rule's check of F_SETSIG.
+		{"fcntl", func() { unix.RawSyscall(unix.SYS_FCNTL, ^uintptr(0), unix.F_GETFL, 0) }},
 		{"socketpair-inet", func() { unix.RawSyscall6(unix.SYS_SOCKETPAIR, unix.AF_INET, unix.SOCK_STREAM, 0, 0, 0, 0) }},
 	}
 	filters := []benchProgram{{"none", nil}, {"linear", linear}, {"dispatch", tree}}
