@@ -50,6 +50,9 @@ type command struct {
 	// cardStops says which processes of other roles were stopped because
 	// they had a card this timed run holds open.
 	cardStops []string
+	// quietEnd: the child is started with no exit signal, its end awaited
+	// on its pidfd (runCommand) rather than told by the reaper.
+	quietEnd bool
 }
 
 // child is a started command, or a Go helper.
@@ -123,6 +126,8 @@ func (b *Broker) spawnCommand(c *command) (*spawn.Command, error) {
 		UID:      c.role.UID, GID: c.role.GID, Groups: c.groups,
 		Rlimits: c.rlimits,
 		CPUs:    c.cpus,
+
+		NoExitSignal: c.quietEnd,
 	}
 	if c.seccomp != nil {
 		f, err := filters.Get(*c.seccomp)
@@ -329,11 +334,13 @@ func (b *Broker) heldCPUs() cpuset.Set {
 }
 
 // runCommand starts a command, waits for it under its timeout (or until
-// cancel closes or the broker begins to stop; a nil cancel never closes),
-// and fills in how it ended. The broker's stop is one more case of the
-// wait, not a goroutine of its own per command.
-func (b *Broker) runCommand(c *command, timeout time.Duration, cancel <-chan struct{}) (*rpc.RunResult, error) {
+// its caller, where there is one, sends a frame or goes away, or the
+// broker begins to stop), and fills in how it ended. The wait is one
+// epoll_wait on this goroutine's thread (awaitEnd): the child is started
+// with no exit signal and reaped through its pidfd (reapEnded).
+func (b *Broker) runCommand(c *command, timeout time.Duration, caller *rpc.Conn) (*rpc.RunResult, error) {
 	oomBefore := oomKills(c.cgroup)
+	c.quietEnd = true
 	ch, err := b.startCommand(c)
 	if err != nil {
 		return nil, err
@@ -350,29 +357,24 @@ func (b *Broker) runCommand(c *command, timeout time.Duration, cancel <-chan str
 		}()
 	}
 	res := &rpc.RunResult{PID: ch.pid, CPUs: c.cpus.String(), CardStops: c.cardStops}
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
-	var e exit
 	why := ""
-	select {
-	case e = <-ch.exited:
-	case <-timer.C:
-		why = rpc.StoppedTimeout
-	case <-cancel:
+	ev, err := b.awaitEnd(ch, caller, timeout)
+	switch {
+	case err != nil:
+		// The wait itself failed: the command is not left running.
+		b.log.Error("waiting for a command", "role", c.role.Name, "pid", ch.pid, "err", err)
 		why = rpc.StoppedCanceled
-	case <-b.stopCh:
+	case ev == endTimeout:
+		why = rpc.StoppedTimeout
+	case ev == endCaller, ev == endStopping:
 		why = rpc.StoppedCanceled
 	}
 	if why != "" {
-		// The pid is only sure to be ours while it is not reaped: look once
-		// more before the process group is signalled.
-		select {
-		case e = <-ch.exited:
-		default:
-			ch.kill()
-			e = <-ch.exited
-		}
+		// Not reaped yet, so the pid and its group are still the
+		// command's; the pidfd is sure in any case.
+		ch.kill()
 	}
+	e := b.reapEnded(ch)
 	res.WallNS, res.UserNS, res.SysNS = clock(ch, e)
 	res.MaxRSSKB = e.ru.Maxrss
 	res.ExitCode = -1

@@ -6,6 +6,7 @@ import (
 	"os"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -65,6 +66,11 @@ type Command struct {
 	// can stop or kill it: the Go helper's stop mode, whose own kill(-1)
 	// comes only after its runtime has started.
 	KillUserFirst bool
+	// NoExitSignal: the child's end sends the starter no SIGCHLD. Its
+	// waiter polls the pidfd instead and reaps it with waitid(P_PIDFD), and
+	// a wait4(-1) loop, which without __WALL leaves such a child alone,
+	// never takes its status first.
+	NoExitSignal bool
 
 	// Weakened switches protections off; only a thermite_weaken test
 	// build honours it, for the self-test's breakage tests.
@@ -282,29 +288,48 @@ func KeepGoing(pidfd int, giveUp time.Duration) (stop func()) {
 // back, where not nil, says the watched child has exec'd: from then on
 // nothing is sent, as the command may stop itself.
 func keepGoing(pidfd, back *int32, giveUp time.Duration) (stop func()) {
-	done, gone := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(gone)
-		t := time.NewTimer(stuckAfter)
-		defer t.Stop()
-		deadline := time.Now().Add(giveUp)
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-			}
-			if fd := atomic.LoadInt32(pidfd); fd >= 0 && (back == nil || atomic.LoadInt32(back) == 0) {
-				sig := unix.SIGCONT
-				if time.Now().After(deadline) {
-					sig = unix.SIGKILL
-				}
-				unix.PidfdSendSignal(int(fd), sig, nil, 0)
-			}
-			t.Reset(stuckEvery)
+	// A timer, not a goroutine: a start that is not held (nearly every
+	// one) costs no goroutine and no wake-up of another thread.
+	k := &keeper{pidfd: pidfd, back: back, deadline: time.Now().Add(giveUp)}
+	k.mu.Lock()
+	k.t = time.AfterFunc(stuckAfter, k.tick)
+	k.mu.Unlock()
+	return k.stop
+}
+
+// keeper is one start's watch: tick signals the child, under mu, and
+// stop, under mu too, ends the watch, so no tick uses the pidfd after
+// stop has returned.
+type keeper struct {
+	mu       sync.Mutex
+	t        *time.Timer
+	stopped  bool
+	pidfd    *int32
+	back     *int32
+	deadline time.Time
+}
+
+func (k *keeper) tick() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.stopped {
+		return
+	}
+	if fd := atomic.LoadInt32(k.pidfd); fd >= 0 && (k.back == nil || atomic.LoadInt32(k.back) == 0) {
+		sig := unix.SIGCONT
+		if time.Now().After(k.deadline) {
+			sig = unix.SIGKILL
 		}
-	}()
-	return func() { close(done); <-gone }
+		unix.PidfdSendSignal(int(fd), sig, nil, 0)
+	}
+	k.t.Reset(stuckEvery)
+}
+
+func (k *keeper) stop() {
+	k.mu.Lock()
+	k.stopped = true
+	k.t.Stop()
+	k.mu.Unlock()
 }
 
 // holdForkLock is a thermite_weaken build's start without keepGoing,
@@ -477,6 +502,9 @@ func prepare(c *Command) (*prepared, error) {
 	p.clone3 = &cloneArgs{
 		flags:      uint64(p.cloneFlg) | unix.CLONE_CLEAR_SIGHAND,
 		exitSignal: uint64(unix.SIGCHLD),
+	}
+	if c.NoExitSignal {
+		p.clone3.exitSignal = 0
 	}
 	if c.UseCgroupDir {
 		p.clone3.flags |= unix.CLONE_INTO_CGROUP
