@@ -50,9 +50,6 @@ type command struct {
 	// cardStops says which processes of other roles were stopped because
 	// they had a card this timed run holds open.
 	cardStops []string
-	// quietEnd: the child is started with no exit signal, its end awaited
-	// on its pidfd (runCommand) rather than told by the reaper.
-	quietEnd bool
 }
 
 // child is a started command, or a Go helper.
@@ -126,8 +123,6 @@ func (b *Broker) spawnCommand(c *command) (*spawn.Command, error) {
 		UID:      c.role.UID, GID: c.role.GID, Groups: c.groups,
 		Rlimits: c.rlimits,
 		CPUs:    c.cpus,
-
-		NoExitSignal: c.quietEnd,
 	}
 	if c.seccomp != nil {
 		f, err := filters.Get(*c.seccomp)
@@ -336,11 +331,10 @@ func (b *Broker) heldCPUs() cpuset.Set {
 // runCommand starts a command, waits for it under its timeout (or until
 // its caller, where there is one, sends a frame or goes away, or the
 // broker begins to stop), and fills in how it ended. The wait is one
-// epoll_wait on this goroutine's thread (awaitEnd): the child is started
-// with no exit signal and reaped through its pidfd (reapEnded).
+// epoll_wait on this goroutine's thread (awaitEnd), and the child is
+// reaped through its pidfd (reapEnded) unless the reaper was first.
 func (b *Broker) runCommand(c *command, timeout time.Duration, caller *rpc.Conn) (*rpc.RunResult, error) {
 	oomBefore := oomKills(c.cgroup)
-	c.quietEnd = true
 	ch, err := b.startCommand(c)
 	if err != nil {
 		return nil, err

@@ -86,7 +86,7 @@ func forkExec(p *prepared, pidfd *int32) (pid uintptr, errno syscall.Errno) {
 	pid, errno = rawVfork(unix.SYS_CLONE3, uintptr(unsafe.Pointer(p.clone3)), unsafe.Sizeof(*p.clone3), 0)
 	if errno == unix.ENOSYS && p.clone3.flags&unix.CLONE_INTO_CGROUP == 0 {
 		oldClone = true
-		pid, errno = rawVfork(unix.SYS_CLONE, p.cloneFlg|uintptr(p.clone3.exitSignal), 0, uintptr(unsafe.Pointer(pidfd)))
+		pid, errno = rawVfork(unix.SYS_CLONE, p.cloneFlg|uintptr(unix.SIGCHLD), 0, uintptr(unsafe.Pointer(pidfd)))
 	}
 	if errno != 0 || pid != 0 {
 		// The parent: the child has exec'd or exited by now. It says so

@@ -66,11 +66,6 @@ type Command struct {
 	// can stop or kill it: the Go helper's stop mode, whose own kill(-1)
 	// comes only after its runtime has started.
 	KillUserFirst bool
-	// NoExitSignal: the child's end sends the starter no SIGCHLD. Its
-	// waiter polls the pidfd instead and reaps it with waitid(P_PIDFD), and
-	// a wait4(-1) loop, which without __WALL leaves such a child alone,
-	// never takes its status first.
-	NoExitSignal bool
 
 	// Weakened switches protections off; only a thermite_weaken test
 	// build honours it, for the self-test's breakage tests.
@@ -502,9 +497,6 @@ func prepare(c *Command) (*prepared, error) {
 	p.clone3 = &cloneArgs{
 		flags:      uint64(p.cloneFlg) | unix.CLONE_CLEAR_SIGHAND,
 		exitSignal: uint64(unix.SIGCHLD),
-	}
-	if c.NoExitSignal {
-		p.clone3.exitSignal = 0
 	}
 	if c.UseCgroupDir {
 		p.clone3.flags |= unix.CLONE_INTO_CGROUP
