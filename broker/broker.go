@@ -71,7 +71,7 @@ type Broker struct {
 	stopCh   chan struct{}
 	// stopFD is an eventfd that becomes readable, for good, when stopCh
 	// closes: what a command's wait (awaitEnd) polls beside its pidfd.
-	stopFD int
+	stopFD   int
 	phase    string // rpc.Phase…, under mu
 	phaseWhy string
 	started  time.Time
