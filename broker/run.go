@@ -31,6 +31,16 @@ func (b *Broker) Run(c *rpc.Conn, req *rpc.RunRequest, files []*os.File) (*rpc.R
 	defer cmd.release()
 	res, err := b.execute(cmd, timeout, c)
 	if err == nil && res != nil && res.Stopped == rpc.StoppedCanceled && c.Peek() == rpc.PeerSent {
+		// The frames are read and dropped before the close: a socket
+		// closed with unread data makes the caller's read of the answer
+		// fail (its ECONNRESET comes before queued data).
+		for i := 0; i < 16 && c.Peek() == rpc.PeerSent; i++ {
+			var extra rpc.Request
+			files, _ := c.Recv(&extra)
+			for _, f := range files {
+				f.Close()
+			}
+		}
 		err = errCallerSentDuringRun
 	}
 	return res, err
