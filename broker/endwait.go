@@ -63,7 +63,9 @@ func (b *Broker) awaitEnd(ch *child, conn *rpc.Conn, timeout time.Duration) (end
 		if left <= 0 {
 			return endTimeout, nil
 		}
-		ms := int((left + time.Millisecond - 1) / time.Millisecond)
+		// epoll_wait's timeout is a C int of milliseconds: a lifted
+		// timeout (a century) is waited in hours.
+		ms := int(min(left+time.Millisecond-1, time.Hour) / time.Millisecond)
 		n, err := unix.EpollWait(ep, events[:], ms)
 		if err == unix.EINTR {
 			continue
