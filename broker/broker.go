@@ -69,6 +69,9 @@ type Broker struct {
 
 	stopping atomic.Bool
 	stopCh   chan struct{}
+	// stopFD is an eventfd that becomes readable, for good, when stopCh
+	// closes: what a command's wait (awaitEnd) polls beside its pidfd.
+	stopFD   int
 	phase    string // rpc.Phase…, under mu
 	phaseWhy string
 	started  time.Time
@@ -121,10 +124,15 @@ func New(cfg config.Config, log *slog.Logger) (*Broker, error) {
 	if err != nil {
 		return nil, err
 	}
+	stopFD, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		return nil, fmt.Errorf("broker: eventfd: %w", err)
+	}
 	return &Broker{
 		cfg: cfg, table: table, log: log,
 		exe:       "/proc/self/exe",
 		stopCh:    make(chan struct{}),
+		stopFD:    stopFD,
 		userLocks: map[int]*sync.Mutex{},
 		stopLocks: map[int]*sync.Mutex{},
 		ownExec:   map[int]bool{},
@@ -288,6 +296,7 @@ func (b *Broker) Serve() (err error) {
 	notify.send("STOPPING=1")
 	b.stopping.Store(true)
 	close(b.stopCh)
+	unix.Write(b.stopFD, []byte{1, 0, 0, 0, 0, 0, 0, 0})
 	<-ctlDone
 	b.shutdown(l)
 	b.log.Info("stopped")

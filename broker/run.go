@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,7 +15,11 @@ import (
 )
 
 // Run runs one command as a role for a caller on c, and answers how it
-// ended. The caller going away cancels the command.
+// ended. The caller going away cancels the command; so does a frame sent
+// while it runs, which the protocol does not allow (the connection is then
+// closed after the answer). Otherwise the connection carries the caller's
+// next request: a client that keeps it saves a connect, an accept and the
+// peer check on every Run.
 func (b *Broker) Run(c *rpc.Conn, req *rpc.RunRequest, files []*os.File) (*rpc.RunResult, error) {
 	if len(files) != 0 && len(files) != 3 {
 		return nil, fmt.Errorf("run: %d descriptors: give stdin, stdout and stderr, or none", len(files))
@@ -24,20 +29,26 @@ func (b *Broker) Run(c *rpc.Conn, req *rpc.RunRequest, files []*os.File) (*rpc.R
 		return nil, fmt.Errorf("run: %w", err)
 	}
 	defer cmd.release()
-	cancel := make(chan struct{})
-	go func() {
-		// The caller sends nothing more during a Run: a read returns only
-		// when it goes away, and then the command goes too. After the Run
-		// the handler closes the connection, which ends this read.
-		var extra rpc.Request
-		files, _ := c.Recv(&extra)
-		for _, f := range files {
-			f.Close()
+	res, err := b.execute(cmd, timeout, c)
+	if err == nil && res != nil && res.Stopped == rpc.StoppedCanceled && c.Peek() == rpc.PeerSent {
+		// The frames are read and dropped before the close: a socket
+		// closed with unread data makes the caller's read of the answer
+		// fail (its ECONNRESET comes before queued data).
+		for i := 0; i < 16 && c.Peek() == rpc.PeerSent; i++ {
+			var extra rpc.Request
+			files, _ := c.Recv(&extra)
+			for _, f := range files {
+				f.Close()
+			}
 		}
-		close(cancel)
-	}()
-	return b.execute(cmd, timeout, cancel)
+		err = errCallerSentDuringRun
+	}
+	return res, err
 }
+
+// errCallerSentDuringRun ends a connection whose caller sent a frame while
+// its Run ran: the command was cancelled, and the frame is not served.
+var errCallerSentDuringRun = errors.New("run: the caller sent a frame while the command ran; the command was cancelled")
 
 // prepareRun decides a request (PlanRun) and carries the plan out: every
 // command of a role, the self-test's probes included, is made here.
@@ -168,7 +179,7 @@ func existing(paths []string) []string {
 // execute runs a prepared command and cleans up after it: for every role
 // but a lane (and the controller), whatever its user still runs is stopped;
 // for every role, set-id bits go from the folders it owns in scratch.
-func (b *Broker) execute(cmd *command, timeout time.Duration, cancel <-chan struct{}) (*rpc.RunResult, error) {
+func (b *Broker) execute(cmd *command, timeout time.Duration, caller *rpc.Conn) (*rpc.RunResult, error) {
 	r := cmd.role
 	// A role whose leftovers are stopped after each command runs one
 	// command at a time, so one command's cleanup never kills another's.
@@ -180,7 +191,7 @@ func (b *Broker) execute(cmd *command, timeout time.Duration, cancel <-chan stru
 	if err := b.leftoverRefusal(r); err != nil {
 		return nil, err
 	}
-	res, runErr := b.runCommand(cmd, timeout, cancel)
+	res, runErr := b.runCommand(cmd, timeout, caller)
 	if res != nil {
 		if r.StopsAfterEachCommand() {
 			n, err := b.StopUser(r)

@@ -120,8 +120,9 @@ var rpcOps = map[string]rpcOp{
 	rpc.OpStatus: {beforeReady: true, keep: true, serve: func(b *Broker, _ *rpc.Conn, _ *rpc.Request, _ []*os.File) (*rpc.Response, error) {
 		return &rpc.Response{Status: b.status()}, nil
 	}},
-	// A Run takes its connection, whose closing cancels the command.
-	rpc.OpRun: {takesFiles: true, serve: func(b *Broker, c *rpc.Conn, req *rpc.Request, files []*os.File) (*rpc.Response, error) {
+	// A Run watches its connection, whose closing cancels the command;
+	// after the answer it carries the caller's next request.
+	rpc.OpRun: {takesFiles: true, keep: true, serve: func(b *Broker, c *rpc.Conn, req *rpc.Request, files []*os.File) (*rpc.Response, error) {
 		if req.Run == nil {
 			return nil, fmt.Errorf("run: missing run field")
 		}

@@ -329,10 +329,11 @@ func (b *Broker) heldCPUs() cpuset.Set {
 }
 
 // runCommand starts a command, waits for it under its timeout (or until
-// cancel closes or the broker begins to stop; a nil cancel never closes),
-// and fills in how it ended. The broker's stop is one more case of the
-// wait, not a goroutine of its own per command.
-func (b *Broker) runCommand(c *command, timeout time.Duration, cancel <-chan struct{}) (*rpc.RunResult, error) {
+// its caller, where there is one, sends a frame or goes away, or the
+// broker begins to stop), and fills in how it ended. The wait is one
+// epoll_wait on this goroutine's thread (awaitEnd), and the child is
+// reaped through its pidfd (reapEnded) unless the reaper was first.
+func (b *Broker) runCommand(c *command, timeout time.Duration, caller *rpc.Conn) (*rpc.RunResult, error) {
 	oomBefore := oomKills(c.cgroup)
 	ch, err := b.startCommand(c)
 	if err != nil {
@@ -350,29 +351,24 @@ func (b *Broker) runCommand(c *command, timeout time.Duration, cancel <-chan str
 		}()
 	}
 	res := &rpc.RunResult{PID: ch.pid, CPUs: c.cpus.String(), CardStops: c.cardStops}
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
-	var e exit
 	why := ""
-	select {
-	case e = <-ch.exited:
-	case <-timer.C:
-		why = rpc.StoppedTimeout
-	case <-cancel:
+	ev, err := b.awaitEnd(ch, caller, timeout)
+	switch {
+	case err != nil:
+		// The wait itself failed: the command is not left running.
+		b.log.Error("waiting for a command", "role", c.role.Name, "pid", ch.pid, "err", err)
 		why = rpc.StoppedCanceled
-	case <-b.stopCh:
+	case ev == endTimeout:
+		why = rpc.StoppedTimeout
+	case ev == endCaller, ev == endStopping:
 		why = rpc.StoppedCanceled
 	}
 	if why != "" {
-		// The pid is only sure to be ours while it is not reaped: look once
-		// more before the process group is signalled.
-		select {
-		case e = <-ch.exited:
-		default:
-			ch.kill()
-			e = <-ch.exited
-		}
+		// Not reaped yet, so the pid and its group are still the
+		// command's; the pidfd is sure in any case.
+		ch.kill()
 	}
+	e := b.reapEnded(ch)
 	res.WallNS, res.UserNS, res.SysNS = clock(ch, e)
 	res.MaxRSSKB = e.ru.Maxrss
 	res.ExitCode = -1

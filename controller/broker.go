@@ -3,36 +3,80 @@ package controller
 import (
 	"context"
 	"os"
+	"sync"
 
 	"thermite/internal/rpc"
 )
 
 // brokerClient is the controller's side of the broker's RPC: everything
 // the controller does as another user, it asks the broker for.
-type brokerClient struct{ socket string }
+type brokerClient struct {
+	socket string
+
+	mu   sync.Mutex
+	idle []*rpc.Conn // connections whose last Run was answered, kept for the next
+}
+
+// maxIdleRunConns bounds the connections kept between Runs; a burst of
+// parallel Runs above it dials and closes the rest.
+const maxIdleRunConns = 16
 
 func (b *brokerClient) call(req *rpc.Request, fds ...int) (*rpc.Response, error) {
 	return rpc.Call(b.socket, req, fds...)
 }
 
+// runConn is a connection for a Run: one kept from an answered Run that the
+// broker still holds open, or a new one.
+func (b *brokerClient) runConn() (*rpc.Conn, error) {
+	for {
+		b.mu.Lock()
+		n := len(b.idle)
+		if n == 0 {
+			b.mu.Unlock()
+			return rpc.Dial(b.socket)
+		}
+		c := b.idle[n-1]
+		b.idle = b.idle[:n-1]
+		b.mu.Unlock()
+		if c.Idle() {
+			return c, nil
+		}
+		c.Close() // the broker went away (a restart): try the next
+	}
+}
+
+// keepRunConn keeps c for the next Run, or closes it when enough are kept.
+func (b *brokerClient) keepRunConn(c *rpc.Conn) {
+	b.mu.Lock()
+	if len(b.idle) < maxIdleRunConns {
+		b.idle = append(b.idle, c)
+		c = nil
+	}
+	b.mu.Unlock()
+	if c != nil {
+		c.Close()
+	}
+}
+
 // run runs a command as a role with the given stdio (or none) and waits.
 // Cancelling ctx closes the connection, which makes the broker kill it.
 // sent, when set, is called once the broker holds its own copies of stdio.
+// A connection whose Run was answered without error is kept for the next.
 func (b *brokerClient) run(ctx context.Context, req *rpc.RunRequest, stdio []*os.File, sent ...func()) (*rpc.RunResult, error) {
-	c, err := rpc.Dial(b.socket)
+	c, err := b.runConn()
 	if err != nil {
 		return nil, err
 	}
-	done := make(chan struct{})
-	defer close(done)
-	go func() {
-		select {
-		case <-ctx.Done():
+	stop := context.AfterFunc(ctx, func() { c.Close() })
+	keep := false
+	defer func() {
+		// stop says the close above never ran (and now never will).
+		if stop() && keep {
+			b.keepRunConn(c)
+		} else {
 			c.Close()
-		case <-done:
 		}
 	}()
-	defer c.Close()
 	var fds []int
 	for _, f := range stdio {
 		fds = append(fds, int(f.Fd()))
@@ -44,6 +88,7 @@ func (b *brokerClient) run(ctx context.Context, req *rpc.RunRequest, stdio []*os
 		f()
 	}
 	resp, err := c.Answer()
+	keep = err == nil
 	if resp != nil && resp.Run != nil {
 		return resp.Run, err
 	}

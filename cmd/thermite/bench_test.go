@@ -54,7 +54,26 @@ func BenchmarkRunTrue(b *testing.B) {
 			}
 		}
 	})
+	// broker-lane is a Run as the controller makes it: on a connection
+	// kept from the last answered Run.
+	// It reports the broker's own CPU time and its threads' context
+	// switches per Run (the command's are its own): figures a loaded
+	// machine moves less than the wall time.
 	b.Run("broker-lane", func(b *testing.B) {
+		run := keptRun(b, r.Cfg.BrokerSocket())
+		cpu0, cs0 := processCost(b, r.BrokerPID())
+		for i := 0; i < b.N; i++ {
+			if err := run(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		cpu1, cs1 := processCost(b, r.BrokerPID())
+		b.ReportMetric(float64(cpu1-cpu0)/1e3/float64(b.N), "broker-cpu-µs/run")
+		b.ReportMetric(float64(cs1-cs0)/float64(b.N), "broker-switches/run")
+	})
+	// broker-lane-dial is a Run on a connection of its own (rpc.Call, as
+	// thermite run-as makes it): the connect, accept and peer check too.
+	b.Run("broker-lane-dial", func(b *testing.B) {
 		req := &rpc.Request{Op: rpc.OpRun, Run: &rpc.RunRequest{Role: "lane-1", Argv: []string{"/bin/true"}}}
 		for i := 0; i < b.N; i++ {
 			resp, err := rpc.Call(r.Cfg.BrokerSocket(), req)
@@ -89,7 +108,8 @@ func BenchmarkRunTrue(b *testing.B) {
 	b.Run("interleaved", func(b *testing.B) {
 		uid := strconv.Itoa(lane.UID)
 		req := &rpc.Request{Op: rpc.OpRun, Run: &rpc.RunRequest{Role: "lane-1", Argv: []string{"/bin/true"}}}
-		var ex, br, sp, ra, rl []int64
+		var ex, br, bd, sp, ra, rl []int64
+		run := keptRun(b, r.Cfg.BrokerSocket())
 		timed := func(into *[]int64, f func() error) {
 			t0 := time.Now()
 			if err := f(); err != nil {
@@ -99,7 +119,8 @@ func BenchmarkRunTrue(b *testing.B) {
 		}
 		for i := 0; i < b.N; i++ {
 			timed(&ex, func() error { return exec.Command("/bin/true").Run() })
-			timed(&br, func() error {
+			timed(&br, run)
+			timed(&bd, func() error {
 				resp, err := rpc.Call(r.Cfg.BrokerSocket(), req)
 				if err == nil && resp.Run.ExitCode != 0 {
 					err = fmt.Errorf("%+v", resp)
@@ -119,6 +140,7 @@ func BenchmarkRunTrue(b *testing.B) {
 		}
 		e, bl, s, a, l := medianNS(ex), medianNS(br), medianNS(sp), medianNS(ra), medianNS(rl)
 		b.ReportMetric(bl/e, "broker-lane/exec")
+		b.ReportMetric(medianNS(bd)/e, "broker-lane-dial/exec")
 		b.ReportMetric(s/e, "setpriv/exec")
 		b.ReportMetric(a/s, "run-as/setpriv")
 		b.ReportMetric(l/s, "run-as-light/setpriv")
@@ -153,7 +175,7 @@ func BenchmarkRunTrue(b *testing.B) {
 	// born in its group by clone3).
 	b.Run("broker-lane-no-cgroup", func(b *testing.B) {
 		nc := testrig.New(b, testrig.Options{Extra: "[cgroup]\nenabled = false\n"})
-		req := &rpc.Request{Op: rpc.OpRun, Run: &rpc.RunRequest{Role: "lane-1", Argv: []string{"/bin/true"}}}
+		run := keptRun(b, nc.Cfg.BrokerSocket())
 		var ex, br []int64
 		for i := 0; i < b.N; i++ {
 			t0 := time.Now()
@@ -161,14 +183,60 @@ func BenchmarkRunTrue(b *testing.B) {
 				b.Fatal(err)
 			}
 			t1 := time.Now()
-			resp, err := rpc.Call(nc.Cfg.BrokerSocket(), req)
-			if err != nil || resp.Run.ExitCode != 0 {
-				b.Fatalf("%v %+v", err, resp)
+			if err := run(); err != nil {
+				b.Fatal(err)
 			}
 			ex, br = append(ex, t1.Sub(t0).Nanoseconds()), append(br, time.Since(t1).Nanoseconds())
 		}
 		b.ReportMetric(medianNS(br)/medianNS(ex), "no-cgroup/exec")
 	})
+}
+
+// processCost is a process's own CPU time (all its threads, in ns) and
+// its threads' context switches so far, from /proc.
+func processCost(b *testing.B, pid int) (cpuNS, switches int64) {
+	b.Helper()
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+2:]))
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	cpuNS = (ut + st) * 1e9 / 100 // USER_HZ
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/status", pid))
+	for _, t := range tasks {
+		data, err := os.ReadFile(t)
+		if err != nil {
+			continue // a thread that ended
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.HasSuffix(k, "ctxt_switches") {
+				n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				switches += n
+			}
+		}
+	}
+	return cpuNS, switches
+}
+
+// keptRun is a Run of /bin/true as lane-1 on one connection kept for the
+// benchmark's life, as the controller keeps its connections between Runs.
+func keptRun(b *testing.B, socket string) func() error {
+	b.Helper()
+	c, err := rpc.Dial(socket)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { c.Close() })
+	req := &rpc.Request{Op: rpc.OpRun, Run: &rpc.RunRequest{Role: "lane-1", Argv: []string{"/bin/true"}}}
+	return func() error {
+		resp, err := c.Call(req)
+		if err == nil && resp.Run.ExitCode != 0 {
+			err = fmt.Errorf("%+v", resp.Run)
+		}
+		return err
+	}
 }
 
 // BenchmarkStopUser500 is StopUser of a lane running 500 processes: with

@@ -294,3 +294,53 @@ func Call(path string, req *Request, fds ...int) (*Response, error) {
 	defer c.Close()
 	return c.Call(req, fds...)
 }
+
+// PeerEvent is what Peek saw on a connection.
+type PeerEvent int
+
+const (
+	// PeerQuiet: nothing waits to be read, and the other end is there.
+	PeerQuiet PeerEvent = iota
+	// PeerSent: a frame waits to be read.
+	PeerSent
+	// PeerGone: the other end closed the connection (or it failed).
+	PeerGone
+)
+
+// Peek says, without waiting and without reading anything, whether a
+// frame waits on the connection or the other end has gone. A frame stays
+// queued for the next Recv.
+func (c *Conn) Peek() PeerEvent {
+	rc, err := c.c.SyscallConn()
+	if err != nil {
+		return PeerGone
+	}
+	ev := PeerGone
+	rc.Read(func(fd uintptr) bool {
+		var b [1]byte
+		n, _, err := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		switch {
+		case err == unix.EAGAIN:
+			ev = PeerQuiet
+		case err == nil && n > 0:
+			ev = PeerSent
+		}
+		return true
+	})
+	return ev
+}
+
+// Idle says whether a kept connection can carry a request: nothing waits
+// on it and the other end has not closed it.
+func (c *Conn) Idle() bool { return c.Peek() == PeerQuiet }
+
+// FD is the connection's descriptor, for a caller that polls it itself
+// (and reads nothing from it); it stays valid while the connection is
+// open.
+func (c *Conn) FD() int {
+	fd := -1
+	if rc, err := c.c.SyscallConn(); err == nil {
+		rc.Control(func(f uintptr) { fd = int(f) })
+	}
+	return fd
+}

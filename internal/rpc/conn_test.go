@@ -136,3 +136,29 @@ func TestRunAnswerDecodedWhole(t *testing.T) {
 		t.Fatalf("a Run answer with a status: %v, want ErrFrame", err)
 	}
 }
+
+// Peek tells a quiet connection from one with a frame waiting and one
+// whose other end is gone, and reads nothing: the frame is still there
+// for Recv.
+func TestPeekReadsNothing(t *testing.T) {
+	a, b := pair(t)
+	if got := b.Peek(); got != PeerQuiet || !b.Idle() {
+		t.Fatalf("a quiet connection: %v (idle %v), want PeerQuiet", got, b.Idle())
+	}
+	if err := a.Send(&Request{V: Version, Op: OpPing}); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if got := b.Peek(); got != PeerSent || b.Idle() {
+			t.Fatalf("a frame waiting: %v (idle %v), want PeerSent", got, b.Idle())
+		}
+	}
+	var req Request
+	if _, err := b.Recv(&req); err != nil || req.Op != OpPing {
+		t.Fatalf("the frame after two peeks: %+v, %v", req, err)
+	}
+	a.Close()
+	if got := b.Peek(); got != PeerGone || b.Idle() {
+		t.Fatalf("the other end closed: %v (idle %v), want PeerGone", got, b.Idle())
+	}
+}

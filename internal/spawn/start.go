@@ -6,6 +6,7 @@ import (
 	"os"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -230,7 +231,7 @@ func Start(c *Command) (*Child, error) {
 	if p.unguarded {
 		stop = holdForkLock()
 	} else {
-		stop = keepGoing(&pidfd, &p.back, giveUpAfter)
+		stop = keepGoing(&pidfd, &p.back, pipe[0], giveUpAfter)
 	}
 	pid, errno := forkExec(p, &pidfd)
 	stop()
@@ -273,38 +274,75 @@ const (
 // caller, a role's disk check or stop, for good.
 func KeepGoing(pidfd int, giveUp time.Duration) (stop func()) {
 	fd := int32(pidfd)
-	return keepGoing(&fd, nil, giveUp)
+	return keepGoing(&fd, nil, -1, giveUp)
 }
 
 // keepGoing watches one start until the returned stop is called; stop
 // returns once the watcher has let go of the pidfd, which the caller may
 // close (and the number be reused) right after.
 // back, where not nil, says the watched child has exec'd: from then on
-// nothing is sent, as the command may stop itself.
-func keepGoing(pidfd, back *int32, giveUp time.Duration) (stop func()) {
-	done, gone := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(gone)
-		t := time.NewTimer(stuckAfter)
-		defer t.Stop()
-		deadline := time.Now().Add(giveUp)
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-			}
-			if fd := atomic.LoadInt32(pidfd); fd >= 0 && (back == nil || atomic.LoadInt32(back) == 0) {
-				sig := unix.SIGCONT
-				if time.Now().After(deadline) {
-					sig = unix.SIGKILL
-				}
-				unix.PidfdSendSignal(int(fd), sig, nil, 0)
-			}
-			t.Reset(stuckEvery)
+// nothing is sent, as the command may stop itself. report, where not -1,
+// is the read end of the child's report pipe: once its stamp is there the
+// child is at its execve, and nothing is sent either. The flag alone left
+// a window (the child exec'd, its parent thread not yet run, on a loaded
+// machine tens of milliseconds) in which a command that had stopped
+// itself was continued; between its stamp and its execve the child's own
+// timers, which the execve deletes, keep it going.
+func keepGoing(pidfd, back *int32, report int, giveUp time.Duration) (stop func()) {
+	// A timer, not a goroutine: a start that is not held (nearly every
+	// one) costs no goroutine and no wake-up of another thread.
+	k := &keeper{pidfd: pidfd, back: back, report: report, deadline: time.Now().Add(giveUp)}
+	k.mu.Lock()
+	k.t = time.AfterFunc(stuckAfter, k.tick)
+	k.mu.Unlock()
+	return k.stop
+}
+
+// keeper is one start's watch: tick signals the child, under mu, and
+// stop, under mu too, ends the watch, so no tick uses the pidfd after
+// stop has returned.
+type keeper struct {
+	mu       sync.Mutex
+	t        *time.Timer
+	stopped  bool
+	pidfd    *int32
+	back     *int32
+	report   int
+	deadline time.Time
+}
+
+// stamped says the child has written its stamp, its last act before its
+// execve: the report pipe holds data (a poll, which reads nothing).
+func (k *keeper) stamped() bool {
+	if k.report < 0 {
+		return false
+	}
+	fds := []unix.PollFd{{Fd: int32(k.report), Events: unix.POLLIN}}
+	n, err := unix.Poll(fds, 0)
+	return err == nil && n > 0 && fds[0].Revents&unix.POLLIN != 0
+}
+
+func (k *keeper) tick() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.stopped {
+		return
+	}
+	if fd := atomic.LoadInt32(k.pidfd); fd >= 0 && (k.back == nil || atomic.LoadInt32(k.back) == 0) && !k.stamped() {
+		sig := unix.SIGCONT
+		if time.Now().After(k.deadline) {
+			sig = unix.SIGKILL
 		}
-	}()
-	return func() { close(done); <-gone }
+		unix.PidfdSendSignal(int(fd), sig, nil, 0)
+	}
+	k.t.Reset(stuckEvery)
+}
+
+func (k *keeper) stop() {
+	k.mu.Lock()
+	k.stopped = true
+	k.t.Stop()
+	k.mu.Unlock()
 }
 
 // holdForkLock is a thermite_weaken build's start without keepGoing,
