@@ -455,3 +455,13 @@ func TestOtherSignalSettersReachOnlyTheCaller(t *testing.T) {
 		t.Errorf("timer_create(SIGEV_THREAD_ID, another process): %s, want EINVAL\n%s", got.result, got.output)
 	}
 }
+
+// TestStopSignalsAreOneRun: refuseStopSignal decides them as one run of
+// numbers, which they must be.
+func TestStopSignalsAreOneRun(t *testing.T) {
+	for i := 1; i < len(stopSignals); i++ {
+		if stopSignals[i] != stopSignals[i-1]+1 {
+			t.Fatalf("stop signals %v are not one run of numbers", stopSignals)
+		}
+	}
+}
