@@ -64,7 +64,7 @@ var Protections = []Protection{
 		Lost: "GPU device files are held by their owners and modes alone (the first lock); GPU work is refused where those cannot be fixed either"},
 	{Name: LandlockScope, ABI: 6,
 		What: "abstract unix sockets and signals scoped to the command's own domain",
-		Lost: "a role may connect to another role's (or the broker's) abstract unix sockets; signals stay held by the users (kill across users needs CAP_KILL)"},
+		Lost: "a role may connect to another role's (or the broker's) abstract unix sockets; signals stay held by the users (kill across users needs CAP_KILL), and the filter refuses every stop signal, so none reaches the broker's starts or helpers of the role's own user"},
 	{Name: CgroupLimits,
 		What: "per-role memory (no swap) and task limits over everything a role's user runs, and the OOM report",
 		Lost: "memory is bounded only per process (RLIMIT_AS) and tasks per user (RLIMIT_NPROC): a role's processes together may take the host's memory"},
