@@ -97,8 +97,18 @@ func (b *Broker) stopCardHolders(holder roles.Role, cards []int) []string {
 	for uid, pids := range byUID {
 		r, _ := b.table.ByUID(uid)
 		for _, pid := range pids {
-			st, err := procs.Status(filepath.Join("/proc", strconv.Itoa(pid), "status"))
+			// The pidfd first, then what /proc says, then whether the
+			// pidfd's process still lives: only then was what /proc said
+			// its own (a live process keeps its number), and the kill,
+			// through the pidfd, reaches no process that took the number
+			// since.
+			fd, err := unix.PidfdOpen(pid, 0)
 			if err != nil {
+				continue // gone
+			}
+			st, err := procs.Status(filepath.Join("/proc", strconv.Itoa(pid), "status"))
+			if err != nil || unix.PidfdSendSignal(fd, 0, nil, 0) != nil {
+				unix.Close(fd)
 				continue // gone
 			}
 			card, given := -1, false
@@ -108,10 +118,13 @@ func (b *Broker) stopCardHolders(holder roles.Role, cards []int) []string {
 				}
 			}
 			if !given {
+				unix.Close(fd)
 				continue
 			}
 			line := fmt.Sprintf("pid %d (%s) was given card %d: stopped for the timed run that holds it", pid, r.Name, card)
-			if err := killPid(pid); err != nil {
+			err = killPidfd(fd)
+			unix.Close(fd)
+			if err != nil {
 				line = fmt.Sprintf("pid %d (%s) was given card %d: could not be stopped for the timed run that holds it: %v", pid, r.Name, card, err)
 			}
 			b.log.Warn("held card", "holder", holder.Name, "what", line)
@@ -122,17 +135,10 @@ func (b *Broker) stopCardHolders(holder roles.Role, cards []int) []string {
 	return stopped
 }
 
-// killPid sends SIGKILL through a pidfd, so a recycled pid is never hit,
-// and waits (up to a second) until the process has let go of its files.
-func killPid(pid int) error {
-	fd, err := unix.PidfdOpen(pid, 0)
-	if err != nil {
-		if err == unix.ESRCH {
-			return nil
-		}
-		return err
-	}
-	defer unix.Close(fd)
+// killPidfd sends SIGKILL through a pidfd, so a recycled pid is never
+// hit, and waits (up to a second) until the process has let go of its
+// files.
+func killPidfd(fd int) error {
 	if err := unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0); err != nil && err != unix.ESRCH {
 		return err
 	}
