@@ -18,7 +18,7 @@ run -bench 'Load' -benchtime "${n}x" -timeout 10m ./internal/seccomp/
 awk '
 /^Benchmark/ {
 	name=$1; sub(/-[0-9]+$/, "", name); ns[name]=$3
-	for (i = 4; i < NF; i++) if ($(i+1) ~ /^(p50-µs|p99-µs|cv%-pinned|cv%-unpinned|MB\/s|full\/exec|setpriv\/exec|broker-lane\/exec|run-as\/setpriv|run-as-light\/setpriv|no-cgroup\/exec|µs-dispatch|µs-linear|µs-allow)$/) metric[name, $(i+1)] = $i
+	for (i = 4; i < NF; i++) if ($(i+1) ~ /^(p50-µs|p99-µs|cv%-pinned|cv%-unpinned|MB\/s|full\/exec|setpriv\/exec|broker-lane\/exec|broker-lane-dial\/exec|broker-cpu-µs\/run|broker-switches\/run|run-as\/setpriv|run-as-light\/setpriv|no-cgroup\/exec|µs-dispatch|µs-linear|µs-allow)$/) metric[name, $(i+1)] = $i
 }
 function row(label, a, b, aim) {
 	if ((a in ns) && (b in ns)) printf "%-52s %12.3f ms %12.3f ms %7.2fx   %s\n", label, ns[a]/1e6, ns[b]/1e6, ns[a]/ns[b], aim
@@ -35,6 +35,8 @@ END {
 	row("  bwrap --ro-bind / / /bin/true vs os/exec", "BenchmarkStart/bwrap", "BenchmarkStart/exec", "(peer)")
 	row("Run /bin/true as a lane (broker round trip) vs os/exec", "BenchmarkRunTrue/broker-lane", "BenchmarkRunTrue/exec", "<= 1.5x")
 	if (("BenchmarkRunTrue/interleaved", "broker-lane/exec") in metric) printf "%-52s %28s %7.2fx   %s (setpriv %.2fx)\n", "  the same, taken in turn (medians)", "", metric["BenchmarkRunTrue/interleaved", "broker-lane/exec"], "<= 1.5x", metric["BenchmarkRunTrue/interleaved", "setpriv/exec"]
+	if (("BenchmarkRunTrue/interleaved", "broker-lane-dial/exec") in metric) printf "%-52s %28s %7.2fx   %s\n", "  the same, a new connection per Run (rpc.Call)", "", metric["BenchmarkRunTrue/interleaved", "broker-lane-dial/exec"], "(as run-as makes it)"
+	if (("BenchmarkRunTrue/broker-lane", "broker-cpu-µs/run") in metric) printf "%-52s %28s %8.0f µs, %.1f context switches\n", "  the broker's own CPU and switches per Run", "", metric["BenchmarkRunTrue/broker-lane", "broker-cpu-µs/run"], metric["BenchmarkRunTrue/broker-lane", "broker-switches/run"]
 	if (("BenchmarkRunTrue/broker-lane-no-cgroup", "no-cgroup/exec") in metric) printf "%-52s %28s %7.2fx   %s\n", "  the same on a rig without cgroups (no v1 writes)", "", metric["BenchmarkRunTrue/broker-lane-no-cgroup", "no-cgroup/exec"], "(what v1 placement costs)"
 	row("setpriv --reuid /bin/true vs os/exec", "BenchmarkRunTrue/setpriv", "BenchmarkRunTrue/exec", "(peer)")
 	row("bwrap --ro-bind / / /bin/true vs os/exec", "BenchmarkRunTrue/bwrap", "BenchmarkRunTrue/exec", "(peer)")
