@@ -36,7 +36,7 @@ END {
 	row("Run /bin/true as a lane (broker round trip) vs os/exec", "BenchmarkRunTrue/broker-lane", "BenchmarkRunTrue/exec", "<= 1.5x")
 	if (("BenchmarkRunTrue/interleaved", "broker-lane/exec") in metric) printf "%-52s %28s %7.2fx   %s (setpriv %.2fx)\n", "  the same, taken in turn (medians)", "", metric["BenchmarkRunTrue/interleaved", "broker-lane/exec"], "<= 1.5x", metric["BenchmarkRunTrue/interleaved", "setpriv/exec"]
 	if (("BenchmarkRunTrue/interleaved", "broker-lane-dial/exec") in metric) printf "%-52s %28s %7.2fx   %s\n", "  the same, a new connection per Run (rpc.Call)", "", metric["BenchmarkRunTrue/interleaved", "broker-lane-dial/exec"], "(as run-as makes it)"
-	if (("BenchmarkRunTrue/broker-lane", "broker-cpu-µs/run") in metric) printf "%-52s %28s %8.0f µs, %.1f context switches\n", "  the broker's own CPU and switches per Run", "", metric["BenchmarkRunTrue/broker-lane", "broker-cpu-µs/run"], metric["BenchmarkRunTrue/broker-lane", "broker-switches/run"]
+	if (("BenchmarkRunTrue/broker-lane", "broker-cpu-µs/run") in metric) printf "%-52s %28s %8.0f µs, %.1f switches\n", "  CPU and context switches of the broker per Run", "", metric["BenchmarkRunTrue/broker-lane", "broker-cpu-µs/run"], metric["BenchmarkRunTrue/broker-lane", "broker-switches/run"]
 	if (("BenchmarkRunTrue/broker-lane-no-cgroup", "no-cgroup/exec") in metric) printf "%-52s %28s %7.2fx   %s\n", "  the same on a rig without cgroups (no v1 writes)", "", metric["BenchmarkRunTrue/broker-lane-no-cgroup", "no-cgroup/exec"], "(what v1 placement costs)"
 	row("setpriv --reuid /bin/true vs os/exec", "BenchmarkRunTrue/setpriv", "BenchmarkRunTrue/exec", "(peer)")
 	row("bwrap --ro-bind / / /bin/true vs os/exec", "BenchmarkRunTrue/bwrap", "BenchmarkRunTrue/exec", "(peer)")
