@@ -9,6 +9,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"thermite/internal/weaken"
 )
 
 // Watched is an incremental Usage: it revisits only what inotify says
@@ -404,9 +406,6 @@ func (w *Watched) fill(dir int, n *wnode, path string) error {
 		return err
 	}
 	for _, e := range ents {
-		if e.typ == unix.DT_LNK {
-			continue
-		}
 		if err := w.add(dir, n, e.name, path+"/"+e.name); err != nil {
 			return err
 		}
@@ -423,12 +422,15 @@ func (w *Watched) add(dir int, n *wnode, name, path string) error {
 		}
 		return fmt.Errorf("%s: %w", path, err)
 	}
-	if st.Mode&unix.S_IFMT == unix.S_IFLNK {
+	if st.Mode&unix.S_IFMT == unix.S_IFLNK && weaken.Enabled && weaken.Has(weaken.DiskSymlinks) {
 		return nil
 	}
 	if w.entries >= MaxEntries {
 		return fmt.Errorf("%s: %w", path, ErrTooBig)
 	}
+	// A symlink is counted as Usage counts it, by its own blocks (a long
+	// target takes one), and never followed. Its target cannot change,
+	// so an event on its name is all it ever needs.
 	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
 		k := devIno{st.Dev, st.Ino}
 		if st.Nlink > 1 && st.Mode&unix.S_IFMT == unix.S_IFREG && w.Links.add(k) {

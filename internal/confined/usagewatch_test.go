@@ -374,3 +374,44 @@ func BenchmarkWatched100k(b *testing.B) {
 		b.ReportMetric(float64(spent)/float64(b.N)/1e6, "cpu-ms/op")
 	})
 }
+
+// A symlink whose target is over 60 bytes takes a block of its own on
+// ext4 (and tmpfs counts its page): a lane could keep 4 KiB in each of
+// millions of them. Both measures count them, and never follow them.
+func TestLaneKeepsBytesInSymlinkTargetsCounted(t *testing.T) {
+	d := t.TempDir()
+	w := &Watched{}
+	defer w.Close()
+	long := string(make([]byte, 0, 4000))
+	for len(long) < 4000 {
+		long += "a"
+	}
+	inc0, full0 := measureBoth(t, w, d)
+	for i := 0; i < 100; i++ {
+		if err := os.Symlink(long, filepath.Join(d, fmt.Sprint("l", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(filepath.Join(d, "l0"), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Blocks == 0 {
+		t.Skipf("this file system keeps a %d-byte symlink target in no block of its own", len(long))
+	}
+	want := 100 * st.Blocks * 512
+	inc, full := measureBoth(t, w, d)
+	if full-full0 < want {
+		t.Errorf("the walk counts %d bytes more after 100 long symlinks, want at least %d", full-full0, want)
+	}
+	if inc-inc0 < want || inc != full {
+		t.Errorf("the incremental measure counts %d bytes more (walk %d), want at least %d", inc-inc0, full-full0, want)
+	}
+	// Removed, they are gone from both.
+	for i := 0; i < 100; i++ {
+		os.Remove(filepath.Join(d, fmt.Sprint("l", i)))
+	}
+	if inc, full := measureBoth(t, w, d); inc != full {
+		t.Errorf("after removing them: incremental %d, walk %d", inc, full)
+	}
+}

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"thermite/internal/weaken"
 )
 
 // Held is the space in files no name links any more (st_nlink 0) that a
@@ -42,12 +44,28 @@ func HeldUnlinked(procRoot string, uid int, skip map[int]bool) (Held, error) {
 // HeldUnlinkedExcept is HeldUnlinked passing over the files of the file
 // system skipDev (an st_dev; 0 passes over none).
 func HeldUnlinkedExcept(procRoot string, uid int, skip map[int]bool, skipDev uint64) (Held, error) {
+	return HeldUnlinkedOn(procRoot, uid, skip, skipDev, nil)
+}
+
+// HeldUnlinkedOn is HeldUnlinkedExcept where the role's files lie on the
+// file systems disk (st_dev; nil: none known). A deleted file there that
+// a process keeps by a mapping alone, with no descriptor of it left in any
+// process of the user, cannot be measured (mappedOnly): the measure then
+// fails with ErrHidden.
+func HeldUnlinkedOn(procRoot string, uid int, skip map[int]bool, skipDev uint64, disk map[uint64]bool) (Held, error) {
 	pids, err := ByUIDOwned(procRoot, uid)
 	if err != nil {
 		return Held{}, fmt.Errorf("processes of uid %d: %w", uid, err)
 	}
 	type inode struct{ dev, ino uint64 }
+	// seen holds what a descriptor shows (its blocks); mapped what only
+	// mappings show (the most bytes one maps), and a process mapping it.
 	seen := map[inode]int64{}
+	type mapping struct {
+		bytes int64
+		pid   int
+	}
+	mapped := map[inode]mapping{}
 	// A process whose table cannot be read may be between a change of
 	// uid and its exec (not dumpable for that moment): such ones are
 	// asked again, all together, for up to a second before they count.
@@ -70,8 +88,10 @@ func HeldUnlinkedExcept(procRoot string, uid int, skip map[int]bool, skipDev uin
 			seen[k] = max(seen[k], st.Blocks*512)
 		}
 		for k, n := range deletedMappings(base + "/maps") {
-			if _, ok := seen[inode(k)]; !ok && (skipDev == 0 || k.dev != skipDev) {
-				seen[inode(k)] = n
+			if skipDev == 0 || k.dev != skipDev {
+				if m := mapped[inode(k)]; n > m.bytes {
+					mapped[inode(k)] = mapping{n, pid}
+				}
 			}
 		}
 		return nil
@@ -106,6 +126,16 @@ func HeldUnlinkedExcept(procRoot string, uid int, skip map[int]bool, skipDev uin
 		}
 		refused = again
 	}
+	for k, m := range mapped {
+		if _, ok := seen[k]; ok {
+			continue // its descriptor showed its blocks
+		}
+		if mappedOnly(k.dev, disk) {
+			hidden = append(hidden, describePID(procRoot, m.pid, fmt.Errorf("maps a deleted file (inode %d) it keeps no descriptor of, whose blocks no measure can read", k.ino)))
+			continue
+		}
+		seen[k] = m.bytes
+	}
 	var h Held
 	for _, n := range seen {
 		h.Bytes += n
@@ -115,6 +145,23 @@ func HeldUnlinkedExcept(procRoot string, uid int, skip map[int]bool, skipDev uin
 		return h, fmt.Errorf("%w: %s", ErrHidden, strings.Join(hidden, "; "))
 	}
 	return h, nil
+}
+
+// mappedOnly decides whether a deleted file on dev that only a mapping
+// keeps defeats the measure. A mapping shows its own length, not the
+// file's blocks: a lane could write a file under its cap through a
+// descriptor, unlink it, map one page, close the descriptor, and so keep
+// any number of such files, each counted as one page. The file's blocks
+// are out of reach (/proc/PID/map_files opens it only with
+// CAP_CHECKPOINT_RESTORE, which the broker does not hold), so such a file
+// on a file system where the role's folders lie counts as hidden. Memory
+// (a memfd or shared anonymous memory, on the kernel's internal shmem
+// mount) is on none of those and still counts its mapped length.
+func mappedOnly(dev uint64, disk map[uint64]bool) bool {
+	if weaken.Enabled && weaken.Has(weaken.DiskMappedOnly) {
+		return false
+	}
+	return disk[dev]
 }
 
 // readDir lists a descriptor table.
