@@ -131,3 +131,98 @@ os.setxattr("x", "user.pad", b"v" * 3000)
 		})
 	}
 }
+
+// threadcredAttack looks, as the lane, for the broker's thread that
+// measures the lane's unlinked files with the lane's effective uid
+// (threadcred.As: real and saved uid root), and tries on it what a
+// process may do to another of its own effective uid: signal it, renice
+// it, move its CPUs or its I/O priority, trace it, read its memory and
+// its /proc entries. Each outcome goes to a line of threadcred.out.
+const threadcredAttack = `
+import ctypes, errno, os, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+uid = os.getuid()
+out = open("threadcred.out", "w")
+def sc(*a):
+    r = libc.syscall(*[ctypes.c_long(x) for x in a])
+    return "ok" if r >= 0 else errno.errorcode.get(ctypes.get_errno(), str(ctypes.get_errno()))
+def py(f):
+    try:
+        f()
+        return "ok"
+    except OSError as e:
+        return errno.errorcode.get(e.errno, str(e.errno))
+brokers = [int(sys.argv[1])]  # the broker's pid, as status shows it
+found = 0
+end = time.time() + 8
+while time.time() < end and found < 5:
+    for b in brokers:
+        try:
+            tids = os.listdir("/proc/%d/task" % b)
+        except OSError:
+            continue
+        for t in tids:
+            try:
+                st = open("/proc/%d/task/%s/status" % (b, t)).read()
+            except OSError:
+                continue
+            u = [l for l in st.splitlines() if l.startswith("Uid:")][0].split()[1:]
+            if int(u[1]) != uid:
+                continue
+            t = int(t)
+            found += 1
+            res = {
+                "tgkill 0": sc(234, b, t, 0),
+                "setpriority": py(lambda: os.setpriority(os.PRIO_PROCESS, t, 19)),
+                "sched_setaffinity": py(lambda: os.sched_setaffinity(t, {0})),
+                "ioprio_set": sc(251, 1, t, (3 << 13)),
+                "ptrace seize": sc(101, 0x4206, t, 0, 0),
+                "read its mem": py(lambda: open("/proc/%d/task/%d/mem" % (b, t), "rb").read(1)),
+                "list its fds": py(lambda: os.listdir("/proc/%d/task/%d/fd" % (b, t))),
+                "read its environ": py(lambda: open("/proc/%d/task/%d/environ" % (b, t), "rb").read(1)),
+                "prlimit": sc(302, t, 7, 0, 0),
+            }
+            # The thread may end while tried: ESRCH is no answer.
+            if "ESRCH" in res.values() or "ENOENT" in res.values():
+                found -= 1
+                continue
+            out.write(repr(sorted(res.items())) + "\n")
+            out.flush()
+out.close()
+`
+
+// The broker measures a lane's unlinked files on a thread of its own with
+// the lane's effective uid (threadcred.As): a process of the lane can find
+// it (a thread's status is readable by everyone) and must reach it in no
+// way. Signals, prlimit and ptrace check the thread's real and saved uid
+// (root's): EPERM. Renice, affinity and I/O priority pass the ownership
+// check on the effective uid and are refused by cap_safe_nice (the
+// thread's permitted capabilities are not a subset of the lane's): EPERM.
+// Its /proc entries are root's (the broker is not dumpable): EACCES.
+func TestLaneReachesTheBrokersMeasureThreadRefused(t *testing.T) {
+	if _, err := exec.LookPath("/usr/bin/python3"); err != nil {
+		t.Skip("needs /usr/bin/python3 to run the attack as the lane")
+	}
+	r := testrig.New(t, testrig.Options{Extra: "[trial]\ndisk_check = \"100ms\"\n"})
+	info, a := startTrial(t, r, 1, makeProject(t, r))
+	if code, _, raw := a.do("POST", "/v1/fs/write", map[string]any{"path": "attack.py", "data": []byte(threadcredAttack)}); code != 200 {
+		t.Fatalf("fs/write: %d %s", code, raw)
+	}
+	// A process left running: every check measures the unlinked files.
+	r.Thermite("trial", "exec", info.ID, "--", "sh", "-c", "setsid -f sleep 60 </dev/null >/dev/null 2>&1")
+	out, stderr, code := r.Thermite("trial", "exec", info.ID, "--", "sh", "-c", "/usr/bin/python3 attack.py "+itoa(r.Status().BrokerPID)+" && cat threadcred.out")
+	if code != 0 {
+		t.Fatalf("the attack: exit %d %s %s", code, out, stderr)
+	}
+	if strings.TrimSpace(out) == "" {
+		t.Skip("the lane never saw the measure's thread in 8 s: nothing was tried")
+	}
+	want := "[('ioprio_set', 'EPERM'), ('list its fds', 'EACCES'), ('prlimit', 'EPERM'), ('ptrace seize', 'EPERM'), ('read its environ', 'EACCES'), ('read its mem', 'EACCES'), ('sched_setaffinity', 'EPERM'), ('setpriority', 'EPERM'), ('tgkill 0', 'EPERM')]"
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		if l != want {
+			t.Errorf("the lane's attempts on the broker's measure thread:\n got %s\nwant %s", l, want)
+		}
+	}
+	t.Logf("the lane's attempts:\n%s", out)
+}
