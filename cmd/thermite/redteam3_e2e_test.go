@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -225,4 +226,62 @@ func TestLaneReachesTheBrokersMeasureThreadRefused(t *testing.T) {
 		}
 	}
 	t.Logf("the lane's attempts:\n%s", out)
+}
+
+// brokerWatches counts the inotify watches the broker holds.
+func brokerWatches(t *testing.T, pid int) int {
+	t.Helper()
+	dir := "/proc/" + itoa(pid) + "/fdinfo"
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range ents {
+		b, _ := os.ReadFile(dir + "/" + e.Name())
+		n += strings.Count(string(b), "inotify wd:")
+	}
+	return n
+}
+
+// Each folder of a role's trees takes one inotify watch, charged to root
+// (fs.inotify.max_user_watches counts per user, and the broker is root):
+// a lane that makes folders by the thousand, within its disk cap, would
+// take root's watches from every other root program of the host. The
+// broker holds at most watchesPerRole of them for one role; past that,
+// the lane's folder is walked whole at each check, and still measured.
+func TestLaneFoldersTakeRootsInotifyWatchesBounded(t *testing.T) {
+	r := testrig.New(t, testrig.Options{Extra: "[trial]\ndisk_check = \"300ms\"\ndisk_cap_mb = 100\n"})
+	info, _ := startTrial(t, r, 1, makeProject(t, r))
+	bp := r.Status().BrokerPID
+	before := brokerWatches(t, bp)
+	// 20000 folders (80 MiB of folder blocks), and a process left running
+	// so that the checks measure incrementally.
+	mk := `python3 -c 'import os
+for i in range(200):
+    os.mkdir("d%d" % i)
+    for j in range(100): os.mkdir("d%d/%d" % (i, j))' && setsid -f sleep 60 </dev/null >/dev/null 2>&1`
+	if _, stderr, code := r.Thermite("trial", "exec", info.ID, "--", "sh", "-c", mk); code != 0 {
+		t.Fatalf("trial exec: %s", stderr)
+	}
+	measured := func(s controller.TrialStatus) bool { return s.Disk != nil && s.Disk.Bytes > 20000*4096 }
+	waitTrial(t, r, info.ID, "a measure of the 20000 folders", measured)
+	time.Sleep(time.Second)
+	got := brokerWatches(t, bp) - before
+	t.Logf("the broker holds %d more inotify watches after lane-1 made 20000 folders", got)
+	if got > 8192 {
+		t.Errorf("the broker holds %d inotify watches of root's for one lane's folders, want at most 8192", got)
+	}
+	// Walked whole, the folder is still measured: 40 MiB more, deep
+	// inside, put the lane over its 100 MiB.
+	if _, stderr, code := r.Thermite("trial", "exec", info.ID, "--", "dd", "if=/dev/zero", "of=d7/7/late", "bs=1M", "count=40"); code != 0 {
+		t.Fatalf("trial exec: %s", stderr)
+	}
+	over := func(s controller.TrialStatus) bool {
+		return s.State != "open" && strings.Contains(s.EndReason, "over its disk limit")
+	}
+	waitTrial(t, r, info.ID, "the end for its disk after 40 MiB more in a folder past the watches", over)
+	if !strings.Contains(r.LogText(), "more folders than the inotify watches a measure may hold") {
+		t.Error("the broker's log does not say why the folder is walked whole")
+	}
 }

@@ -1,6 +1,7 @@
 package confined
 
 import (
+	"errors"
 	"fmt"
 	"math/rand"
 	"os"
@@ -413,5 +414,48 @@ func TestLaneKeepsBytesInSymlinkTargetsCounted(t *testing.T) {
 	}
 	if inc, full := measureBoth(t, w, d); inc != full {
 		t.Errorf("after removing them: incremental %d, walk %d", inc, full)
+	}
+}
+
+// A tree with more folders than its role may watch, or than the broker's
+// budget has left, is walked whole (ErrWatchBudget), measured all the
+// same, and gives back every watch it took; it tries again only after
+// ResyncEvery walks.
+func TestLaneFoldersPastTheWatchBudgetWalkedWhole(t *testing.T) {
+	d := t.TempDir()
+	for i := 0; i < 10; i++ {
+		os.MkdirAll(filepath.Join(d, fmt.Sprint(i), "x"), 0o755)
+		os.WriteFile(filepath.Join(d, fmt.Sprint(i), "x", "f"), make([]byte, 9000), 0o644)
+	}
+	budget := NewWatchBudget(100)
+	for _, c := range []struct {
+		name  string
+		links *Links
+	}{
+		{"over its role's bound", &Links{MaxWatches: 5, Budget: budget}},
+		{"over the broker's budget", &Links{Budget: NewWatchBudget(5)}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w := &Watched{Links: c.links, ResyncEvery: 3}
+			defer w.Close()
+			for i := 0; i < 5; i++ {
+				if inc, full := measureBoth(t, w, d); inc != full {
+					t.Fatalf("measure %d: %d, walk %d", i, inc, full)
+				}
+			}
+			if !errors.Is(w.Unwatched, ErrWatchBudget) {
+				t.Fatalf("Unwatched = %v, want ErrWatchBudget", w.Unwatched)
+			}
+			if len(c.links.owner) != 0 {
+				t.Errorf("%d watches kept after the walk", len(c.links.owner))
+			}
+			// One try to watch, three walks, then one more try.
+			if w.Full != 2 {
+				t.Errorf("%d tries to watch in 5 measures, want 2", w.Full)
+			}
+		})
+	}
+	if budget.Left() != 100 {
+		t.Errorf("the shared budget has %d left, want its 100 back", budget.Left())
 	}
 }
