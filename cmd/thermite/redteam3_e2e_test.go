@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -284,4 +285,73 @@ for i in range(200):
 	if !strings.Contains(r.LogText(), "more folders than the inotify watches a measure may hold") {
 		t.Error("the broker's log does not say why the folder is walked whole")
 	}
+}
+
+// mappingsFlood maps one small file 60000 times (offsets that never let
+// two neighbours merge) and forks 19 copies: 1.2 million lines of
+// /proc/PID/maps for the measure of unlinked files to read at each check.
+const mappingsFlood = `
+import ctypes, mmap, os, time
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+fd = os.open("pages", os.O_RDWR | os.O_CREAT, 0o600)
+os.ftruncate(fd, 3 * 4096)
+for i in range(60000):
+    if libc.mmap(None, 4096, mmap.PROT_READ, mmap.MAP_SHARED, fd, (i % 2) * 8192) in (None, ctypes.c_void_p(-1).value):
+        raise OSError(ctypes.get_errno(), "mmap %d" % i)
+for i in range(19):
+    if os.fork() == 0:
+        break
+time.sleep(60)
+`
+
+// brokerCPU is the broker's user and system time so far, in clock ticks.
+func brokerCPU(t *testing.T, pid int) int64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/" + itoa(pid) + "/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+	var u, s int64
+	fmt.Sscan(f[11], &u)
+	fmt.Sscan(f[12], &s)
+	return u + s
+}
+
+// A lane whose processes hold mappings by the million would make every
+// disk check read them all (/proc/PID/maps, to find deleted files kept by
+// a mapping): seconds of the broker's CPU per check, for good. Past
+// procs.MaxMappings lines in one measure, the measure stops and the
+// trial ends, as for a tree too large to walk.
+func TestLaneFloodsTheMeasureWithMappingsEndsItsTrial(t *testing.T) {
+	if _, err := exec.LookPath("/usr/bin/python3"); err != nil {
+		t.Skip("needs /usr/bin/python3 to run the attack as the lane")
+	}
+	r := testrig.New(t, testrig.Options{Extra: "[trial]\ndisk_check = \"300ms\"\n"})
+	info, a := startTrial(t, r, 1, makeProject(t, r))
+	if code, _, raw := a.do("POST", "/v1/fs/write", map[string]any{"path": "attack.py", "data": []byte(mappingsFlood)}); code != 200 {
+		t.Fatalf("fs/write: %d %s", code, raw)
+	}
+	bp := r.Status().BrokerPID
+	cpu0 := brokerCPU(t, bp)
+	if _, stderr, code := r.Thermite("trial", "exec", info.ID, "--", "sh", "-c", "setsid -f /usr/bin/python3 attack.py </dev/null >/dev/null 2>attack.err"); code != 0 {
+		t.Fatalf("trial exec: %s", stderr)
+	}
+	start := time.Now()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		s := trialDisk(t, r, info.ID)
+		if s.State != "open" {
+			if !strings.Contains(s.EndReason, "mappings") {
+				t.Fatalf("the trial ended for another reason: %s", s.EndReason)
+			}
+			t.Logf("ended after %v: %s", time.Since(start).Round(time.Millisecond), s.EndReason)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the trial is still open after 20 s of checks that read its mappings; the broker used %d ticks of CPU meanwhile", brokerCPU(t, bp)-cpu0)
+		}
+	}
+	t.Logf("the broker used %d ticks of CPU", brokerCPU(t, bp)-cpu0)
 }

@@ -28,6 +28,16 @@ type Held struct {
 // so it counts as over every cap.
 var ErrHidden = errors.New("keeps its open files from the measure")
 
+// MaxMappings bounds the mappings (lines of /proc/PID/maps) one measure
+// reads, every process of the user together. A process may hold 65,530
+// (vm.max_map_count) and a role hundreds of processes: read whole at each
+// disk check, that is tens of seconds of the broker's CPU per check, for
+// good. Reading 2^19 costs about half a second; a role past it is one
+// whose files the measure cannot see (ErrHidden), its trial ended.
+const MaxMappings = 1 << 19
+
+var errTooManyMappings = fmt.Errorf("its processes hold more than %d mappings, past what the measure reads", MaxMappings)
+
 // HeldUnlinked measures what the processes whose real uid is uid (all but
 // this one) hold in unlinked regular files: every descriptor (stat through
 // /proc/<pid>/fd/<n>, which reaches the open file, not a name), and every
@@ -66,6 +76,7 @@ func HeldUnlinkedOn(procRoot string, uid int, skip map[int]bool, skipDev uint64,
 		pid   int
 	}
 	mapped := map[inode]mapping{}
+	mappings := 0 // lines of maps read, every process together
 	// A process whose table cannot be read may be between a change of
 	// uid and its exec (not dumpable for that moment): such ones are
 	// asked again, all together, for up to a second before they count.
@@ -87,7 +98,11 @@ func HeldUnlinkedOn(procRoot string, uid int, skip map[int]bool, skipDev uint64,
 			k := inode{st.Dev, st.Ino}
 			seen[k] = max(seen[k], st.Blocks*512)
 		}
-		for k, n := range deletedMappings(base + "/maps") {
+		found, n := deletedMappings(base+"/maps", MaxMappings-mappings)
+		if mappings += n; mappings > MaxMappings {
+			return errTooManyMappings
+		}
+		for k, n := range found {
 			if skipDev == 0 || k.dev != skipDev {
 				if m := mapped[inode(k)]; n > m.bytes {
 					mapped[inode(k)] = mapping{n, pid}
@@ -102,6 +117,8 @@ func HeldUnlinkedOn(procRoot string, uid int, skip map[int]bool, skipDev uint64,
 			continue
 		}
 		switch err := scan(pid); {
+		case errors.Is(err, errTooManyMappings):
+			return Held{}, fmt.Errorf("%w: %w", ErrHidden, err)
 		case err == nil, errors.Is(err, os.ErrNotExist), errors.Is(err, unix.ESRCH):
 			// measured, or gone
 		case errors.Is(err, os.ErrPermission):
@@ -120,7 +137,10 @@ func HeldUnlinkedOn(procRoot string, uid int, skip map[int]bool, skipDev uint64,
 		time.Sleep(20 * time.Millisecond)
 		var again []int
 		for _, pid := range refused {
-			if err := scan(pid); errors.Is(err, os.ErrPermission) {
+			switch err := scan(pid); {
+			case errors.Is(err, errTooManyMappings):
+				return Held{}, fmt.Errorf("%w: %w", ErrHidden, err)
+			case errors.Is(err, os.ErrPermission):
 				again = append(again, pid)
 			}
 		}
@@ -182,16 +202,21 @@ func describePID(procRoot string, pid int, err error) string {
 
 // deletedMappings reads a maps file for mappings of deleted files: their
 // device and inode, and the most bytes any one of them maps.
-func deletedMappings(path string) map[struct{ dev, ino uint64 }]int64 {
-	out := map[struct{ dev, ino uint64 }]int64{}
+// lines is how many mappings it read: at most limit, and limit+1 when
+// there were more (the rest unread).
+func deletedMappings(path string, limit int) (out map[struct{ dev, ino uint64 }]int64, lines int) {
+	out = map[struct{ dev, ino uint64 }]int64{}
 	f, err := os.Open(path)
 	if err != nil {
-		return out
+		return out, 0
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
+		if lines++; lines > limit {
+			return out, lines
+		}
 		line := sc.Text()
 		if !strings.HasSuffix(line, " (deleted)") {
 			continue
@@ -217,5 +242,5 @@ func deletedMappings(path string) map[struct{ dev, ino uint64 }]int64 {
 		k := struct{ dev, ino uint64 }{unix.Mkdev(uint32(maj), uint32(mnr)), ino}
 		out[k] = max(out[k], int64(end-start))
 	}
-	return out
+	return out, lines
 }

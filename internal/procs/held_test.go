@@ -22,7 +22,13 @@ func TestDeletedMappings(t *testing.T) {
 7f0000400000-7f0000500000 rw-p 00000000 00:00 0 
 7f0000600000-7f0000601000 r--p 00000000 08:01 55 /work/a file named (deleted) not
 `), 0o644)
-	got := deletedMappings(maps)
+	got, lines := deletedMappings(maps, 100)
+	if lines != 6 {
+		t.Errorf("%d lines read, want 6", lines)
+	}
+	if _, lines := deletedMappings(maps, 3); lines != 4 {
+		t.Errorf("with at most 3 to read: %d lines read, want 4 (one past)", lines)
+	}
 	big := struct{ dev, ino uint64 }{unix.Mkdev(8, 1), 777}
 	memfd := struct{ dev, ino uint64 }{unix.Mkdev(0, 1), 99}
 	if len(got) != 2 || got[big] != 1<<20 || got[memfd] != 2<<12 {
