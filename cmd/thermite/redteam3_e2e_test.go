@@ -88,6 +88,15 @@ buf.write(b"y" * (1 << 20))
 for i in range(3):
     os.pwritev(fd, [buf], (i + 1) << 20, os.RWF_DSYNC | os.RWF_HIPRI)
 `},
+		// The folder x, watched in the workspace's tree, moved into HOME
+		// (another measured tree, whose measure may run first and find
+		// the folder still watched by the workspace's), then grown there.
+		{"moves a watched folder into its HOME and grows it there", `
+home = os.environ["HOME"]
+os.rename("x", home + "/x")
+with open(home + "/x/0", "ab") as f:
+    f.write(b"z" * (3 << 20))
+`},
 		// A 3000-byte value does not fit in the inode: ext4 gives each
 		// file a block of its own for it.
 		{"sets large xattrs on files and folders measured before", `
