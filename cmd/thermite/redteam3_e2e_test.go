@@ -48,6 +48,75 @@ for i in range(6):
     os.close(fd)
     time.sleep(0.7)
 `},
+		// A folder of long names (1.5 MiB of folder blocks) emptied and
+		// removed while a descriptor of it stays open: ext4 frees its
+		// blocks only when the last one closes.
+		{"keeps deleted folders by a descriptor", `
+keep = []
+for r in range(6):
+    d = "big%d" % r
+    os.mkdir(d)
+    for i in range(5000):
+        open("%s/%0200d" % (d, i), "w").close()
+    for i in range(5000):
+        os.unlink("%s/%0200d" % (d, i))
+    keep.append(os.open(d, os.O_RDONLY | os.O_DIRECTORY))
+    os.rmdir(d)
+    time.sleep(0.7)
+`},
+		// The main thread ends alone (exit, not exit_group): /proc/PID/fd
+		// and /proc/PID/maps are then the dead leader's, empty, while
+		// another thread keeps every descriptor.
+		{"holds deleted files in a thread after its main thread ended", `
+import ctypes, threading
+def hold():
+    keep = []
+    for i in range(6):
+        fd = os.open("held%d" % i, os.O_RDWR | os.O_CREAT, 0o600)
+        os.unlink("held%d" % i)
+        os.write(fd, b"x" * (1536 << 10))
+        keep.append(fd)
+        time.sleep(0.7)
+    time.sleep(60)
+threading.Thread(target=hold).start()
+time.sleep(0.2)
+ctypes.CDLL(None).syscall(60, 0)
+`},
+		// A thread cloned without CLONE_FILES has a descriptor table of
+		// its own, which /proc/PID/fd (the leader's) does not show.
+		{"holds deleted files in a thread with a descriptor table of its own", `
+import subprocess
+open("t.c", "w").write(r"""
+#define _GNU_SOURCE
+#include <sched.h>
+#include <fcntl.h>
+#include <unistd.h>
+#include <sys/syscall.h>
+#include <time.h>
+static char buf[1536 << 10];
+static char stack[1 << 16];
+static int hold(void *arg) {
+	struct timespec ts = {0, 700000000};
+	for (int i = 0; i < 6; i++) {
+		char name[] = "heldN";
+		name[4] = '0' + i;
+		int fd = syscall(SYS_openat, AT_FDCWD, name, O_RDWR | O_CREAT, 0600);
+		syscall(SYS_unlinkat, AT_FDCWD, name, 0);
+		syscall(SYS_write, fd, buf, sizeof buf);
+		syscall(SYS_nanosleep, &ts, 0);
+	}
+	for (;;) syscall(SYS_pause);
+}
+int main(void) {
+	for (int i = 0; i < (int)sizeof buf; i++) buf[i] = 'x';
+	clone(hold, stack + sizeof stack, CLONE_VM | CLONE_SIGHAND | CLONE_THREAD | CLONE_FS, 0);
+	sleep(60);
+	return 0;
+}
+""")
+subprocess.check_call(["gcc", "-O1", "-o", "t", "t.c"])
+os.execv("./t", ["./t"])
+`},
 		{"allocates past the size with fallocate KEEP_SIZE", `
 fd = os.open("small", os.O_RDWR)
 os.posix_fallocate  # the plain call grows the size; KEEP_SIZE does not

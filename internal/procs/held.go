@@ -38,6 +38,14 @@ const MaxMappings = 1 << 19
 
 var errTooManyMappings = fmt.Errorf("its processes hold more than %d mappings, past what the measure reads", MaxMappings)
 
+// MaxLinks bounds, likewise, the descriptors one measure stats, every
+// thread of every process of the user together: each thread's table is
+// read, since a thread may have one of its own. The default limits (512
+// tasks of 1,024 descriptors) stay within it.
+const MaxLinks = 1 << 19
+
+var errTooManyLinks = fmt.Errorf("its threads hold more than %d descriptors, past what the measure reads", MaxLinks)
+
 // HeldUnlinked measures what the processes whose real uid is uid (all but
 // this one) hold in unlinked regular files: every descriptor (stat through
 // /proc/<pid>/fd/<n>, which reaches the open file, not a name), and every
@@ -81,22 +89,57 @@ func HeldUnlinkedOn(procRoot string, uid int, skip map[int]bool, skipDev uint64,
 	// uid and its exec (not dumpable for that moment): such ones are
 	// asked again, all together, for up to a second before they count.
 	var refused []int
+	// held takes in the file a /proc link reaches (a descriptor, a
+	// folder a task works in or is rooted at, the executable): when no
+	// name links it any more, its blocks. A deleted folder keeps its
+	// blocks (ext4 frees them when the last reference goes) as a file
+	// does, and so does a deleted symlink an O_PATH descriptor holds.
+	held := func(link string) {
+		var st unix.Stat_t
+		if unix.Stat(link, &st) != nil {
+			return // closed since, or not a file one can stat
+		}
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFREG, unix.S_IFDIR, unix.S_IFLNK:
+		default:
+			return
+		}
+		if st.Nlink != 0 || (skipDev != 0 && st.Dev == skipDev) {
+			return
+		}
+		k := inode{st.Dev, st.Ino}
+		seen[k] = max(seen[k], st.Blocks*512)
+	}
+	links := 0 // /proc links stat'ed, every process together
 	scan := func(pid int) error {
 		base := procRoot + "/" + strconv.Itoa(pid)
-		fds, err := readDir(base + "/fd")
+		// Every task: a thread cloned without CLONE_FILES or CLONE_FS
+		// has a descriptor table, a working folder and a root of its
+		// own, which the leader's /proc/PID/fd and cwd do not show.
+		tids, err := readDir(base + "/task")
 		if err != nil {
 			return err
 		}
-		for _, fd := range fds {
-			var st unix.Stat_t
-			if unix.Stat(base+"/fd/"+fd, &st) != nil {
-				continue // closed since, or not a file one can stat
+		for i, tid := range tids {
+			tb := base + "/task/" + tid
+			fds, err := readDir(tb + "/fd")
+			if err != nil {
+				if tid != strconv.Itoa(pid) && (errors.Is(err, os.ErrNotExist) || errors.Is(err, unix.ESRCH)) {
+					continue // a thread that ended meanwhile
+				}
+				return err
 			}
-			if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink != 0 || (skipDev != 0 && st.Dev == skipDev) {
-				continue
+			if links += len(fds); links > MaxLinks {
+				return errTooManyLinks
 			}
-			k := inode{st.Dev, st.Ino}
-			seen[k] = max(seen[k], st.Blocks*512)
+			for _, fd := range fds {
+				held(tb + "/fd/" + fd)
+			}
+			held(tb + "/cwd")
+			held(tb + "/root")
+			if i == 0 {
+				held(base + "/exe")
+			}
 		}
 		found, n := deletedMappings(base+"/maps", MaxMappings-mappings)
 		if mappings += n; mappings > MaxMappings {
@@ -117,7 +160,7 @@ func HeldUnlinkedOn(procRoot string, uid int, skip map[int]bool, skipDev uint64,
 			continue
 		}
 		switch err := scan(pid); {
-		case errors.Is(err, errTooManyMappings):
+		case errors.Is(err, errTooManyMappings), errors.Is(err, errTooManyLinks):
 			return Held{}, fmt.Errorf("%w: %w", ErrHidden, err)
 		case err == nil, errors.Is(err, os.ErrNotExist), errors.Is(err, unix.ESRCH):
 			// measured, or gone
@@ -138,7 +181,7 @@ func HeldUnlinkedOn(procRoot string, uid int, skip map[int]bool, skipDev uint64,
 		var again []int
 		for _, pid := range refused {
 			switch err := scan(pid); {
-			case errors.Is(err, errTooManyMappings):
+			case errors.Is(err, errTooManyMappings), errors.Is(err, errTooManyLinks):
 				return Held{}, fmt.Errorf("%w: %w", ErrHidden, err)
 			case errors.Is(err, os.ErrPermission):
 				again = append(again, pid)

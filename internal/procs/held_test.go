@@ -58,9 +58,9 @@ func TestHeldUnlinkedExceptPassesOverOneFileSystem(t *testing.T) {
 	// file by descriptor and mapping another deleted file on the same
 	// file system.
 	p := filepath.Join(root, "4242")
-	os.MkdirAll(filepath.Join(p, "fd"), 0o755)
+	os.MkdirAll(filepath.Join(p, "task", "4242", "fd"), 0o755)
 	os.WriteFile(filepath.Join(p, "status"), []byte("Name:\tx\nUid:\t5000\t5000\t5000\t5000\n"), 0o644)
-	os.Symlink(fmt.Sprintf("/proc/self/fd/%d", f.Fd()), filepath.Join(p, "fd", "3"))
+	os.Symlink(fmt.Sprintf("/proc/self/fd/%d", f.Fd()), filepath.Join(p, "task", "4242", "fd", "3"))
 	os.WriteFile(filepath.Join(p, "maps"), []byte(fmt.Sprintf("7f0000000000-7f0000100000 rw-s 00000000 %x:%x 999999 /x (deleted)\n", unix.Major(st.Dev), unix.Minor(st.Dev))), 0o644)
 	all, err := HeldUnlinked(root, 5000, nil)
 	if err != nil || all.Files != 2 {
@@ -95,11 +95,11 @@ func TestLaneKeepsADeletedFileByAMappingAloneIsHidden(t *testing.T) {
 	unix.Fstat(int(f.Fd()), &st)
 	proc := func(pid int, fds bool, maps string) {
 		p := filepath.Join(root, fmt.Sprint(pid))
-		os.MkdirAll(filepath.Join(p, "fd"), 0o755)
+		os.MkdirAll(filepath.Join(p, "task", fmt.Sprint(pid), "fd"), 0o755)
 		os.WriteFile(filepath.Join(p, "status"), []byte("Name:\tx\nUid:\t5000\t5000\t5000\t5000\n"), 0o644)
 		os.WriteFile(filepath.Join(p, "comm"), []byte("attack\n"), 0o644)
 		if fds {
-			os.Symlink(fmt.Sprintf("/proc/self/fd/%d", f.Fd()), filepath.Join(p, "fd", "3"))
+			os.Symlink(fmt.Sprintf("/proc/self/fd/%d", f.Fd()), filepath.Join(p, "task", fmt.Sprint(pid), "fd", "3"))
 		}
 		os.WriteFile(filepath.Join(p, "maps"), []byte(maps), 0o644)
 	}
@@ -124,5 +124,45 @@ func TestLaneKeepsADeletedFileByAMappingAloneIsHidden(t *testing.T) {
 	h, err = HeldUnlinkedOn(root, 5000, nil, 0, disk)
 	if err != nil || h.Bytes < 64<<10+2<<20 {
 		t.Fatalf("the same file with a descriptor open elsewhere: %+v %v, want its 64 KiB of blocks and the memfd", h, err)
+	}
+}
+
+// A deleted folder a descriptor (or a working folder) keeps holds its
+// blocks as a deleted file does; and every thread's descriptor table is
+// read, as a thread cloned without CLONE_FILES has one of its own.
+func TestLaneKeepsDeletedFoldersAndThreadTablesCounted(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the stand-in /proc's entries must be root's or the user's, as the kernel's are")
+	}
+	root := t.TempDir()
+	d := filepath.Join(t.TempDir(), "gone")
+	os.Mkdir(d, 0o755)
+	dir, err := os.Open(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dir.Close()
+	os.Remove(d)
+	f, err := os.CreateTemp(t.TempDir(), "held")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	f.Write(make([]byte, 64<<10))
+	f.Sync()
+	os.Remove(f.Name())
+	p := filepath.Join(root, "4242")
+	for _, task := range []string{"4242", "4243"} {
+		os.MkdirAll(filepath.Join(p, "task", task, "fd"), 0o755)
+	}
+	os.WriteFile(filepath.Join(p, "status"), []byte("Name:\tx\nUid:\t5000\t5000\t5000\t5000\n"), 0o644)
+	os.WriteFile(filepath.Join(p, "maps"), nil, 0o644)
+	// The leader works in the deleted folder; the other thread holds the
+	// deleted file in a table of its own.
+	os.Symlink(fmt.Sprintf("/proc/self/fd/%d", dir.Fd()), filepath.Join(p, "task", "4242", "cwd"))
+	os.Symlink(fmt.Sprintf("/proc/self/fd/%d", f.Fd()), filepath.Join(p, "task", "4243", "fd", "5"))
+	h, err := HeldUnlinked(root, 5000, nil)
+	if err != nil || h.Files != 2 || h.Bytes < 64<<10 {
+		t.Fatalf("HeldUnlinked = %+v %v; want the deleted folder and the thread's deleted file (64 KiB at least)", h, err)
 	}
 }
