@@ -433,3 +433,30 @@ func TestLaneFloodsTheMeasureWithMappingsEndsItsTrial(t *testing.T) {
 	}
 	t.Logf("the broker used %d ticks of CPU", brokerCPU(t, bp)-cpu0)
 }
+
+// The broker takes a command whose argv[0] is /proc/self/exe for one of
+// its own (a lane's file helper, a probe): the disk check passes over its
+// processes as the rig's, counts the role idle while only they run, and the
+// file helper's filter keeps openat2. A lane's exec, from the operator or
+// the agent's API, naming it is refused; other commands still run.
+func TestLaneRunsThermiteItselfAsTheRigsOwnCommandRefused(t *testing.T) {
+	r := testrig.New(t, testrig.Options{})
+	info, a := startTrial(t, r, 1, makeProject(t, r))
+	for _, argv := range [][]string{
+		{"/proc/self/exe", "__lanefs", info.Workspace, info.ResearchDir},
+		{"/proc/self/exe", "__probe"},
+		{"/proc/./self/exe", "__probe"},
+	} {
+		_, stderr, code := r.Thermite(append([]string{"trial", "exec", info.ID, "--"}, argv...)...)
+		if code == 0 || !strings.Contains(stderr, "thermite itself, which only the rig starts") {
+			t.Errorf("trial exec %q: exit %d %q; want a refusal naming thermite itself", argv, code, stderr)
+		}
+		code, _, raw := a.do("POST", "/v1/exec", map[string]any{"argv": argv})
+		if code != 400 || !strings.Contains(raw, "thermite itself") {
+			t.Errorf("the agent's exec %q: %d %s; want 400 naming thermite itself", argv, code, raw)
+		}
+	}
+	if out, stderr, code := r.Thermite("trial", "exec", info.ID, "--", "echo", "ok"); code != 0 || !strings.Contains(out, "ok") {
+		t.Fatalf("a plain command: exit %d %q %q", code, out, stderr)
+	}
+}
