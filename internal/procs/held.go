@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"thermite/internal/weaken"
 )
 
 // Held is the space in files no name links any more (st_nlink 0) that a
@@ -221,9 +219,6 @@ func HeldUnlinkedOn(procRoot string, uid int, skip map[int]bool, skipDev uint64,
 // (a memfd or shared anonymous memory, on the kernel's internal shmem
 // mount) is on none of those and still counts its mapped length.
 func mappedOnly(dev uint64, disk map[uint64]bool) bool {
-	if weaken.Enabled && weaken.Has(weaken.DiskMappedOnly) {
-		return false
-	}
 	return disk[dev]
 }
 

@@ -49,9 +49,6 @@ const (
 	// DiskSymlinks makes the disk measure pass over symlinks again: a
 	// long target's block of its own goes uncounted.
 	DiskSymlinks = "disk-symlinks"
-	// DiskMappedOnly counts a deleted file that only a mapping keeps by
-	// the mapping's length again, not as a measure defeated.
-	DiskMappedOnly = "disk-mapped-only"
 	// LandlockABIPrefix, followed by a number, pretends the kernel has that
 	// Landlock ABI (when lower than its own).
 	LandlockABIPrefix = "landlock-abi-"
