@@ -434,13 +434,14 @@ func rlimitOf(rl []spawn.Rlimit, r int) uint64 {
 }
 
 // heldUnlinked sums what the role's processes keep in unlinked files
-// (procs.HeldUnlinkedExcept), in the broker on a thread whose effective
+// (procs.HeldUnlinkedOn), in the broker on a thread whose effective
 // uid and gid are the role's for the call (threadcred.As): reading another
 // user's descriptor tables and maps takes ptrace read access, which the
 // kernel grants on the file-system ids when the target is not more
 // capable, and otherwise only with CAP_SYS_PTRACE, which the broker does
 // not keep. A process that made itself not dumpable still refuses it and
-// counts as hidden (procs.ErrHidden). The thread runs off the CPUs a
+// counts as hidden (procs.ErrHidden), and so does a deleted file on the
+// role's file systems that a mapping alone keeps. The thread runs off the CPUs a
 // timed run holds, so the measure never disturbs it. It holds the stop
 // lock, so it never measures while the role's processes are being ended.
 func (b *Broker) heldUnlinked(r roles.Role, skipDev uint64) (procs.Held, error) {
@@ -462,6 +463,15 @@ func (b *Broker) heldUnlinked(r roles.Role, skipDev uint64) (procs.Held, error) 
 		}
 	}
 	b.mu.Unlock()
+	// The file systems the role's folders lie on: a deleted file there
+	// that only a mapping keeps cannot be measured (procs.HeldUnlinkedOn).
+	disk := map[uint64]bool{}
+	b.eachOwnedFolder(r, func(top *os.File) {
+		var st unix.Stat_t
+		if unix.Fstat(int(top.Fd()), &st) == nil && st.Dev != skipDev {
+			disk[st.Dev] = true
+		}
+	}, func(error) {})
 	var h procs.Held
 	err := threadcred.As(r.UID, r.GID, func() error {
 		if len(free) > 0 {
@@ -471,7 +481,7 @@ func (b *Broker) heldUnlinked(r roles.Role, skipDev uint64) (procs.Held, error) 
 			}
 		}
 		var err error
-		h, err = procs.HeldUnlinkedExcept("/proc", r.UID, skip, skipDev)
+		h, err = procs.HeldUnlinkedOn("/proc", r.UID, skip, skipDev, disk)
 		return err
 	})
 	if err != nil {

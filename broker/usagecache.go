@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -123,6 +124,32 @@ type usageWatch struct {
 	mu    sync.Mutex
 	trees map[watchKey]*watchedTree
 	links map[int]*roleLinks
+	// budget is the watches every role's measures may hold together,
+	// perRole those of one role (watchBudget).
+	budget  *confined.WatchBudget
+	perRole int
+}
+
+// The inotify watches the measures may hold: each is one of root's
+// fs.inotify.max_user_watches, which every other root program of the host
+// shares. The broker takes at most a quarter of them, and one role at
+// most maxRoleWatches (a folder each); a role's folder past that is walked
+// whole at its checks (confined.ErrWatchBudget), measured all the same.
+const (
+	watchShare     = 4
+	maxRoleWatches = 8192
+)
+
+// watchBudget reads root's limit and sizes the budgets from it.
+func watchBudget() (total, perRole int) {
+	total = 8192 * watchShare // the kernel's smallest default, where unread
+	if b, err := os.ReadFile("/proc/sys/fs/inotify/max_user_watches"); err == nil {
+		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && n > 0 {
+			total = n
+		}
+	}
+	total /= watchShare
+	return total, min(maxRoleWatches, max(total/watchShare, 1))
 }
 
 type watchKey struct {
@@ -174,7 +201,9 @@ func (b *Broker) watchState() *usageWatch {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.watch == nil {
-		b.watch = &usageWatch{trees: map[watchKey]*watchedTree{}, links: map[int]*roleLinks{}}
+		total, perRole := watchBudget()
+		b.watch = &usageWatch{trees: map[watchKey]*watchedTree{}, links: map[int]*roleLinks{},
+			budget: confined.NewWatchBudget(total), perRole: perRole}
 	}
 	return b.watch
 }
@@ -189,6 +218,7 @@ func (s *usageWatch) tree(uid int, path string) *watchedTree {
 		rl := s.links[uid]
 		if rl == nil {
 			rl = &roleLinks{}
+			rl.l.MaxWatches, rl.l.Budget = s.perRole, s.budget
 			s.links[uid] = rl
 		}
 		t = &watchedTree{}

@@ -84,6 +84,10 @@ func (c *Controller) runAgent(w http.ResponseWriter, r *http.Request, rt *trialR
 		writeProblem(w, http.StatusBadRequest, CodeMissingField, "field argv: empty; it names the agent's program and its arguments")
 		return
 	}
+	if err := ownCommand(req.Argv); err != nil {
+		writeProblem(w, http.StatusBadRequest, CodeBadField, err.Error())
+		return
+	}
 	timeout, err := c.agentTimeout(req.TimeoutMS)
 	if err != nil {
 		writeProblem(w, http.StatusBadRequest, CodeBadField, err.Error())

@@ -281,6 +281,9 @@ func (c *Controller) laneRun(rt *trialRT, req ExecRequest) (*rpc.RunRequest, []b
 	if len(req.Argv) == 0 {
 		return nil, nil, errors.New("field argv: empty; it names the command and its arguments")
 	}
+	if err := ownCommand(req.Argv); err != nil {
+		return nil, nil, err
+	}
 	cwd, err := insideRoot(rt.t.Workspace, req.Cwd)
 	if err != nil {
 		return nil, nil, fmt.Errorf("field cwd: %w", err)
@@ -319,4 +322,16 @@ func insideRoot(root, p string) (string, error) {
 		return "", fmt.Errorf("%q climbs out of the trial's folder", p)
 	}
 	return filepath.Join(root, p), nil
+}
+
+// ownCommand refuses a command given from outside (an exec, an agent's
+// program) that names thermite itself as /proc/self/exe: the broker takes
+// such a command for one of its own (a lane's file helper, a probe),
+// which the role's disk check passes over as vouched for by the rig, and
+// whose filter keeps openat2 for the file helper.
+func ownCommand(argv []string) error {
+	if len(argv) > 0 && (argv[0] == "/proc/self/exe" || filepath.Clean(argv[0]) == "/proc/self/exe") {
+		return fmt.Errorf("field argv: %q is thermite itself, which only the rig starts; name the program to run", argv[0])
+	}
+	return nil
 }

@@ -237,6 +237,7 @@ var attempts = map[string]func(Attempt) Outcome{
 	OpOpenat2SetID: createSetIDThroughOpenat2,
 	OpLinkSetID:    linkSetIDFile,
 	OpFillHoles:    fillHolesThroughMmap,
+	OpLongSymlinks: keepBytesInSymlinks,
 	// The start window's attack (starts.go), and at its root
 	// (probe_stop.go).
 	OpStopOwn:   stopOwnProcesses,

@@ -3,7 +3,10 @@ package selftest
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -83,7 +86,7 @@ func diskPhase(h Host, c *Context, record func([]rpc.Probe), fail func(role, att
 	}
 	p := filepath.Join(c.Workspace[1], ".selftest-holes")
 	defer func() {
-		for _, s := range []string{"", ".filled", ".measured"} {
+		for _, s := range []string{"", ".filled", ".measured", "-links", "-links.filled", "-links.measured"} {
 			removePlaced(c.Cfg.StateDir, p+s)
 		}
 	}()
@@ -92,24 +95,34 @@ func diskPhase(h Host, c *Context, record func([]rpc.Probe), fail func(role, att
 		return
 	}
 	c.Sparse = map[int]string{1: p}
+	c.disk = map[string]diskMeasure{}
 	// The first measure takes the file in as it is: holed.
-	if _, _, err := h.MeasureDisk(lane); err != nil {
+	before, _, err := h.MeasureDisk(lane)
+	if err != nil {
 		fail("rig", "measure lane-1's folders", "measured", err.Error())
 		return
 	}
 	record(probeRows(c, lane, lane.Name, DiskRows, func(plan []Attempt) ([]Outcome, string) {
+		// Each row's step, in the plan's order: the probe makes its
+		// Path.filled, the broker measures, then makes Path.measured.
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			if !waitFor(p + ".filled") {
-				c.disk = diskMeasure{err: fmt.Errorf("no %s.filled from the probe", p)}
-			} else {
-				var d diskMeasure
+			for _, a := range plan {
+				d := diskMeasure{before: before}
+				if !waitFor(a.Path + ".filled") {
+					// The probe is not there: the rest would wait in vain.
+					d.err = fmt.Errorf("no %s.filled from the probe", a.Path)
+					c.disk[a.Path] = d
+					return
+				}
 				d.counted, d.walked, d.err = h.MeasureDisk(lane)
-				c.disk = d
-			}
-			if err := placeContent(c.Cfg.StateDir, p+".measured", "", lane.UID, lane.GID, 0o600); err != nil {
-				c.disk.err = errors.Join(c.disk.err, err)
+				d.links = linkBlocks(a.Path)
+				before = d.counted
+				if err := placeContent(c.Cfg.StateDir, a.Path+".measured", "", lane.UID, lane.GID, 0o600); err != nil {
+					d.err = errors.Join(d.err, err)
+				}
+				c.disk[a.Path] = d
 			}
 		}()
 		outs, why := runProbe(h, c, lane, plan)
@@ -118,11 +131,73 @@ func diskPhase(h Host, c *Context, record func([]rpc.Probe), fail func(role, att
 	}))
 }
 
-// diskMeasure is the broker's measure while the probe kept the filled
-// file mapped.
+// diskMeasure is the broker's measure at one row's step: what the disk
+// check counted, what a full walk found, what it counted at the step
+// before, and the blocks the symlinks in the row's folder take.
 type diskMeasure struct {
-	counted, walked int64
-	err             error
+	counted, walked, before, links int64
+	err                            error
+}
+
+// linkBlocks is what the symlinks directly in the folder dir take, 0 where
+// it is no folder.
+func linkBlocks(dir string) int64 {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return 0
+	}
+	var n int64
+	for _, e := range ents {
+		var st unix.Stat_t
+		if e.Type()&os.ModeSymlink != 0 && unix.Lstat(filepath.Join(dir, e.Name()), &st) == nil {
+			n += st.Blocks * 512
+		}
+	}
+	return n
+}
+
+// OpLongSymlinks makes the folder Path with longSymlinks symlinks in it,
+// each with a 4,000-byte target, makes Path+".filled", and removes them
+// once Path+".measured" is there.
+const OpLongSymlinks = "long-symlinks"
+
+const longSymlinks = 64
+
+// keepBytesInSymlinks is the probe's side of the symlinks row.
+func keepBytesInSymlinks(a Attempt) Outcome {
+	if err := os.Mkdir(a.Path, 0o700); err != nil {
+		return result(a.ID, err)
+	}
+	defer os.RemoveAll(a.Path)
+	target := strings.Repeat("a", 4000)
+	for i := 0; i < longSymlinks; i++ {
+		if err := os.Symlink(target, filepath.Join(a.Path, strconv.Itoa(i))); err != nil {
+			return result(a.ID, err)
+		}
+	}
+	f, err := unix.Open(a.Path+".filled", unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return result(a.ID, err)
+	}
+	unix.Close(f)
+	if !waitFor(a.Path + ".measured") {
+		return Outcome{ID: a.ID, Got: "ETIMEDOUT", Detail: "no " + a.Path + ".measured from the broker"}
+	}
+	return result(a.ID, nil)
+}
+
+// symlinksCounted checks that the measure taken while the symlinks were
+// there counts at least their blocks more than the step before.
+func symlinksCounted(c *Context, r roles.Role, o Outcome) string {
+	p := c.Sparse[r.Index] + "-links"
+	d := c.disk[p]
+	if d.err != nil {
+		return "measuring while the probe kept its symlinks: " + d.err.Error()
+	}
+	if d.counted-d.before < d.links {
+		return fmt.Sprintf("the disk check counts %d bytes more in %s's folders after %d symlinks that take %d bytes: %d bytes in their targets went uncounted", d.counted-d.before, r.Name, longSymlinks, d.links, d.links-(d.counted-d.before))
+	}
+	return ""
 }
 
 // placeSparse makes a new file at path of sparseSize bytes and no block,
@@ -151,8 +226,9 @@ func placeSparse(stateDir, path string, uid, gid int) error {
 // filled file mapped counts at least what a full walk found then.
 func holesCounted(c *Context, r roles.Role, o Outcome) string {
 	p := c.Sparse[r.Index]
-	if c.disk.err != nil {
-		return "measuring while the probe kept the file mapped: " + c.disk.err.Error()
+	d := c.disk[p]
+	if d.err != nil {
+		return "measuring while the probe kept the file mapped: " + d.err.Error()
 	}
 	var st unix.Stat_t
 	if err := unix.Lstat(p, &st); err != nil {
@@ -161,8 +237,8 @@ func holesCounted(c *Context, r roles.Role, o Outcome) string {
 	if st.Blocks*512 < sparseSize {
 		return fmt.Sprintf("%s holds %d bytes after the probe's writes, not %d", p, st.Blocks*512, sparseSize)
 	}
-	if c.disk.counted < c.disk.walked {
-		return fmt.Sprintf("the disk check counts %d bytes in %s's folders, a full walk %d: %d bytes written where no folder event shows went uncounted", c.disk.counted, r.Name, c.disk.walked, c.disk.walked-c.disk.counted)
+	if d.counted < d.walked {
+		return fmt.Sprintf("the disk check counts %d bytes in %s's folders, a full walk %d: %d bytes written where no folder event shows went uncounted", d.counted, r.Name, d.walked, d.walked-d.counted)
 	}
 	return ""
 }

@@ -83,9 +83,9 @@ type Context struct {
 	// Lost holds the protections the operator accepted losing here.
 	Lost map[string]bool
 	// Sparse is, per lane number, the sparse file of DiskRows; disk the
-	// broker's measure while the probe kept it mapped (diskPhase).
+	// broker's measure at each of their steps, by path (diskPhase).
 	Sparse map[int]string
-	disk   diskMeasure
+	disk   map[string]diskMeasure
 	// Starting is set while the Starts rows run; Starts is what the
 	// self-test saw of the starts made meanwhile (startsPhase).
 	Starting bool
@@ -527,6 +527,8 @@ var Policy = []Row{
 var DiskRows = []Row{
 	{Who: Only(roles.Lane), Attempt: "grow a file unseen by the disk check: fill a sparse file's holes through a shared mapping, which no folder event shows",
 		Make: at(OpFillHoles, func(c *Context, r roles.Role) string { return c.Sparse[r.Index] }), Want: succeeds, Check: holesCounted},
+	{Who: Only(roles.Lane), Attempt: "keep bytes in symlinks unseen by the disk check: a target over 60 bytes takes a block of its own",
+		Make: at(OpLongSymlinks, func(c *Context, r roles.Role) string { return c.Sparse[r.Index] + "-links" }), Want: succeeds, Check: symlinksCounted},
 }
 
 // DaemonLabel names the controller daemon's rows: its probe runs confined

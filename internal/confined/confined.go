@@ -166,6 +166,14 @@ func walk(dir int, path string, fn visit, buf []byte) error {
 	return w.walk(dir, path, 0)
 }
 
+// walkCounting is walk that also hands fn each symlink (stat'ed, never
+// followed): a measure of the space a tree takes counts them, as ext4
+// gives a target over 60 bytes a block of its own.
+func walkCounting(dir int, path string, fn visit, buf []byte) error {
+	w := &walker{fn: fn, buf: buf, links: !(weaken.Enabled && weaken.Has(weaken.DiskSymlinks))}
+	return w.walk(dir, path, 0)
+}
+
 // Bounds of every walk: a role that builds a tree deeper or larger than
 // this in its folders cannot make the broker's walks use unbounded memory,
 // descriptors or time; the walk stops with ErrTooBig, which callers treat
@@ -182,6 +190,7 @@ type walker struct {
 	fn      visit
 	buf     []byte
 	entries int
+	links   bool // symlinks go to fn too (walkCounting)
 }
 
 func (w *walker) walk(dir int, path string, depth int) error {
@@ -198,7 +207,7 @@ func (w *walker) walk(dir int, path string, depth int) error {
 		return fmt.Errorf("%s: %w (more than %d entries)", path, ErrTooBig, MaxEntries)
 	}
 	for _, e := range ents {
-		if e.typ == unix.DT_LNK {
+		if e.typ == unix.DT_LNK && !w.links {
 			continue // symlinks are never followed nor changed
 		}
 		child := path + "/" + e.name
@@ -470,7 +479,9 @@ func ChownTree(top *os.File, uid, gid int, allowed func(uid int) bool, readOnly,
 
 // Usage is what lies beneath top, and top itself: allocated bytes (blocks,
 // so sparse files count what they use) and entries. It never follows a
-// symlink.
+// symlink, and counts each one's own blocks: ext4 stores a target over 60
+// bytes in a block, so a tree of long symlinks would otherwise hold 4 KiB
+// each unseen.
 func Usage(top *os.File) (bytes, entries int64, err error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(int(top.Fd()), &st); err != nil {
@@ -485,7 +496,8 @@ func Usage(top *os.File) (bytes, entries int64, err error) {
 	// Each entry is stat'ed once, by the walk itself.
 	buf := walkBuf()
 	defer putWalkBuf(buf)
-	err = walk(dir, top.Name(), func(dirfd int, name, path string, s Stat) error {
+	// Symlinks too: a long target takes a block of its own.
+	err = walkCounting(dir, top.Name(), func(dirfd int, name, path string, s Stat) error {
 		bytes += s.Blocks * 512
 		entries++
 		return nil

@@ -9,6 +9,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"thermite/internal/weaken"
 )
 
 // Watched is an incremental Usage: it revisits only what inotify says
@@ -72,6 +74,9 @@ type Watched struct {
 	// Blind re-stats nothing that no event names (no holed or linked
 	// file): only a thermite_weaken build's breakage test sets it.
 	Blind bool
+	// overBudget counts down the measures that walk before a tree that
+	// needed more watches than it may hold tries to watch again.
+	overBudget int
 }
 
 type devIno struct{ dev, ino uint64 }
@@ -104,7 +109,59 @@ type Links struct {
 	owner   map[int32]*Watched
 	pending map[*Watched][]wevent
 	queued  int
+	// MaxWatches bounds the watches the role's trees hold (0: no bound),
+	// Budget those of every role together (nil: none): see WatchBudget.
+	MaxWatches int
+	Budget     *WatchBudget
 }
+
+// WatchBudget is how many inotify watches the measures of every role may
+// still take. Each watch is charged to root (fs.inotify.max_user_watches
+// counts per user, and the broker is root), so a lane that makes folders
+// by the thousand, well within its disk cap, would otherwise take root's
+// watches from every other root program of the host, and from the other
+// roles' measures. A tree that would go past its role's bound or this one
+// is walked whole instead (ErrWatchBudget).
+type WatchBudget struct {
+	mu   sync.Mutex
+	left int
+}
+
+// NewWatchBudget is a budget of n watches.
+func NewWatchBudget(n int) *WatchBudget { return &WatchBudget{left: n} }
+
+// Left is how many watches may still be taken.
+func (b *WatchBudget) Left() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.left
+}
+
+func (b *WatchBudget) take() bool {
+	if b == nil {
+		return true
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.left <= 0 {
+		return false
+	}
+	b.left--
+	return true
+}
+
+func (b *WatchBudget) give(n int) {
+	if b == nil || n == 0 {
+		return
+	}
+	b.mu.Lock()
+	b.left += n
+	b.mu.Unlock()
+}
+
+// ErrWatchBudget says a tree needs more inotify watches than its role,
+// or the broker, may hold: it is walked whole instead.
+var ErrWatchBudget = errors.New("more folders than the inotify watches a measure may hold")
 
 // wevent is one inotify event, read and parsed.
 type wevent struct {
@@ -134,8 +191,15 @@ func (l *Links) instance() error {
 func (l *Links) watch(w *Watched, path string) (int32, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.MaxWatches > 0 && len(l.owner) >= l.MaxWatches {
+		return 0, fmt.Errorf("%w (%d for one role)", ErrWatchBudget, l.MaxWatches)
+	}
+	if !l.Budget.take() {
+		return 0, fmt.Errorf("%w (the broker's share of root's fs.inotify.max_user_watches is taken)", ErrWatchBudget)
+	}
 	wd, err := unix.InotifyAddWatch(l.ifd, path, watchMask|unix.IN_MASK_CREATE)
 	if err != nil {
+		l.Budget.give(1)
 		return 0, err
 	}
 	l.owner[int32(wd)] = w
@@ -149,6 +213,7 @@ func (l *Links) unwatch(w *Watched, wd int32) {
 	if l.owner[wd] == w {
 		delete(l.owner, wd)
 		unix.InotifyRmWatch(l.ifd, uint32(wd))
+		l.Budget.give(1)
 	}
 }
 
@@ -160,6 +225,7 @@ func (l *Links) release(w *Watched) {
 		if o == w {
 			delete(l.owner, wd)
 			unix.InotifyRmWatch(l.ifd, uint32(wd))
+			l.Budget.give(1)
 		}
 	}
 	l.queued -= len(l.pending[w])
@@ -173,6 +239,7 @@ func (l *Links) Close() {
 	if l.ifd > 0 {
 		unix.Close(l.ifd)
 	}
+	l.Budget.give(len(l.owner))
 	l.ifd, l.owner, l.pending, l.queued = 0, nil, nil, 0
 	l.walks++
 	l.gen++
@@ -332,6 +399,12 @@ func (w *Watched) Measure(top *os.File) (bytes, entries int64, err error) {
 	if w.valid && (st.Dev != w.rootDev || st.Ino != w.root.ino || w.Links.walkGen() != w.walks) {
 		w.valid = false
 	}
+	if !w.valid && w.overBudget > 0 {
+		// Setting up the watches again at every check would cost as much
+		// as the walk, and take them from other trees for that time.
+		w.overBudget--
+		return Usage(top)
+	}
 	if w.valid && (w.ResyncEvery == 0 || w.since < w.ResyncEvery) {
 		if err := w.update(top); err == nil {
 			w.since++
@@ -378,6 +451,9 @@ func (w *Watched) rebuild(top *os.File) (int64, int64, error) {
 		// The measure of record stays the plain walk's (a tree over the
 		// caps is over them there too).
 		w.Unwatched = err
+		if errors.Is(err, ErrWatchBudget) {
+			w.overBudget = w.ResyncEvery
+		}
 		return Usage(top)
 	}
 	w.valid, w.Unwatched = true, nil
@@ -404,9 +480,6 @@ func (w *Watched) fill(dir int, n *wnode, path string) error {
 		return err
 	}
 	for _, e := range ents {
-		if e.typ == unix.DT_LNK {
-			continue
-		}
 		if err := w.add(dir, n, e.name, path+"/"+e.name); err != nil {
 			return err
 		}
@@ -423,12 +496,15 @@ func (w *Watched) add(dir int, n *wnode, name, path string) error {
 		}
 		return fmt.Errorf("%s: %w", path, err)
 	}
-	if st.Mode&unix.S_IFMT == unix.S_IFLNK {
+	if st.Mode&unix.S_IFMT == unix.S_IFLNK && weaken.Enabled && weaken.Has(weaken.DiskSymlinks) {
 		return nil
 	}
 	if w.entries >= MaxEntries {
 		return fmt.Errorf("%s: %w", path, ErrTooBig)
 	}
+	// A symlink is counted as Usage counts it, by its own blocks (a long
+	// target takes one), and never followed. Its target cannot change,
+	// so an event on its name is all it ever needs.
 	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
 		k := devIno{st.Dev, st.Ino}
 		if st.Nlink > 1 && st.Mode&unix.S_IFMT == unix.S_IFREG && w.Links.add(k) {

@@ -1,6 +1,7 @@
 package confined
 
 import (
+	"errors"
 	"fmt"
 	"math/rand"
 	"os"
@@ -373,4 +374,88 @@ func BenchmarkWatched100k(b *testing.B) {
 		}
 		b.ReportMetric(float64(spent)/float64(b.N)/1e6, "cpu-ms/op")
 	})
+}
+
+// A symlink whose target is over 60 bytes takes a block of its own on
+// ext4 (and tmpfs counts its page): a lane could keep 4 KiB in each of
+// millions of them. Both measures count them, and never follow them.
+func TestLaneKeepsBytesInSymlinkTargetsCounted(t *testing.T) {
+	d := t.TempDir()
+	w := &Watched{}
+	defer w.Close()
+	long := string(make([]byte, 0, 4000))
+	for len(long) < 4000 {
+		long += "a"
+	}
+	inc0, full0 := measureBoth(t, w, d)
+	for i := 0; i < 100; i++ {
+		if err := os.Symlink(long, filepath.Join(d, fmt.Sprint("l", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(filepath.Join(d, "l0"), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Blocks == 0 {
+		t.Skipf("this file system keeps a %d-byte symlink target in no block of its own", len(long))
+	}
+	want := 100 * st.Blocks * 512
+	inc, full := measureBoth(t, w, d)
+	if full-full0 < want {
+		t.Errorf("the walk counts %d bytes more after 100 long symlinks, want at least %d", full-full0, want)
+	}
+	if inc-inc0 < want || inc != full {
+		t.Errorf("the incremental measure counts %d bytes more (walk %d), want at least %d", inc-inc0, full-full0, want)
+	}
+	// Removed, they are gone from both.
+	for i := 0; i < 100; i++ {
+		os.Remove(filepath.Join(d, fmt.Sprint("l", i)))
+	}
+	if inc, full := measureBoth(t, w, d); inc != full {
+		t.Errorf("after removing them: incremental %d, walk %d", inc, full)
+	}
+}
+
+// A tree with more folders than its role may watch, or than the broker's
+// budget has left, is walked whole (ErrWatchBudget), measured all the
+// same, and gives back every watch it took; it tries again only after
+// ResyncEvery walks.
+func TestLaneFoldersPastTheWatchBudgetWalkedWhole(t *testing.T) {
+	d := t.TempDir()
+	for i := 0; i < 10; i++ {
+		os.MkdirAll(filepath.Join(d, fmt.Sprint(i), "x"), 0o755)
+		os.WriteFile(filepath.Join(d, fmt.Sprint(i), "x", "f"), make([]byte, 9000), 0o644)
+	}
+	budget := NewWatchBudget(100)
+	for _, c := range []struct {
+		name  string
+		links *Links
+	}{
+		{"over its role's bound", &Links{MaxWatches: 5, Budget: budget}},
+		{"over the broker's budget", &Links{Budget: NewWatchBudget(5)}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w := &Watched{Links: c.links, ResyncEvery: 3}
+			defer w.Close()
+			for i := 0; i < 5; i++ {
+				if inc, full := measureBoth(t, w, d); inc != full {
+					t.Fatalf("measure %d: %d, walk %d", i, inc, full)
+				}
+			}
+			if !errors.Is(w.Unwatched, ErrWatchBudget) {
+				t.Fatalf("Unwatched = %v, want ErrWatchBudget", w.Unwatched)
+			}
+			if len(c.links.owner) != 0 {
+				t.Errorf("%d watches kept after the walk", len(c.links.owner))
+			}
+			// One try to watch, three walks, then one more try.
+			if w.Full != 2 {
+				t.Errorf("%d tries to watch in 5 measures, want 2", w.Full)
+			}
+		})
+	}
+	if budget.Left() != 100 {
+		t.Errorf("the shared budget has %d left, want its 100 back", budget.Left())
+	}
 }

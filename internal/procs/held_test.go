@@ -1,9 +1,11 @@
 package procs
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -20,7 +22,13 @@ func TestDeletedMappings(t *testing.T) {
 7f0000400000-7f0000500000 rw-p 00000000 00:00 0 
 7f0000600000-7f0000601000 r--p 00000000 08:01 55 /work/a file named (deleted) not
 `), 0o644)
-	got := deletedMappings(maps)
+	got, lines := deletedMappings(maps, 100)
+	if lines != 6 {
+		t.Errorf("%d lines read, want 6", lines)
+	}
+	if _, lines := deletedMappings(maps, 3); lines != 4 {
+		t.Errorf("with at most 3 to read: %d lines read, want 4 (one past)", lines)
+	}
 	big := struct{ dev, ino uint64 }{unix.Mkdev(8, 1), 777}
 	memfd := struct{ dev, ino uint64 }{unix.Mkdev(0, 1), 99}
 	if len(got) != 2 || got[big] != 1<<20 || got[memfd] != 2<<12 {
@@ -50,9 +58,9 @@ func TestHeldUnlinkedExceptPassesOverOneFileSystem(t *testing.T) {
 	// file by descriptor and mapping another deleted file on the same
 	// file system.
 	p := filepath.Join(root, "4242")
-	os.MkdirAll(filepath.Join(p, "fd"), 0o755)
+	os.MkdirAll(filepath.Join(p, "task", "4242", "fd"), 0o755)
 	os.WriteFile(filepath.Join(p, "status"), []byte("Name:\tx\nUid:\t5000\t5000\t5000\t5000\n"), 0o644)
-	os.Symlink(fmt.Sprintf("/proc/self/fd/%d", f.Fd()), filepath.Join(p, "fd", "3"))
+	os.Symlink(fmt.Sprintf("/proc/self/fd/%d", f.Fd()), filepath.Join(p, "task", "4242", "fd", "3"))
 	os.WriteFile(filepath.Join(p, "maps"), []byte(fmt.Sprintf("7f0000000000-7f0000100000 rw-s 00000000 %x:%x 999999 /x (deleted)\n", unix.Major(st.Dev), unix.Minor(st.Dev))), 0o644)
 	all, err := HeldUnlinked(root, 5000, nil)
 	if err != nil || all.Files != 2 {
@@ -61,5 +69,100 @@ func TestHeldUnlinkedExceptPassesOverOneFileSystem(t *testing.T) {
 	except, err := HeldUnlinkedExcept(root, 5000, nil, st.Dev)
 	if err != nil || except.Files != 0 || except.Bytes != 0 {
 		t.Fatalf("HeldUnlinkedExcept(its file system): %+v %v, want nothing", except, err)
+	}
+}
+
+// A lane could write a deleted file under its cap through a descriptor,
+// map one page of it and close the descriptor: the mapping alone keeps the
+// file's blocks, and shows only its own length. Such a file on a file
+// system the role's folders lie on defeats the measure (ErrHidden, naming
+// the process); a descriptor of it in any process of the user shows its
+// blocks; a mapping elsewhere (memory: a memfd) still counts its length.
+func TestLaneKeepsADeletedFileByAMappingAloneIsHidden(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the stand-in /proc's entries must be root's or the user's, as the kernel's are")
+	}
+	root := t.TempDir()
+	f, err := os.CreateTemp(t.TempDir(), "held")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	f.Write(make([]byte, 64<<10))
+	f.Sync()
+	os.Remove(f.Name())
+	var st unix.Stat_t
+	unix.Fstat(int(f.Fd()), &st)
+	proc := func(pid int, fds bool, maps string) {
+		p := filepath.Join(root, fmt.Sprint(pid))
+		os.MkdirAll(filepath.Join(p, "task", fmt.Sprint(pid), "fd"), 0o755)
+		os.WriteFile(filepath.Join(p, "status"), []byte("Name:\tx\nUid:\t5000\t5000\t5000\t5000\n"), 0o644)
+		os.WriteFile(filepath.Join(p, "comm"), []byte("attack\n"), 0o644)
+		if fds {
+			os.Symlink(fmt.Sprintf("/proc/self/fd/%d", f.Fd()), filepath.Join(p, "task", fmt.Sprint(pid), "fd", "3"))
+		}
+		os.WriteFile(filepath.Join(p, "maps"), []byte(maps), 0o644)
+	}
+	page := fmt.Sprintf("7f0000000000-7f0000001000 r--s 00000000 %x:%x %d /w/held (deleted)\n", unix.Major(st.Dev), unix.Minor(st.Dev), st.Ino)
+	memfd := "7f0000100000-7f0000300000 rw-s 00000000 00:01 77 /memfd:x (deleted)\n"
+	proc(4242, false, page+memfd)
+	disk := map[uint64]bool{st.Dev: true}
+	h, err := HeldUnlinkedOn(root, 5000, nil, 0, disk)
+	if !errors.Is(err, ErrHidden) || !strings.Contains(err.Error(), "process 4242 (attack)") || !strings.Contains(err.Error(), "maps a deleted file") {
+		t.Fatalf("a deleted file kept by a one-page mapping alone: %+v %v, want ErrHidden naming process 4242", h, err)
+	}
+	if h.Bytes != 2<<20 {
+		t.Errorf("the memfd beside it: %d bytes counted, want its 2 MiB mapping", h.Bytes)
+	}
+	// Where no file system is known to be the role's, the mapping's length
+	// still counts (the quota path passes its own file system over).
+	if h, err := HeldUnlinkedOn(root, 5000, nil, 0, nil); err != nil || h.Files != 2 {
+		t.Fatalf("with no file system of the role: %+v %v", h, err)
+	}
+	// A descriptor of it in another process of the user shows its blocks.
+	proc(4243, true, "")
+	h, err = HeldUnlinkedOn(root, 5000, nil, 0, disk)
+	if err != nil || h.Bytes < 64<<10+2<<20 {
+		t.Fatalf("the same file with a descriptor open elsewhere: %+v %v, want its 64 KiB of blocks and the memfd", h, err)
+	}
+}
+
+// A deleted folder a descriptor (or a working folder) keeps holds its
+// blocks as a deleted file does; and every thread's descriptor table is
+// read, as a thread cloned without CLONE_FILES has one of its own.
+func TestLaneKeepsDeletedFoldersAndThreadTablesCounted(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the stand-in /proc's entries must be root's or the user's, as the kernel's are")
+	}
+	root := t.TempDir()
+	d := filepath.Join(t.TempDir(), "gone")
+	os.Mkdir(d, 0o755)
+	dir, err := os.Open(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dir.Close()
+	os.Remove(d)
+	f, err := os.CreateTemp(t.TempDir(), "held")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	f.Write(make([]byte, 64<<10))
+	f.Sync()
+	os.Remove(f.Name())
+	p := filepath.Join(root, "4242")
+	for _, task := range []string{"4242", "4243"} {
+		os.MkdirAll(filepath.Join(p, "task", task, "fd"), 0o755)
+	}
+	os.WriteFile(filepath.Join(p, "status"), []byte("Name:\tx\nUid:\t5000\t5000\t5000\t5000\n"), 0o644)
+	os.WriteFile(filepath.Join(p, "maps"), nil, 0o644)
+	// The leader works in the deleted folder; the other thread holds the
+	// deleted file in a table of its own.
+	os.Symlink(fmt.Sprintf("/proc/self/fd/%d", dir.Fd()), filepath.Join(p, "task", "4242", "cwd"))
+	os.Symlink(fmt.Sprintf("/proc/self/fd/%d", f.Fd()), filepath.Join(p, "task", "4243", "fd", "5"))
+	h, err := HeldUnlinked(root, 5000, nil)
+	if err != nil || h.Files != 2 || h.Bytes < 64<<10 {
+		t.Fatalf("HeldUnlinked = %+v %v; want the deleted folder and the thread's deleted file (64 KiB at least)", h, err)
 	}
 }

@@ -281,9 +281,79 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return fail(1, err.Error())
 	}
 	defer c.Close()
-	resp, err := c.Call(Request(inv), 0, 1, 2)
+	fds, finish, err := relayTerminals()
+	if err != nil {
+		return fail(1, err.Error())
+	}
+	resp, err := c.Call(Request(inv), fds[0], fds[1], fds[2])
+	finish()
 	if inv.JSON && resp != nil && resp.Run != nil {
 		json.NewEncoder(stderr).Encode(resp.Run)
 	}
 	return fail(Outcome(inv.Argv[0], resp, err))
 }
+
+// relayTerminals gives the command a pipe for each of descriptors 0, 1 and
+// 2 that is a terminal, and copies between the two while it runs: a
+// terminal is never the role's. A process the command leaves behind, in a
+// session of its own, could otherwise read the operator's terminal after
+// the command ended, getting what is typed at root's shell (a password),
+// or change its settings; TIOCSTI is refused in every role's filter, but
+// reading needs no ioctl. Descriptors that are not terminals (files,
+// pipes) are passed themselves. finish, once the command has ended,
+// copies what it wrote, up to relayGrace of silence when something of
+// the role keeps the pipe open, and stops reading the terminal.
+func relayTerminals() (fds [3]int, finish func(), err error) {
+	fds = [3]int{0, 1, 2}
+	var passed []*os.File // the command's ends, closed here once it is started
+	var outs []*os.File
+	var done []chan struct{}
+	var stdinW *os.File
+	for fd := 0; fd < 3; fd++ {
+		if _, err := unix.IoctlGetTermios(fd, unix.TCGETS); err != nil {
+			continue // not a terminal: passed itself
+		}
+		r, w, err := os.Pipe()
+		if err != nil {
+			for _, f := range append(passed, outs...) {
+				f.Close()
+			}
+			return fds, nil, fmt.Errorf("a pipe for descriptor %d, a terminal, which the command must not hold: %w", fd, err)
+		}
+		if fd == 0 {
+			stdinW = w
+			go func() {
+				io.Copy(w, os.Stdin)
+				w.Close() // the command reads the end of input
+			}()
+			passed, fds[0] = append(passed, r), int(r.Fd())
+			continue
+		}
+		term := os.NewFile(uintptr(fd), "terminal")
+		ch := make(chan struct{})
+		go func() {
+			io.Copy(term, r)
+			close(ch)
+		}()
+		passed, fds[fd] = append(passed, w), int(w.Fd())
+		outs, done = append(outs, r), append(done, ch)
+	}
+	finish = func() {
+		for _, f := range passed {
+			f.Close()
+		}
+		for i, r := range outs {
+			r.SetReadDeadline(time.Now().Add(relayGrace))
+			<-done[i]
+			r.Close()
+		}
+		if stdinW != nil {
+			stdinW.Close()
+		}
+	}
+	return fds, finish, nil
+}
+
+// relayGrace is how long the relay waits, after the command ended, for the
+// end of its output while something of the role still holds the pipe.
+const relayGrace = 200 * time.Millisecond

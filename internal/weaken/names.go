@@ -51,6 +51,9 @@ const (
 	// refused them: a lane stops its own user's processes, the broker's
 	// starts and helpers among them where Landlock cannot scope signals.
 	StopSignals = "stop-signals"
+	// DiskSymlinks makes the disk measure pass over symlinks again: a
+	// long target's block of its own goes uncounted.
+	DiskSymlinks = "disk-symlinks"
 	// LandlockABIPrefix, followed by a number, pretends the kernel has that
 	// Landlock ABI (when lower than its own).
 	LandlockABIPrefix = "landlock-abi-"
