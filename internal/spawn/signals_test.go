@@ -2,12 +2,9 @@ package spawn
 
 import (
 	"os"
-	"os/exec"
 	"runtime"
-	"strconv"
 	"strings"
 	"testing"
-	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -93,58 +90,4 @@ func TestStartWhereClone3IsRefused(t *testing.T) {
 	if got := field(res.st, "SigBlk"); got != "0000000000000000" {
 		t.Errorf("SigBlk %s, want no signal blocked:\n%s", got, res.st)
 	}
-}
-
-// TestKeepGoingLeavesAStampedChildStopped: once the child's stamp is in
-// its report pipe it is at its execve, and the watcher sends it nothing
-// more, even while its parent thread has not yet marked it back (the
-// window in which a command that stopped itself was continued, seen under
-// load); a child not yet stamped is continued. A stopped sleep stands in
-// for the child.
-func TestKeepGoingLeavesAStampedChildStopped(t *testing.T) {
-	for _, stamped := range []bool{false, true} {
-		cmd := exec.Command("sleep", "30")
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		pidfd, err := unix.PidfdOpen(cmd.Process.Pid, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var pipe [2]int
-		if err := unix.Pipe2(pipe[:], unix.O_CLOEXEC); err != nil {
-			t.Fatal(err)
-		}
-		if stamped {
-			unix.Write(pipe[1], []byte("stamp"))
-		}
-		unix.Kill(cmd.Process.Pid, unix.SIGSTOP)
-		fd, back := int32(pidfd), int32(0)
-		stop := keepGoing(&fd, &back, pipe[0], time.Minute)
-		time.Sleep(stuckAfter + 20*stuckEvery)
-		stop()
-		state := procState(t, cmd.Process.Pid)
-		cmd.Process.Kill()
-		cmd.Wait()
-		unix.Close(pidfd)
-		unix.Close(pipe[0])
-		unix.Close(pipe[1])
-		if stamped && state != "T" {
-			t.Errorf("a stamped child was continued (state %s): the watcher signalled past the stamp", state)
-		}
-		if !stamped && state == "T" {
-			t.Errorf("a child held before its stamp stayed stopped: the watcher sent nothing")
-		}
-	}
-}
-
-// procState is the state letter of /proc/PID/stat.
-func procState(t *testing.T, pid int) string {
-	t.Helper()
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := string(data)
-	return strings.Fields(s[strings.LastIndexByte(s, ')')+1:])[0]
 }

@@ -231,7 +231,7 @@ func Start(c *Command) (*Child, error) {
 	if p.unguarded {
 		stop = holdForkLock()
 	} else {
-		stop = keepGoing(&pidfd, &p.back, pipe[0], giveUpAfter)
+		stop = keepGoing(&pidfd, &p.back, giveUpAfter)
 	}
 	pid, errno := forkExec(p, &pidfd)
 	stop()
@@ -274,24 +274,23 @@ const (
 // caller, a role's disk check or stop, for good.
 func KeepGoing(pidfd int, giveUp time.Duration) (stop func()) {
 	fd := int32(pidfd)
-	return keepGoing(&fd, nil, -1, giveUp)
+	return keepGoing(&fd, nil, giveUp)
 }
 
 // keepGoing watches one start until the returned stop is called; stop
 // returns once the watcher has let go of the pidfd, which the caller may
 // close (and the number be reused) right after.
 // back, where not nil, says the watched child has exec'd: from then on
-// nothing is sent, as the command may stop itself. report, where not -1,
-// is the read end of the child's report pipe: once its stamp is there the
-// child is at its execve, and nothing is sent either. The flag alone left
-// a window (the child exec'd, its parent thread not yet run, on a loaded
-// machine tens of milliseconds) in which a command that had stopped
-// itself was continued; between its stamp and its execve the child's own
-// timers, which the execve deletes, keep it going.
-func keepGoing(pidfd, back *int32, report int, giveUp time.Duration) (stop func()) {
+// nothing is sent, as the command may stop itself. (It is set when the
+// parent thread runs again, which on a loaded machine may come some
+// milliseconds after the exec; stopping the watch at the child's stamp
+// instead would leave the last steps before the execve to the child's own
+// SIGCONT timer, which a stop signal defeats: it flushes the queued
+// SIGCONT, and a POSIX timer re-arms only when its signal is delivered.)
+func keepGoing(pidfd, back *int32, giveUp time.Duration) (stop func()) {
 	// A timer, not a goroutine: a start that is not held (nearly every
 	// one) costs no goroutine and no wake-up of another thread.
-	k := &keeper{pidfd: pidfd, back: back, report: report, deadline: time.Now().Add(giveUp)}
+	k := &keeper{pidfd: pidfd, back: back, deadline: time.Now().Add(giveUp)}
 	k.mu.Lock()
 	k.t = time.AfterFunc(stuckAfter, k.tick)
 	k.mu.Unlock()
@@ -307,19 +306,7 @@ type keeper struct {
 	stopped  bool
 	pidfd    *int32
 	back     *int32
-	report   int
 	deadline time.Time
-}
-
-// stamped says the child has written its stamp, its last act before its
-// execve: the report pipe holds data (a poll, which reads nothing).
-func (k *keeper) stamped() bool {
-	if k.report < 0 {
-		return false
-	}
-	fds := []unix.PollFd{{Fd: int32(k.report), Events: unix.POLLIN}}
-	n, err := unix.Poll(fds, 0)
-	return err == nil && n > 0 && fds[0].Revents&unix.POLLIN != 0
 }
 
 func (k *keeper) tick() {
@@ -328,7 +315,7 @@ func (k *keeper) tick() {
 	if k.stopped {
 		return
 	}
-	if fd := atomic.LoadInt32(k.pidfd); fd >= 0 && (k.back == nil || atomic.LoadInt32(k.back) == 0) && !k.stamped() {
+	if fd := atomic.LoadInt32(k.pidfd); fd >= 0 && (k.back == nil || atomic.LoadInt32(k.back) == 0) {
 		sig := unix.SIGCONT
 		if time.Now().After(k.deadline) {
 			sig = unix.SIGKILL
