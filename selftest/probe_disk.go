@@ -53,6 +53,12 @@ func fillHolesThroughMmap(a Attempt) Outcome {
 	if err := unix.Msync(m, unix.MS_SYNC); err != nil {
 		return result(a.ID, err)
 	}
+	return awaitMeasure(a)
+}
+
+// awaitMeasure is a disk probe's hand-over: it makes Path+".filled", for
+// the broker to measure, and returns once Path+".measured" is there.
+func awaitMeasure(a Attempt) Outcome {
 	f, err := unix.Open(a.Path+".filled", unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return result(a.ID, err)
@@ -175,15 +181,7 @@ func keepBytesInSymlinks(a Attempt) Outcome {
 			return result(a.ID, err)
 		}
 	}
-	f, err := unix.Open(a.Path+".filled", unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
-	if err != nil {
-		return result(a.ID, err)
-	}
-	unix.Close(f)
-	if !waitFor(a.Path + ".measured") {
-		return Outcome{ID: a.ID, Got: "ETIMEDOUT", Detail: "no " + a.Path + ".measured from the broker"}
-	}
-	return result(a.ID, nil)
+	return awaitMeasure(a)
 }
 
 // symlinksCounted checks that the measure taken while the symlinks were

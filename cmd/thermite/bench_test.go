@@ -61,13 +61,13 @@ func BenchmarkRunTrue(b *testing.B) {
 	// machine moves less than the wall time.
 	b.Run("broker-lane", func(b *testing.B) {
 		run := keptRun(b, r.Cfg.BrokerSocket())
-		cpu0, cs0 := processCost(b, r.BrokerPID())
+		cpu0, cs0 := processCost(b, r.Status().BrokerPID)
 		for i := 0; i < b.N; i++ {
 			if err := run(); err != nil {
 				b.Fatal(err)
 			}
 		}
-		cpu1, cs1 := processCost(b, r.BrokerPID())
+		cpu1, cs1 := processCost(b, r.Status().BrokerPID)
 		b.ReportMetric(float64(cpu1-cpu0)/1e3/float64(b.N), "broker-cpu-µs/run")
 		b.ReportMetric(float64(cs1-cs0)/float64(b.N), "broker-switches/run")
 	})

@@ -281,14 +281,7 @@ out.close()
 // thread's permitted capabilities are not a subset of the lane's): EPERM.
 // Its /proc entries are root's (the broker is not dumpable): EACCES.
 func TestLaneReachesTheBrokersMeasureThreadRefused(t *testing.T) {
-	if _, err := exec.LookPath("/usr/bin/python3"); err != nil {
-		t.Skip("needs /usr/bin/python3 to run the attack as the lane")
-	}
-	r := testrig.New(t, testrig.Options{Extra: "[trial]\ndisk_check = \"100ms\"\n"})
-	info, a := startTrial(t, r, 1, makeProject(t, r))
-	if code, _, raw := a.do("POST", "/v1/fs/write", map[string]any{"path": "attack.py", "data": []byte(threadcredAttack)}); code != 200 {
-		t.Fatalf("fs/write: %d %s", code, raw)
-	}
+	r, info := pythonAttackTrial(t, "100ms", threadcredAttack)
 	// A process left running: every check measures the unlinked files.
 	r.Thermite("trial", "exec", info.ID, "--", "sh", "-c", "setsid -f sleep 60 </dev/null >/dev/null 2>&1")
 	out, stderr, code := r.Thermite("trial", "exec", info.ID, "--", "sh", "-c", "/usr/bin/python3 attack.py "+itoa(r.Status().BrokerPID)+" && cat threadcred.out")
@@ -404,14 +397,7 @@ func brokerCPU(t *testing.T, pid int) int64 {
 // procs.MaxMappings lines in one measure, the measure stops and the
 // trial ends, as for a tree too large to walk.
 func TestLaneFloodsTheMeasureWithMappingsEndsItsTrial(t *testing.T) {
-	if _, err := exec.LookPath("/usr/bin/python3"); err != nil {
-		t.Skip("needs /usr/bin/python3 to run the attack as the lane")
-	}
-	r := testrig.New(t, testrig.Options{Extra: "[trial]\ndisk_check = \"300ms\"\n"})
-	info, a := startTrial(t, r, 1, makeProject(t, r))
-	if code, _, raw := a.do("POST", "/v1/fs/write", map[string]any{"path": "attack.py", "data": []byte(mappingsFlood)}); code != 200 {
-		t.Fatalf("fs/write: %d %s", code, raw)
-	}
+	r, info := pythonAttackTrial(t, "300ms", mappingsFlood)
 	bp := r.Status().BrokerPID
 	cpu0 := brokerCPU(t, bp)
 	if _, stderr, code := r.Thermite("trial", "exec", info.ID, "--", "sh", "-c", "setsid -f /usr/bin/python3 attack.py </dev/null >/dev/null 2>attack.err"); code != 0 {
@@ -459,4 +445,19 @@ func TestLaneRunsThermiteItselfAsTheRigsOwnCommandRefused(t *testing.T) {
 	if out, stderr, code := r.Thermite("trial", "exec", info.ID, "--", "echo", "ok"); code != 0 || !strings.Contains(out, "ok") {
 		t.Fatalf("a plain command: exit %d %q %q", code, out, stderr)
 	}
+}
+
+// pythonAttackTrial starts a rig that checks disk use every check, and a
+// trial on lane-1 whose workspace holds script as attack.py.
+func pythonAttackTrial(t *testing.T, check, script string) (*testrig.Rig, controller.TrialInfo) {
+	t.Helper()
+	if _, err := exec.LookPath("/usr/bin/python3"); err != nil {
+		t.Skip("needs /usr/bin/python3 to run the attack as the lane")
+	}
+	r := testrig.New(t, testrig.Options{Extra: "[trial]\ndisk_check = \"" + check + "\"\n"})
+	info, a := startTrial(t, r, 1, makeProject(t, r))
+	if code, _, raw := a.do("POST", "/v1/fs/write", map[string]any{"path": "attack.py", "data": []byte(script)}); code != 200 {
+		t.Fatalf("fs/write: %d %s", code, raw)
+	}
+	return r, info
 }

@@ -29,6 +29,24 @@ func sleepsOf(r *testrig.Rig, role, seconds string) []int {
 	return out
 }
 
+// sendSleepRun sends a Run of `sleep SECONDS` as lane-1 on a connection of
+// its own, and returns the connection once the command runs.
+func sendSleepRun(t *testing.T, r *testrig.Rig, seconds string) *rpc.Conn {
+	t.Helper()
+	c, err := rpc.Dial(r.Cfg.BrokerSocket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := &rpc.Request{V: rpc.Version, Op: rpc.OpRun, Run: &rpc.RunRequest{Role: "lane-1", Argv: []string{"sleep", seconds}, Limits: rpc.Limits{TimeoutMS: 60000}}}
+	if err := c.Send(req); err != nil {
+		t.Fatal(err)
+	}
+	if !waitFor(20*time.Second, func() bool { return len(sleepsOf(r, "lane-1", seconds)) == 1 }) {
+		t.Fatalf("the command never ran: lane-1 runs %v", r.Procs("lane-1"))
+	}
+	return c
+}
+
 func TestRunConnectionCarriesTheNextRequest(t *testing.T) {
 	r := newRig(t)
 	c, err := rpc.Dial(r.Cfg.BrokerSocket())
@@ -59,17 +77,7 @@ func TestRunConnectionCarriesTheNextRequest(t *testing.T) {
 
 func TestRunCallerGoneEndsItsCommand(t *testing.T) {
 	r := newRig(t)
-	c, err := rpc.Dial(r.Cfg.BrokerSocket())
-	if err != nil {
-		t.Fatal(err)
-	}
-	req := &rpc.Request{V: rpc.Version, Op: rpc.OpRun, Run: &rpc.RunRequest{Role: "lane-1", Argv: []string{"sleep", "47"}, Limits: rpc.Limits{TimeoutMS: 60000}}}
-	if err := c.Send(req); err != nil {
-		t.Fatal(err)
-	}
-	if !waitFor(20*time.Second, func() bool { return len(sleepsOf(r, "lane-1", "47")) == 1 }) {
-		t.Fatalf("the command never ran: lane-1 runs %v", r.Procs("lane-1"))
-	}
+	c := sendSleepRun(t, r, "47")
 	c.Close()
 	if !waitFor(10*time.Second, func() bool { return len(sleepsOf(r, "lane-1", "47")) == 0 }) {
 		t.Errorf("the caller went away and its command still runs: %v", sleepsOf(r, "lane-1", "47"))
@@ -82,18 +90,8 @@ func TestRunCallerGoneEndsItsCommand(t *testing.T) {
 
 func TestRunFrameSentDuringTheRunCancelsItUnserved(t *testing.T) {
 	r := newRig(t)
-	c, err := rpc.Dial(r.Cfg.BrokerSocket())
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := sendSleepRun(t, r, "48")
 	defer c.Close()
-	req := &rpc.Request{V: rpc.Version, Op: rpc.OpRun, Run: &rpc.RunRequest{Role: "lane-1", Argv: []string{"sleep", "48"}, Limits: rpc.Limits{TimeoutMS: 60000}}}
-	if err := c.Send(req); err != nil {
-		t.Fatal(err)
-	}
-	if !waitFor(20*time.Second, func() bool { return len(sleepsOf(r, "lane-1", "48")) == 1 }) {
-		t.Fatalf("the command never ran: lane-1 runs %v", r.Procs("lane-1"))
-	}
 	if err := c.Send(&rpc.Request{V: rpc.Version, Op: rpc.OpStatus}); err != nil {
 		t.Fatal(err)
 	}

@@ -44,24 +44,12 @@ func TestHeldUnlinkedExceptPassesOverOneFileSystem(t *testing.T) {
 		t.Skip("needs root: the stand-in /proc's entries must be root's or the user's, as the kernel's are")
 	}
 	root := t.TempDir()
-	f, err := os.CreateTemp(t.TempDir(), "held")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	f.Write(make([]byte, 64<<10))
-	f.Sync()
-	os.Remove(f.Name())
-	var st unix.Stat_t
-	unix.Fstat(int(f.Fd()), &st)
+	f, st := deletedFile(t)
 	// A stand-in /proc: process 4242 of uid 5000, holding the unlinked
 	// file by descriptor and mapping another deleted file on the same
 	// file system.
-	p := filepath.Join(root, "4242")
-	os.MkdirAll(filepath.Join(p, "task", "4242", "fd"), 0o755)
-	os.WriteFile(filepath.Join(p, "status"), []byte("Name:\tx\nUid:\t5000\t5000\t5000\t5000\n"), 0o644)
+	p := standInProcess(root, 4242, []int{4242}, fmt.Sprintf("7f0000000000-7f0000100000 rw-s 00000000 %x:%x 999999 /x (deleted)\n", unix.Major(st.Dev), unix.Minor(st.Dev)))
 	os.Symlink(fmt.Sprintf("/proc/self/fd/%d", f.Fd()), filepath.Join(p, "task", "4242", "fd", "3"))
-	os.WriteFile(filepath.Join(p, "maps"), []byte(fmt.Sprintf("7f0000000000-7f0000100000 rw-s 00000000 %x:%x 999999 /x (deleted)\n", unix.Major(st.Dev), unix.Minor(st.Dev))), 0o644)
 	all, err := HeldUnlinked(root, 5000, nil)
 	if err != nil || all.Files != 2 {
 		t.Fatalf("HeldUnlinked: %+v %v, want the descriptor's file and the mapping", all, err)
@@ -83,25 +71,13 @@ func TestLaneKeepsADeletedFileByAMappingAloneIsHidden(t *testing.T) {
 		t.Skip("needs root: the stand-in /proc's entries must be root's or the user's, as the kernel's are")
 	}
 	root := t.TempDir()
-	f, err := os.CreateTemp(t.TempDir(), "held")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	f.Write(make([]byte, 64<<10))
-	f.Sync()
-	os.Remove(f.Name())
-	var st unix.Stat_t
-	unix.Fstat(int(f.Fd()), &st)
+	f, st := deletedFile(t)
 	proc := func(pid int, fds bool, maps string) {
-		p := filepath.Join(root, fmt.Sprint(pid))
-		os.MkdirAll(filepath.Join(p, "task", fmt.Sprint(pid), "fd"), 0o755)
-		os.WriteFile(filepath.Join(p, "status"), []byte("Name:\tx\nUid:\t5000\t5000\t5000\t5000\n"), 0o644)
+		p := standInProcess(root, pid, []int{pid}, maps)
 		os.WriteFile(filepath.Join(p, "comm"), []byte("attack\n"), 0o644)
 		if fds {
 			os.Symlink(fmt.Sprintf("/proc/self/fd/%d", f.Fd()), filepath.Join(p, "task", fmt.Sprint(pid), "fd", "3"))
 		}
-		os.WriteFile(filepath.Join(p, "maps"), []byte(maps), 0o644)
 	}
 	page := fmt.Sprintf("7f0000000000-7f0000001000 r--s 00000000 %x:%x %d /w/held (deleted)\n", unix.Major(st.Dev), unix.Minor(st.Dev), st.Ino)
 	memfd := "7f0000100000-7f0000300000 rw-s 00000000 00:01 77 /memfd:x (deleted)\n"
@@ -143,20 +119,8 @@ func TestLaneKeepsDeletedFoldersAndThreadTablesCounted(t *testing.T) {
 	}
 	defer dir.Close()
 	os.Remove(d)
-	f, err := os.CreateTemp(t.TempDir(), "held")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	f.Write(make([]byte, 64<<10))
-	f.Sync()
-	os.Remove(f.Name())
-	p := filepath.Join(root, "4242")
-	for _, task := range []string{"4242", "4243"} {
-		os.MkdirAll(filepath.Join(p, "task", task, "fd"), 0o755)
-	}
-	os.WriteFile(filepath.Join(p, "status"), []byte("Name:\tx\nUid:\t5000\t5000\t5000\t5000\n"), 0o644)
-	os.WriteFile(filepath.Join(p, "maps"), nil, 0o644)
+	f, _ := deletedFile(t)
+	p := standInProcess(root, 4242, []int{4242, 4243}, "")
 	// The leader works in the deleted folder; the other thread holds the
 	// deleted file in a table of its own.
 	os.Symlink(fmt.Sprintf("/proc/self/fd/%d", dir.Fd()), filepath.Join(p, "task", "4242", "cwd"))
@@ -165,4 +129,34 @@ func TestLaneKeepsDeletedFoldersAndThreadTablesCounted(t *testing.T) {
 	if err != nil || h.Files != 2 || h.Bytes < 64<<10 {
 		t.Fatalf("HeldUnlinked = %+v %v; want the deleted folder and the thread's deleted file (64 KiB at least)", h, err)
 	}
+}
+
+// deletedFile is a file of 64 KiB, already unlinked, held open for the
+// test, and what fstat says of it.
+func deletedFile(t *testing.T) (*os.File, unix.Stat_t) {
+	t.Helper()
+	f, err := os.CreateTemp(t.TempDir(), "held")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	f.Write(make([]byte, 64<<10))
+	f.Sync()
+	os.Remove(f.Name())
+	var st unix.Stat_t
+	unix.Fstat(int(f.Fd()), &st)
+	return f, st
+}
+
+// standInProcess makes process pid of uid 5000 in the stand-in /proc at
+// root: its tasks (each with an empty fd/) and maps; it returns the
+// process's folder.
+func standInProcess(root string, pid int, tasks []int, maps string) string {
+	p := filepath.Join(root, fmt.Sprint(pid))
+	for _, task := range tasks {
+		os.MkdirAll(filepath.Join(p, "task", fmt.Sprint(task), "fd"), 0o755)
+	}
+	os.WriteFile(filepath.Join(p, "status"), []byte("Name:\tx\nUid:\t5000\t5000\t5000\t5000\n"), 0o644)
+	os.WriteFile(filepath.Join(p, "maps"), []byte(maps), 0o644)
+	return p
 }

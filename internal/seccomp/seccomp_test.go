@@ -598,18 +598,11 @@ func init() {
 	scenarios["exec-self"] = func(string) string {
 		// The filter must come through execve: the new program starts it
 		// in every thread it makes.
-		cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$", "-test.count=1")
-		cmd.Env = append(os.Environ(), envScenario+"=threads", envMode+"="+modeInherited)
-		out, err := cmd.CombinedOutput()
+		r, err := inheritedResult("threads")
 		if err != nil {
-			return fmt.Sprintf("%v %s", err, out)
+			return err.Error()
 		}
-		for line := range strings.Lines(string(out)) {
-			if r, ok := strings.CutPrefix(line, resultPrefix); ok {
-				return strings.TrimSpace(r)
-			}
-		}
-		return "no result: " + string(out)
+		return r
 	}
 	scenarios["threads"] = func(string) string {
 		// New OS threads (clone with CLONE_THREAD), each asked for its
@@ -729,4 +722,22 @@ func TestInstallFiltersCallingThreadOnly(t *testing.T) {
 	if want := "this thread: 2 EPERM; other thread: 0 ok"; got.result != want {
 		t.Errorf("%q, want %q", got.result, want)
 	}
+}
+
+// inheritedResult runs this test binary again as a helper that runs
+// scenario under the filter it inherits (modeInherited), and returns its
+// result line.
+func inheritedResult(scenario string) (string, error) {
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$", "-test.count=1")
+	cmd.Env = append(os.Environ(), envScenario+"="+scenario, envMode+"="+modeInherited)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("%v %s", err, out)
+	}
+	for line := range strings.Lines(string(out)) {
+		if r, ok := strings.CutPrefix(line, resultPrefix); ok {
+			return strings.TrimSpace(r), nil
+		}
+	}
+	return "", fmt.Errorf("no result: %s", out)
 }

@@ -369,22 +369,16 @@ func init() {
 		// SIGSTOP: the new process is this process's child, and the
 		// kernel gives it the caller's own exit signal (copy_process), so
 		// its end cannot stop this process.
-		cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$", "-test.count=1")
-		cmd.Env = append(os.Environ(), envScenario+"=clone-parent-caller", envMode+"="+modeInherited)
-		out, err := cmd.CombinedOutput()
+		r, err := inheritedResult("clone-parent-caller")
 		if err != nil {
-			return fmt.Sprintf("the caller: %v %s", err, out)
+			return "the caller: " + err.Error()
 		}
 		var gpid int
-		for line := range strings.Lines(string(out)) {
-			if r, ok := strings.CutPrefix(line, resultPrefix); ok {
-				if _, err := fmt.Sscanf(r, "clone %d", &gpid); err != nil {
-					return "the caller: " + strings.TrimSpace(r)
-				}
-			}
+		if _, err := fmt.Sscanf(r, "clone %d", &gpid); err != nil {
+			return "the caller: " + r
 		}
 		if gpid <= 0 {
-			return "the caller: no pid in " + string(out)
+			return "the caller: no pid in " + r
 		}
 		defer func() {
 			unix.Kill(gpid, unix.SIGKILL)

@@ -367,14 +367,6 @@ func (r *Rig) KillBroker() {
 	<-r.exited
 }
 
-// BrokerPID is the running broker's pid, or 0.
-func (r *Rig) BrokerPID() int {
-	if r.broker == nil || r.broker.Process == nil {
-		return 0
-	}
-	return r.broker.Process.Pid
-}
-
 // ClosedPlaces are the rig's stand-ins for /tmp, /var/tmp and /dev/shm.
 func (r *Rig) ClosedPlaces() []string {
 	return []string{filepath.Join(r.Dir, "closed-tmp"), filepath.Join(r.Dir, "closed-vartmp"), filepath.Join(r.Dir, "closed-shm")}
