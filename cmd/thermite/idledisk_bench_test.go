@@ -71,15 +71,7 @@ func idleTrialsDiskCheck(b *testing.B, onQuota bool) {
 		time.Sleep(10 * time.Second)
 		per := (rigCPU() - before) / 10
 		if du == 0 {
-			var ru0, ru1 unix.Rusage
-			unix.Getrusage(unix.RUSAGE_CHILDREN, &ru0)
-			for i := 0; i < 3; i++ {
-				if err := exec.Command("du", "-s", ws).Run(); err != nil {
-					b.Fatal(err)
-				}
-			}
-			unix.Getrusage(unix.RUSAGE_CHILDREN, &ru1)
-			du = time.Duration(ru1.Utime.Nano()+ru1.Stime.Nano()-ru0.Utime.Nano()-ru0.Stime.Nano()) / 3
+			du = duCPU(b, ws)
 		}
 		fmt.Printf("%s: %2d idle trials of %d files: rig CPU per 1s interval %6.1f ms; one du -s of one workspace %6.1f ms; ratio %.2f\n",
 			map[bool]string{false: "walk", true: "quota"}[onQuota], n, files, float64(per.Microseconds())/1000, float64(du.Microseconds())/1000, float64(per)/float64(du))
@@ -182,15 +174,7 @@ func busyTrialsDiskCheck(b *testing.B, fullWalk bool) {
 		}
 		per := parts[0] + parts[1] + parts[2]
 		if du == 0 {
-			var ru0, ru1 unix.Rusage
-			unix.Getrusage(unix.RUSAGE_CHILDREN, &ru0)
-			for i := 0; i < 3; i++ {
-				if err := exec.Command("du", "-s", ws).Run(); err != nil {
-					b.Fatal(err)
-				}
-			}
-			unix.Getrusage(unix.RUSAGE_CHILDREN, &ru1)
-			du = time.Duration(ru1.Utime.Nano()+ru1.Stime.Nano()-ru0.Utime.Nano()-ru0.Stime.Nano()) / 3
+			du = duCPU(b, ws)
 		}
 		ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 		fmt.Printf("%s: %2d busy trials of %d files: rig CPU per 1s interval %6.1f ms (broker %.1f, its helpers %.1f, controller %.1f); one du -s of one workspace %6.1f ms; ratio %.2f\n",
@@ -210,4 +194,19 @@ func envCount(b *testing.B, name string, def int) int {
 		b.Fatalf("%s: %q is not a count", name, v)
 	}
 	return n
+}
+
+// duCPU is the CPU time (user and system) of one `du -s dir`, the mean of
+// three.
+func duCPU(b *testing.B, dir string) time.Duration {
+	b.Helper()
+	var ru0, ru1 unix.Rusage
+	unix.Getrusage(unix.RUSAGE_CHILDREN, &ru0)
+	for i := 0; i < 3; i++ {
+		if err := exec.Command("du", "-s", dir).Run(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	unix.Getrusage(unix.RUSAGE_CHILDREN, &ru1)
+	return time.Duration(ru1.Utime.Nano()+ru1.Stime.Nano()-ru0.Utime.Nano()-ru0.Stime.Nano()) / 3
 }

@@ -137,44 +137,25 @@ func TestWatchedOverflowWalksAll(t *testing.T) {
 }
 
 // measureTree is one tree's incremental measure and a plain walk's.
-func measureTree(t testing.TB, w *Watched, d string) (inc, full int64) {
-	return measureBoth(t, w, d)
-}
-
 // A lane links a file of one of its folders into another, opens it there,
 // removes that name and writes through the descriptor: no event names the
 // first folder's file. The write on the gone name puts the measure in
 // doubt, and the next measure of the role's trees is right.
 func TestWatchedWriteThroughGoneLinkInAnotherTree(t *testing.T) {
-	d, out := t.TempDir(), t.TempDir()
-	links := &Links{}
-	defer links.Close()
-	wd, wo := &Watched{Links: links}, &Watched{Links: links}
-	defer wd.Close()
-	defer wo.Close()
-	os.WriteFile(filepath.Join(d, "f"), make([]byte, 4096), 0o644)
-	measureTree(t, wd, d)
-	measureTree(t, wo, out)
-	g := filepath.Join(out, "g")
-	if err := os.Link(filepath.Join(d, "f"), g); err != nil {
-		t.Fatal(err)
-	}
-	h, err := os.OpenFile(g, os.O_WRONLY|os.O_APPEND, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
+	lt := newLinkedTrees(t)
+	d, out, g, h := lt.d, lt.out, lt.g, lt.h
+	links, wd, wo := lt.links, lt.wd, lt.wo
 	os.Remove(g)
-	measureTree(t, wd, d)
-	measureTree(t, wo, out)
+	measureBoth(t, wd, d)
+	measureBoth(t, wo, out)
 	h.Write(make([]byte, 1<<20))
 	// The role's round: every tree, then again if a link was learnt.
 	gen := links.Gen()
-	measureTree(t, wo, out)
+	measureBoth(t, wo, out)
 	if links.Gen() != gen {
 		t.Log("a link was learnt: the round is taken again")
 	}
-	if inc, full := measureTree(t, wd, d); inc != full {
+	if inc, full := measureBoth(t, wd, d); inc != full {
 		t.Fatalf("workspace after a write through a gone link elsewhere: incremental %d, walk %d", inc, full)
 	}
 }
@@ -184,28 +165,14 @@ func TestWatchedWriteThroughGoneLinkInAnotherTree(t *testing.T) {
 // saw a name come, be written and go, and nothing names the first
 // folder's file. A written name gone unmeasured puts the measure in doubt.
 func TestWatchedWriteThroughLinkRemovedBeforeTheMeasure(t *testing.T) {
-	d, out := t.TempDir(), t.TempDir()
-	links := &Links{}
-	defer links.Close()
-	wd, wo := &Watched{Links: links}, &Watched{Links: links}
-	defer wd.Close()
-	defer wo.Close()
-	os.WriteFile(filepath.Join(d, "f"), make([]byte, 4096), 0o644)
-	measureTree(t, wd, d)
-	measureTree(t, wo, out)
-	g := filepath.Join(out, "g")
-	if err := os.Link(filepath.Join(d, "f"), g); err != nil {
-		t.Fatal(err)
-	}
-	h, err := os.OpenFile(g, os.O_WRONLY|os.O_APPEND, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	lt := newLinkedTrees(t)
+	d, out, g, h := lt.d, lt.out, lt.g, lt.h
+	wd, wo := lt.wd, lt.wo
 	h.Write(make([]byte, 1<<20))
 	h.Close()
 	os.Remove(g)
-	measureTree(t, wo, out)
-	if inc, full := measureTree(t, wd, d); inc != full || full < 1<<20 {
+	measureBoth(t, wo, out)
+	if inc, full := measureBoth(t, wd, d); inc != full || full < 1<<20 {
 		t.Fatalf("workspace after a write through a link removed before the measure: incremental %d, walk %d", inc, full)
 	}
 }
@@ -458,4 +425,36 @@ func TestLaneFoldersPastTheWatchBudgetWalkedWhole(t *testing.T) {
 	if budget.Left() != 100 {
 		t.Errorf("the shared budget has %d left, want its 100 back", budget.Left())
 	}
+}
+
+// linkedTrees are two trees of one role, measured once each, and the
+// workspace's file f linked into the other tree as g, open for appending
+// there (h): what the attacks on links write through.
+type linkedTrees struct {
+	d, out, g string
+	links     *Links
+	wd, wo    *Watched
+	h         *os.File
+}
+
+func newLinkedTrees(t *testing.T) *linkedTrees {
+	t.Helper()
+	lt := &linkedTrees{d: t.TempDir(), out: t.TempDir(), links: &Links{}}
+	t.Cleanup(func() { lt.links.Close() })
+	lt.wd, lt.wo = &Watched{Links: lt.links}, &Watched{Links: lt.links}
+	t.Cleanup(func() { lt.wd.Close(); lt.wo.Close() })
+	os.WriteFile(filepath.Join(lt.d, "f"), make([]byte, 4096), 0o644)
+	measureBoth(t, lt.wd, lt.d)
+	measureBoth(t, lt.wo, lt.out)
+	lt.g = filepath.Join(lt.out, "g")
+	if err := os.Link(filepath.Join(lt.d, "f"), lt.g); err != nil {
+		t.Fatal(err)
+	}
+	h, err := os.OpenFile(lt.g, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lt.h = h
+	t.Cleanup(func() { h.Close() })
+	return lt
 }
