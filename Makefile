@@ -7,7 +7,7 @@ RUNAS_BIN := bin/thermite-run-as
 GOFLAGS_BUILD := -trimpath
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all build run test vet staticcheck unit bench soak gpu install clean vm-i386 vm-kernels
+.PHONY: all build run test vet staticcheck unit bench soak gpu install clean vm-i386 vm-kernels agents
 
 all: build
 
@@ -21,6 +21,13 @@ build:
 run: build
 	./$(BIN) roles ensure
 	./$(BIN) serve
+
+# The agent programs the rig runs in lanes (Pi, Claude Code, Codex,
+# OpenCode), at agents/package.json's pinned versions, into
+# /opt/thermite/agents (THERMITE_AGENTS): the agent end-to-end tests run
+# them from there and skip, saying so, where they are missing.
+agents:
+	./scripts/agents.sh
 
 vet:
 	$(GO) mod tidy -diff
