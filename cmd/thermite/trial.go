@@ -254,6 +254,7 @@ func trialCmd() *cobra.Command {
 	trialCommand := func(route, use, short string) *cobra.Command {
 		var timeout time.Duration
 		var harness string
+		var env []string
 		c := &cobra.Command{
 			Use:   use,
 			Short: short,
@@ -266,13 +267,14 @@ func trialCmd() *cobra.Command {
 				}
 				var body any = controller.ExecRequest{Argv: args[1:], TimeoutMS: timeout.Milliseconds()}
 				if route == "agent" {
-					body = controller.AgentRequest{Argv: args[1:], TimeoutMS: timeout.Milliseconds(), Harness: harness}
+					body = controller.AgentRequest{Argv: args[1:], TimeoutMS: timeout.Milliseconds(), Harness: harness, Env: env}
 				}
 				return ctlStream(cfg, "/v1/trials/"+args[0]+"/"+route, body, what)
 			},
 		}
 		if route == "agent" {
 			c.Flags().DurationVar(&timeout, "timeout", 0, "wall-clock limit (default and most: the rig's agent.wall_timeout)")
+			c.Flags().StringArrayVar(&env, "env", nil, "K=V added to the agent's environment (its provider's address or key, say); repeatable")
 			c.Flags().StringVar(&harness, "harness", controller.HarnessPi, "pi: as agent-N, the trial's folder as HOME, tools through the API; lane: as the lane's user in the workspace, its token and MCP configuration in a home of its own")
 		} else {
 			c.Flags().DurationVar(&timeout, "timeout", 0, "wall-clock limit (default: the rig's)")
@@ -280,7 +282,7 @@ func trialCmd() *cobra.Command {
 		return c
 	}
 	execCmd := trialCommand("exec", "exec TRIAL [--timeout D] -- CMD [ARGS...]", "Run a command as the trial's lane in its workspace, and exit with its code")
-	agentCmd := trialCommand("agent", "agent TRIAL [--harness pi|lane] [--timeout D] -- CMD [ARGS...]", "Run the trial's worker agent: as agent-N (pi) or as the lane's user (lane, for OpenCode, Claude Code, Codex)")
+	agentCmd := trialCommand("agent", "agent TRIAL [--harness pi|lane] [--timeout D] [--env K=V] -- CMD [ARGS...]", "Run the trial's worker agent: as agent-N (pi) or as the lane's user (lane, for OpenCode, Claude Code, Codex)")
 	var reason string
 	end := &cobra.Command{
 		Use:   "end TRIAL",
