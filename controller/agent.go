@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"thermite/internal/rpc"
@@ -182,10 +181,10 @@ func (c *Controller) laneAgent(rt *trialRT, req AgentRequest) (*rpc.RunRequest, 
 }
 
 // writeLaneHome makes the lane harness's home once, as the controller,
-// then hands it to the lane: the token, and MCP configurations for
-// Claude Code (~/.claude.json), Codex (~/.codex/config.toml) and
-// OpenCode (~/.config/opencode/opencode.json), each starting
-// `thermite trial-client mcp` with the trial's socket and token file.
+// then hands it to the lane: the token, the trial's details, and each
+// agent program's configuration where that program reads it
+// (laneProgramFiles), each starting `thermite trial-client mcp` with the
+// trial's socket and token file.
 func (c *Controller) writeLaneHome(rt *trialRT, home, lane string) error {
 	if _, err := os.Lstat(home); err == nil {
 		return nil
@@ -195,29 +194,12 @@ func (c *Controller) writeLaneHome(rt *trialRT, home, lane string) error {
 		return fmt.Errorf("the thermite binary's path: %w", err)
 	}
 	info := c.info(rt.t)
-	tokenFile := filepath.Join(home, "token")
-	args := []string{"trial-client", "--socket", info.APISocket, "--token-file", tokenFile, "mcp"}
-	server := map[string]any{"command": self, "args": args}
-	claude, _ := json.MarshalIndent(map[string]any{"mcpServers": map[string]any{"thermite": server}}, "", "  ")
-	opencode, _ := json.MarshalIndent(map[string]any{"$schema": "https://opencode.ai/config.json",
-		"mcp": map[string]any{"thermite": map[string]any{"type": "local", "command": append([]string{self}, args...), "enabled": true}}}, "", "  ")
-	quoted := make([]string, len(args))
-	for i, a := range args {
-		quoted[i] = fmt.Sprintf("%q", a)
-	}
-	codex := fmt.Sprintf("[mcp_servers.thermite]\ncommand = %q\nargs = [%s]\n", self, strings.Join(quoted, ", "))
-	files := []struct {
-		path string
-		data string
-	}{
-		{"token", rt.token + "\n"},
-		{"trial.json", ""},
-		{".claude.json", string(claude) + "\n"},
-		{".codex/config.toml", codex},
-		{".config/opencode/opencode.json", string(opencode) + "\n"},
-	}
+	mcp := mcpServer{command: self, args: []string{"trial-client", "--socket", info.APISocket, "--token-file", filepath.Join(home, "token"), "mcp"}}
 	details, _ := json.MarshalIndent(info, "", "  ")
-	files[1].data = string(details) + "\n"
+	files := []homeFile{{"token", rt.token + "\n"}, {"trial.json", string(details) + "\n"}}
+	for _, program := range laneProgramFiles {
+		files = append(files, program(mcp)...)
+	}
 	if err := os.Mkdir(home, 0o700); err != nil {
 		return err
 	}
