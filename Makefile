@@ -1,4 +1,5 @@
 # thermite: `make` builds, `sudo make run` serves on the defaults, `sudo make test` is what CI runs.
+SHELL    := /bin/bash
 GO       ?= go
 BIN      := bin/thermite
 # thermite-run-as: `thermite run-as` in a binary that links only the
@@ -39,8 +40,10 @@ staticcheck:
 
 # Every test, as root: isolation tests create throwaway role users and run
 # probes as them; tests that need what this machine lacks skip and say why.
+# testtimes prints go test's usual lines, then each package's time and the
+# slowest tests, so CI's log shows where its minutes go.
 test: build vet staticcheck
-	$(GO) test -count=1 -timeout 35m ./...
+	set -o pipefail; $(GO) test -json -count=1 -timeout 35m ./... | $(GO) run ./scripts/testtimes
 
 # The fast tests: no root, no podman, no virtual machine (root-only tests
 # skip under -short, saying so).
