@@ -182,6 +182,8 @@ os.setxattr("x", "user.pad", b"v" * 3000)
 	measured := func(s controller.TrialStatus) bool { return s.Disk != nil && s.Disk.Bytes > 0 }
 	for i, at := range attacks {
 		t.Run(at.name, func(t *testing.T) {
+			// Each attack is its own lane's: they run side by side.
+			t.Parallel()
 			info, a := startTrial(t, r, i+1, project)
 			// What the attack starts from, measured before it runs.
 			prep := `: > small && mkdir x && i=0; while [ $i -lt 800 ]; do : > x/$i; i=$((i+1)); done`

@@ -29,7 +29,9 @@ func TestLaneGrowsUnseenByFolderChangesEndsItsTrial(t *testing.T) {
 			t.Fatalf("trial exec: %s", stderr)
 		}
 	}
+	// Each case is its own lane's: they run side by side.
 	t.Run("grows an existing file in place", func(t *testing.T) {
+		t.Parallel()
 		info, _ := startTrial(t, r, 1, project)
 		r.Thermite("trial", "exec", info.ID, "--", "dd", "if=/dev/zero", "of=existing", "bs=64k", "count=1")
 		waitTrial(t, r, info.ID, "a measure", measured)
@@ -37,6 +39,7 @@ func TestLaneGrowsUnseenByFolderChangesEndsItsTrial(t *testing.T) {
 		waitTrial(t, r, info.ID, "the end for its disk after growing a file in place", over)
 	})
 	t.Run("fills a sparse file's holes through mmap", func(t *testing.T) {
+		t.Parallel()
 		if _, err := exec.LookPath("/usr/bin/python3"); err != nil {
 			t.Skip("needs /usr/bin/python3 to write through mmap as the lane")
 		}
@@ -52,6 +55,7 @@ m.flush(); time.sleep(60)"`)
 		waitTrial(t, r, info.ID, "the end for its disk after filling holes through mmap", over)
 	})
 	t.Run("links a file into its HOME and writes through the gone link", func(t *testing.T) {
+		t.Parallel()
 		info, _ := startTrial(t, r, 3, project)
 		r.Thermite("trial", "exec", info.ID, "--", "dd", "if=/dev/zero", "of=linked", "bs=4k", "count=1")
 		waitTrial(t, r, info.ID, "a measure", measured)
@@ -62,6 +66,7 @@ m.flush(); time.sleep(60)"`)
 		waitTrial(t, r, info.ID, "the end for its disk after growing a file through a gone link in its HOME", over)
 	})
 	t.Run("links a file into its HOME, writes through the link and removes it between two checks", func(t *testing.T) {
+		t.Parallel()
 		info, _ := startTrial(t, r, 4, project)
 		r.Thermite("trial", "exec", info.ID, "--", "dd", "if=/dev/zero", "of=linked", "bs=4k", "count=1")
 		waitTrial(t, r, info.ID, "a measure", measured)
@@ -71,6 +76,7 @@ m.flush(); time.sleep(60)"`)
 		waitTrial(t, r, info.ID, "the end for its disk after growing a file through a link removed before the check", over)
 	})
 	t.Run("links a file into its HOME again, writes through it at one check, removes it at a later one", func(t *testing.T) {
+		t.Parallel()
 		info, _ := startTrial(t, r, 5, project)
 		r.Thermite("trial", "exec", info.ID, "--", "touch", "linked")
 		waitTrial(t, r, info.ID, "a measure", measured)
@@ -84,6 +90,7 @@ m.flush(); time.sleep(60)"`)
 		waitTrial(t, r, info.ID, "the end for its disk after growing a linked file through its other name", over)
 	})
 	t.Run("floods events past the queue", func(t *testing.T) {
+		t.Parallel()
 		info, _ := startTrial(t, r, 6, project)
 		waitTrial(t, r, info.ID, "a measure", measured)
 		later(t, info.ID, `mkdir -p a/b/c/d/e/f/g/h && i=0; while [ $i -lt 20000 ]; do : > a/f$i; i=$((i+1)); done; dd if=/dev/zero of=a/b/c/d/e/f/g/h/deep bs=1M count=3`)

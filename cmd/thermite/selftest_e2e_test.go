@@ -339,6 +339,9 @@ func TestSelftestCatchesBreakage(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			// Each case breaks a rig of its own (its own users, folders
+			// and broker): they run side by side.
+			t.Parallel()
 			r := testrig.New(t, c.opts)
 			if c.breakf != nil {
 				res, code := selftestJSON(t, r)
