@@ -37,13 +37,15 @@ type anthropicMessage struct {
 }
 
 // anthropicBlock is one content block: text, tool_use, tool_result (whose
-// content is again a string or a list of blocks) or one the stand-in
+// content is again a string or a list of blocks), tool_reference (a
+// deferred tool that Claude Code's ToolSearch loaded) or one the stand-in
 // ignores (image, thinking).
 type anthropicBlock struct {
 	Type      string          `json:"type"`
 	Text      string          `json:"text"`
 	ID        string          `json:"id"`
 	Name      string          `json:"name"`
+	ToolName  string          `json:"tool_name"`
 	ToolUseID string          `json:"tool_use_id"`
 	Content   json.RawMessage `json:"content"`
 	IsError   bool            `json:"is_error"`
@@ -60,12 +62,16 @@ func anthropicBlocks(raw json.RawMessage) []anthropicBlock {
 	return blocks
 }
 
-// anthropicText joins the text blocks of a content field.
+// anthropicText joins the text blocks of a content field, a
+// tool_reference shown as the tool's name.
 func anthropicText(raw json.RawMessage) string {
 	var texts []string
 	for _, b := range anthropicBlocks(raw) {
-		if b.Type == "text" {
+		switch b.Type {
+		case "text":
 			texts = append(texts, b.Text)
+		case "tool_reference":
+			texts = append(texts, b.ToolName)
 		}
 	}
 	return strings.Join(texts, "\n")

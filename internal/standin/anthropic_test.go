@@ -134,14 +134,17 @@ func TestAnthropicStreamsAToolCall(t *testing.T) {
 }
 
 // The tool results of a conversation are parsed with the tool each
-// answers (named by the earlier tool_use), their text and is_error; the
+// answers (named by the earlier tool_use), their text (a ToolSearch's
+// tool_reference as the tool's name) and is_error; the
 // script's final step is one text block that ends the turn.
 func TestAnthropicParsesResultsAndEndsTheTurn(t *testing.T) {
-	p := Start(t, t.TempDir(), Steps("all done", Step{Tool: &Call{Name: "Bash"}}, Step{Tool: &Call{Name: "Read"}}))
+	p := Start(t, t.TempDir(), Steps("all done", Step{Tool: &Call{Name: "Bash"}}, Step{Tool: &Call{Name: "ToolSearch"}}, Step{Tool: &Call{Name: "Read"}}))
 	body := `{"model":"m","max_tokens":100,"tools":[{"name":"Bash"},{"name":"Read"}],"messages":[
 		{"role":"user","content":"go"},
 		{"role":"assistant","content":[{"type":"text","text":"ok"},{"type":"tool_use","id":"toolu_1","name":"Bash","input":{}}]},
 		{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"lane-1\n/work"}]},
+		{"role":"assistant","content":[{"type":"tool_use","id":"toolu_3","name":"ToolSearch","input":{}}]},
+		{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_3","content":[{"type":"tool_reference","tool_name":"mcp__x__y"}]}]},
 		{"role":"assistant","content":[{"type":"tool_use","id":"toolu_2","name":"Read","input":{}}]},
 		{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_2","is_error":true,"content":[{"type":"text","text":"EACCES: permission denied"}]},{"type":"text","text":"and then?"}]}]}`
 	res := post(t, p, "/v1/messages", body)
@@ -160,7 +163,7 @@ func TestAnthropicParsesResultsAndEndsTheTurn(t *testing.T) {
 	if msg.Type != "message" || msg.Role != "assistant" || msg.StopReason != "end_turn" || len(msg.Content) != 1 || msg.Content[0].Text != "all done" {
 		t.Errorf("answer %+v, want one text block \"all done\" that ends the turn", msg)
 	}
-	want := []Result{{CallID: "toolu_1", Name: "Bash", Output: "lane-1\n/work"}, {CallID: "toolu_2", Name: "Read", Output: "EACCES: permission denied", IsError: true}}
+	want := []Result{{CallID: "toolu_1", Name: "Bash", Output: "lane-1\n/work"}, {CallID: "toolu_3", Name: "ToolSearch", Output: "mcp__x__y"}, {CallID: "toolu_2", Name: "Read", Output: "EACCES: permission denied", IsError: true}}
 	if got := p.Results(); !reflect.DeepEqual(got, want) {
 		t.Errorf("results %+v, want %+v", got, want)
 	}
