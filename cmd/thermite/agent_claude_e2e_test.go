@@ -218,3 +218,30 @@ func TestClaudeCodeShowsAnUnlistedProviderAsTheProxysRefusal(t *testing.T) {
 		t.Errorf("egress.refused events for %s: %+v, want one (no retry) of trial %s", unlisted, ev, a.trial.ID)
 	}
 }
+
+// Without --dangerously-skip-permissions Claude Code runs thermite's MCP
+// tools unasked (the rig's settings.json allows mcp__thermite) and asks
+// for anything else that changes files, which -p cannot: a refusal the
+// model sees.
+func TestClaudeCodeRunsThermitesToolsWithoutAsking(t *testing.T) {
+	claude := agentProgram(t, "claude")
+	a := newAgentTrial(t, standin.Steps("FINAL: asked for nothing",
+		standin.Step{Tool: &standin.Call{Name: "ToolSearch", Input: map[string]any{"query": "select:mcp__thermite__research_note", "max_results": 1}}},
+		standin.Step{Tool: &standin.Call{Name: "mcp__thermite__research_note", Input: map[string]any{"body": claudeNote}}},
+		standin.Step{Tool: &standin.Call{Name: "Bash", Input: map[string]any{"command": "touch made-by-bash", "description": "make a file"}}},
+	), testrig.Options{})
+	stdout, stderr, code := a.agent("lane", claudeEnv(a.provider.URL, a.provider.CAFile), claude, "-p", "note it")
+	results := a.provider.Results()
+	if code != 0 || !strings.Contains(stdout, "FINAL: asked for nothing") || len(results) != 3 {
+		t.Fatalf("claude -p: exit %d, %q %s, %d results; want exit 0, the final message and 3 results", code, stdout, stderr, len(results))
+	}
+	if note := results[1]; note.IsError || !strings.Contains(note.Output, "notes/") {
+		t.Errorf("research_note without --dangerously-skip-permissions: %q (is_error %v), want it run", note.Output, note.IsError)
+	}
+	if bash := results[2]; !bash.IsError || !strings.Contains(bash.Output, "needs approval") {
+		t.Errorf("Bash touch without --dangerously-skip-permissions: %q (is_error %v), want it refused for approval", bash.Output, bash.IsError)
+	}
+	if _, err := os.Stat(filepath.Join(a.trial.Workspace, "made-by-bash")); !os.IsNotExist(err) {
+		t.Errorf("made-by-bash: %v, want it not made", err)
+	}
+}
