@@ -24,11 +24,30 @@ type homeFile struct {
 // laneProgramFiles are the programs the lane harness configures.
 var laneProgramFiles = []func(mcpServer) []homeFile{claudeCodeFiles, codexFiles, openCodeFiles}
 
-// claudeCodeFiles: Claude Code reads its MCP servers from ~/.claude.json.
+// claudeCodeFiles: Claude Code reads its MCP servers and its state from
+// ~/.claude.json (onboarding done, so it asks nothing on its first start;
+// no auto-update, which would write under the agents' install) and its
+// settings from ~/.claude/settings.json: the environment that stops its
+// traffic to anyone but the provider (update checks, telemetry, error
+// reports, feature flags), which only the rig's egress proxy could refuse
+// otherwise, and thermite's MCP tools allowed without a prompt.
 func claudeCodeFiles(m mcpServer) []homeFile {
-	server := map[string]any{"command": m.command, "args": m.args}
-	claude, _ := json.MarshalIndent(map[string]any{"mcpServers": map[string]any{"thermite": server}}, "", "  ")
-	return []homeFile{{".claude.json", string(claude) + "\n"}}
+	server := map[string]any{"type": "stdio", "command": m.command, "args": m.args}
+	claude, _ := json.MarshalIndent(map[string]any{
+		"hasCompletedOnboarding": true,
+		"autoUpdates":            false,
+		"mcpServers":             map[string]any{"thermite": server},
+	}, "", "  ")
+	settings, _ := json.MarshalIndent(map[string]any{
+		"env": map[string]string{
+			"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+			"DISABLE_AUTOUPDATER":                      "1",
+			"DISABLE_TELEMETRY":                        "1",
+			"DISABLE_ERROR_REPORTING":                  "1",
+		},
+		"permissions": map[string]any{"allow": []string{"mcp__thermite"}},
+	}, "", "  ")
+	return []homeFile{{".claude.json", string(claude) + "\n"}, {".claude/settings.json", string(settings) + "\n"}}
 }
 
 // codexFiles: Codex reads ~/.codex/config.toml.

@@ -105,6 +105,8 @@ type Provider struct {
 	mu     sync.Mutex
 	turns  []Turn
 	paths  []string
+	// clients are the distinct addresses requests came from.
+	clients map[string]bool
 }
 
 // Start serves a stand-in on 127.0.0.1 with script, its CA written into
@@ -161,7 +163,19 @@ func (p *Provider) Answer(t Turn) Step {
 func (p *Provider) seen(r *http.Request) {
 	p.mu.Lock()
 	p.paths = append(p.paths, r.Method+" "+r.URL.Path)
+	if p.clients == nil {
+		p.clients = map[string]bool{}
+	}
+	p.clients[r.RemoteAddr] = true
 	p.mu.Unlock()
+}
+
+// Clients is how many connections (distinct client addresses) requests
+// came on, for a test to compare with the tunnels its proxy recorded.
+func (p *Provider) Clients() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.clients)
 }
 
 // Turns are the turns answered so far.
