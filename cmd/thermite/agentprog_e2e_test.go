@@ -51,7 +51,10 @@ func newAgentTrial(t *testing.T, script standin.Script, o testrig.Options) *agen
 	t.Helper()
 	testrig.RequireRoot(t)
 	dir := t.TempDir()
+	// The lane's user reads the CA file: its folder and the test's
+	// folder above it (0700 as t.TempDir makes them) open to all.
 	os.Chmod(dir, 0o755)
+	os.Chmod(filepath.Dir(dir), 0o755)
 	p := standin.Start(t, dir, script)
 	o.Extra += "\n[agent]\negress = [\"" + p.Addr + "\"]\n"
 	r := testrig.New(t, o)
