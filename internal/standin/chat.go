@@ -12,11 +12,11 @@ import (
 // OpenAI's Chat Completions API as far as one scripted turn of OpenCode
 // (through its bundled @ai-sdk/openai-compatible provider) needs: POST
 // /v1/chat/completions, streamed as server-sent chunks ending in
-// "data: [DONE]" or answered as one JSON completion, and GET /v1/models.
+// "data: [DONE]" or answered as one JSON completion. OpenCode 1.18.33 asks
+// nothing else of a custom provider (no GET /v1/models).
 
 func init() {
 	protocols["POST /v1/chat/completions"] = chatCompletions
-	protocols["GET /v1/models"] = chatModels
 }
 
 // chatRequest is the part of a Chat Completions request the stand-in reads.
@@ -184,16 +184,5 @@ func chatCompletions(p *Provider) http.HandlerFunc {
 			e.send("", map[string]any{"id": id, "object": "chat.completion.chunk", "created": created, "model": req.Model, "choices": []any{}, "usage": usage})
 		}
 		e.send("", "[DONE]")
-	}
-}
-
-// chatModels lists the one model the stand-in is, for a program that asks
-// which models a provider has.
-func chatModels(p *Provider) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		p.seen(r)
-		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(map[string]any{"object": "list", "data": []any{
-			map[string]any{"id": "standin", "object": "model", "created": 0, "owned_by": "thermite"}}})
 	}
 }

@@ -223,15 +223,3 @@ func TestChatRefusesABodyItCannotRead(t *testing.T) {
 		t.Error("a body it could not read was answered as a turn")
 	}
 }
-
-func TestChatListsItsModel(t *testing.T) {
-	p := Start(t, t.TempDir(), Steps("x"))
-	res := chatPost(t, p, "GET", "/v1/models", "")
-	var list struct {
-		Object string `json:"object"`
-		Data   []struct{ ID string }
-	}
-	if err := json.NewDecoder(res.Body).Decode(&list); err != nil || list.Object != "list" || len(list.Data) != 1 {
-		t.Errorf("models %+v (%v)", list, err)
-	}
-}
