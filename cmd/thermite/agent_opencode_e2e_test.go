@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"thermite/controller"
 	"thermite/internal/standin"
@@ -217,6 +218,36 @@ func trialState(t *testing.T, r *testrig.Rig, id string) (state, endReason strin
 	}
 	t.Fatalf("trial list has no %s: %s", id, out)
 	return "", ""
+}
+
+// TestOpenCodeShowsAnUnlistedProviderAsTheProxysRefusal: a provider that
+// is not in agent.egress fails the run at once, with the proxy's refusal
+// on OpenCode's stderr, recorded for the trial; nothing reaches the
+// listed stand-in.
+func TestOpenCodeShowsAnUnlistedProviderAsTheProxysRefusal(t *testing.T) {
+	opencode := agentProgram(t, "opencode")
+	a := newAgentTrial(t, standin.Steps("never asked"), testrig.Options{})
+	// Port 9 (discard) of 127.0.0.2: in no rig's agent.egress.
+	const unlisted = "127.0.0.2:9"
+	start := time.Now()
+	stdout, stderr, code := a.agent("lane", []string{
+		"NODE_EXTRA_CA_CERTS=" + a.provider.CAFile,
+		"OPENCODE_CONFIG_CONTENT=" + openCodeProvider("https://"+unlisted),
+	}, opencode, "run", "--model", "standin/standin-model", "hello")
+	took := time.Since(start)
+	t.Logf("opencode run: exit %d in %v: %q %q", code, took.Round(time.Millisecond), stdout, stderr)
+	if code != 1 || !strings.Contains(stderr, "Forbidden") || !strings.Contains(stderr, "not in the rig's agent.egress") {
+		t.Errorf("opencode run to an unlisted provider: exit %d, %q %q; want 1 and the proxy's 403 and reason", code, stdout, stderr)
+	}
+	if took > 30*time.Second {
+		t.Errorf("opencode run took %v to fail, want it prompt", took)
+	}
+	if n := len(a.provider.Paths()); n != 0 {
+		t.Errorf("the listed stand-in saw %d requests, want none", n)
+	}
+	if ev := egressEvents(t, a.r, "egress.refused", unlisted, 1); len(ev) == 0 || ev[0].Trial != a.trial.ID {
+		t.Errorf("egress.refused events for %s: %+v, want the trial %s's", unlisted, ev, a.trial.ID)
+	}
 }
 
 // openCodeRefused is refusedResult for OpenCode's own file tools, which
