@@ -102,10 +102,12 @@ func TestOpenCodeInALaneDoesAWholeTurn(t *testing.T) {
 	s = append(s, call("bash", map[string]any{"command": "exec 3<>/dev/tcp/127.0.0.1/" + strings.Split(a.provider.Addr, ":")[1] + " && echo connected", "description": "skip the proxy"}))
 	steps.Store(&s)
 
+	start := time.Now()
 	stdout, stderr, code := a.agent("lane", []string{
 		"NODE_EXTRA_CA_CERTS=" + a.provider.CAFile,
 		"OPENCODE_CONFIG_CONTENT=" + openCodeProvider(a.provider.URL),
 	}, append([]string{opencode, "run", "--model", "standin/standin-model"}, strings.Fields(prompt)...)...)
+	t.Logf("opencode run: exit %d in %v, %d requests; stdout %q", code, time.Since(start).Round(time.Millisecond), len(a.provider.Paths()), stdout)
 	if code != 0 || !strings.Contains(stdout, final) {
 		state, reason := trialState(t, a.r, a.trial.ID)
 		t.Fatalf("opencode run: exit %d, stdout %q, stderr %s; want 0 and %q (stand-in saw %v; the trial is %s: %s)", code, stdout, stderr, final, a.provider.Paths(), state, reason)
