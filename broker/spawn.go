@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"thermite/internal/caps"
 	"thermite/internal/cgroup"
 	"thermite/internal/cpuset"
 	"thermite/internal/procs"
@@ -440,9 +441,12 @@ func rlimitOf(rl []spawn.Rlimit, r int) uint64 {
 // kernel grants on the file-system ids when the target is not more
 // capable, and otherwise only with CAP_SYS_PTRACE, which the broker does
 // not keep. A process that made itself not dumpable still refuses it and
-// counts as hidden (procs.ErrHidden), and so does a deleted file on the
-// role's file systems that a mapping alone keeps. The thread runs off the CPUs a
-// timed run holds, so the measure never disturbs it. It holds the stop
+// counts as hidden (procs.ErrHidden). A deleted file on the role's file
+// systems that a mapping alone keeps counts its blocks, read through
+// /proc/PID/map_files with a capability raised for that stat
+// (statMapped); where the broker holds none, it counts as hidden too.
+// The thread runs off the CPUs a timed run holds, so the measure never
+// disturbs it. It holds the stop
 // lock, so it never measures while the role's processes are being ended.
 func (b *Broker) heldUnlinked(r roles.Role, skipDev uint64) (procs.Held, error) {
 	lk := b.stopLock(r.UID)
@@ -464,7 +468,8 @@ func (b *Broker) heldUnlinked(r roles.Role, skipDev uint64) (procs.Held, error) 
 	}
 	b.mu.Unlock()
 	// The file systems the role's folders lie on: a deleted file there
-	// that only a mapping keeps cannot be measured (procs.HeldUnlinkedOn).
+	// that only a mapping keeps is measured by its blocks
+	// (procs.HeldUnlinkedOn).
 	disk := map[uint64]bool{}
 	b.eachOwnedFolder(r, func(top *os.File) {
 		var st unix.Stat_t
@@ -481,13 +486,27 @@ func (b *Broker) heldUnlinked(r roles.Role, skipDev uint64) (procs.Held, error) 
 			}
 		}
 		var err error
-		h, err = procs.HeldUnlinkedOn("/proc", r.UID, skip, skipDev, disk)
+		h, err = procs.HeldUnlinkedOn("/proc", r.UID, skip, skipDev, disk, statMapped(caps.PermittedOf(caps.MapFiles)))
 		return err
 	})
 	if err != nil {
 		return h, fmt.Errorf("unlinked files of %s: %w", r.Name, err)
 	}
 	return h, nil
+}
+
+// statMapped follows a /proc/PID/map_files link for the disk measure on
+// the calling (locked) thread, with c (one of caps.MapFiles, which the
+// kernel wants for it) effective for that one stat and no longer: the rest
+// of the measure runs with no capability effective. c < 0: the broker
+// holds none of them, and the stat is refused as the kernel would.
+func statMapped(c int) procs.StatMapped {
+	return func(path string, st *unix.Stat_t) error {
+		if c < 0 {
+			return fmt.Errorf("%w (following map_files takes CAP_CHECKPOINT_RESTORE or CAP_SYS_ADMIN, which the broker does not hold: it keeps CAP_SYS_ADMIN where agent.egress is set)", unix.EPERM)
+		}
+		return caps.WithEffective(c, func() error { return unix.Stat(path, st) })
+	}
 }
 
 // stopHelper runs the Go helper in stop mode as the role's user: kill(-1,

@@ -173,7 +173,7 @@ func (c *Controller) laneAgent(rt *trialRT, req AgentRequest) (*rpc.RunRequest, 
 	if err := c.writeLaneHome(rt, home, lane.Name); err != nil {
 		return nil, fmt.Errorf("harness lane: %w", err)
 	}
-	env := append(c.agentEnv(rt, filepath.Join(home, "token")), req.Env...)
+	env := append(append(c.agentEnv(rt, filepath.Join(home, "token")), req.Env...), laneProgramEnv...)
 	// The lane harness's run, and no other command of the lane, is in
 	// egress mode: in the lane's network namespace with its proxy.
 	egress := len(c.cfg.Agent.Egress) > 0

@@ -60,9 +60,28 @@ func codexFiles(m mcpServer) []homeFile {
 	return []homeFile{{".codex/config.toml", codex}}
 }
 
-// openCodeFiles: OpenCode reads ~/.config/opencode/opencode.json.
+// openCodeFiles: OpenCode reads ~/.config/opencode/opencode.json. Beside
+// the MCP server it turns off what would reach past the rig's proxy at
+// start or later (updates, sharing, language servers it would download)
+// and lets every tool run without asking: `opencode run` has no one to
+// ask and rejects what would need asking (a read outside the workspace
+// among them), and the lane's own access is what bounds the program. The
+// .npmrc beside it keeps npm offline there: at every start OpenCode
+// installs its plugin SDK into each config folder from the registry,
+// which the proxy does not list. The provider is the operator's (docs/
+// agents-opencode.md): OPENCODE_CONFIG_CONTENT or OPENCODE_CONFIG.
 func openCodeFiles(m mcpServer) []homeFile {
 	opencode, _ := json.MarshalIndent(map[string]any{"$schema": "https://opencode.ai/config.json",
-		"mcp": map[string]any{"thermite": map[string]any{"type": "local", "command": append([]string{m.command}, m.args...), "enabled": true}}}, "", "  ")
-	return []homeFile{{".config/opencode/opencode.json", string(opencode) + "\n"}}
+		"mcp":        map[string]any{"thermite": map[string]any{"type": "local", "command": append([]string{m.command}, m.args...), "enabled": true}},
+		"autoupdate": false, "share": "disabled", "lsp": false, "formatter": false,
+		"permission": map[string]any{"*": "allow"}}, "", "  ")
+	return []homeFile{{".config/opencode/opencode.json", string(opencode) + "\n"},
+		{".config/opencode/.npmrc", "offline=true\n"}}
 }
+
+// laneProgramEnv is what the lane harness adds to a program's environment
+// after the operator's --env (which wins, being first): what only an
+// environment variable turns off. OpenCode fetches models.opencode.ai's
+// catalogue at start and every hour unless OPENCODE_DISABLE_MODELS_FETCH
+// is set; no configuration key does it.
+var laneProgramEnv = []string{"OPENCODE_DISABLE_MODELS_FETCH=1", "OPENCODE_DISABLE_AUTOUPDATE=1", "OPENCODE_DISABLE_LSP_DOWNLOAD=1"}

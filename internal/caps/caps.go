@@ -53,14 +53,15 @@ func Bounded(set []int) bool {
 }
 
 var names = map[int]string{
-	unix.CAP_SYS_ADMIN:    "CAP_SYS_ADMIN",
-	unix.CAP_NET_ADMIN:    "CAP_NET_ADMIN",
-	unix.CAP_CHOWN:        "CAP_CHOWN",
-	unix.CAP_DAC_OVERRIDE: "CAP_DAC_OVERRIDE",
-	unix.CAP_FOWNER:       "CAP_FOWNER",
-	unix.CAP_SETUID:       "CAP_SETUID",
-	unix.CAP_SETGID:       "CAP_SETGID",
-	unix.CAP_KILL:         "CAP_KILL",
+	unix.CAP_SYS_ADMIN:          "CAP_SYS_ADMIN",
+	unix.CAP_NET_ADMIN:          "CAP_NET_ADMIN",
+	unix.CAP_CHOWN:              "CAP_CHOWN",
+	unix.CAP_DAC_OVERRIDE:       "CAP_DAC_OVERRIDE",
+	unix.CAP_FOWNER:             "CAP_FOWNER",
+	unix.CAP_SETUID:             "CAP_SETUID",
+	unix.CAP_SETGID:             "CAP_SETGID",
+	unix.CAP_KILL:               "CAP_KILL",
+	unix.CAP_CHECKPOINT_RESTORE: "CAP_CHECKPOINT_RESTORE",
 }
 
 // Mask is the bit mask of a set of capabilities.
@@ -247,4 +248,52 @@ func Names(m uint64) string {
 		}
 	}
 	return strings.Join(out, ", ")
+}
+
+// MapFiles are the capabilities either of which lets a process follow
+// another's /proc/PID/map_files links (the kernel's
+// checkpoint_restore_ns_capable, in the initial user namespace), which the
+// disk measure takes to read a deleted file's blocks that only a mapping
+// keeps: CAP_CHECKPOINT_RESTORE (Linux 5.9 and later) is the narrow one;
+// the broker keeps CAP_SYS_ADMIN where agents get egress.
+var MapFiles = []int{unix.CAP_CHECKPOINT_RESTORE, unix.CAP_SYS_ADMIN}
+
+// PermittedOf is the first of set that this thread's permitted set holds
+// (one it may raise), or -1.
+func PermittedOf(set []int) int {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if unix.Capget(&hdr, &data[0]) != nil {
+		return -1
+	}
+	prm := uint64(data[0].Permitted) | uint64(data[1].Permitted)<<32
+	for _, c := range set {
+		if prm&(1<<uint(c)) != 0 {
+			return c
+		}
+	}
+	return -1
+}
+
+// WithEffective runs fn with capability c raised in the calling thread's
+// effective set, and lowers it again after. capset changes the calling
+// thread only, so the caller must be locked to its thread
+// (runtime.LockOSThread; threadcred.As's calls are). c must be in the
+// thread's permitted set (PermittedOf).
+func WithEffective(c int, fn func() error) error {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("caps: capget: %w", err)
+	}
+	before := data
+	data[c/32].Effective |= 1 << uint(c%32)
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("caps: raise %s on the thread: %w", Names(1<<uint(c)), err)
+	}
+	fnErr := fn()
+	if err := unix.Capset(&hdr, &before[0]); err != nil {
+		return fmt.Errorf("caps: lower %s on the thread again: %w", Names(1<<uint(c)), err)
+	}
+	return fnErr
 }

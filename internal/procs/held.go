@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -48,11 +49,12 @@ var errTooManyLinks = fmt.Errorf("its threads hold more than %d descriptors, pas
 // this one) hold in unlinked regular files: every descriptor (stat through
 // /proc/<pid>/fd/<n>, which reaches the open file, not a name), and every
 // mapping of a deleted file whose descriptor was closed (/proc/<pid>/maps:
-// its mapped length, as map_files needs CAP_SYS_ADMIN). Each inode counts
-// once. It runs as that uid, which may read its own processes' tables, and
-// which can change its effective uid to no other (ByUIDOwned);
-// skip names processes to pass over (the broker's own commands, which hold
-// no descriptor of the user's and may not be dumpable).
+// its mapped length; HeldUnlinkedOn measures those on the role's file
+// systems by their blocks). Each inode counts once. It runs as that uid,
+// which may read its own processes' tables, and which can change its
+// effective uid to no other (ByUIDOwned); skip names processes to pass
+// over (the broker's own commands, which hold no descriptor of the user's
+// and may not be dumpable).
 func HeldUnlinked(procRoot string, uid int, skip map[int]bool) (Held, error) {
 	return HeldUnlinkedExcept(procRoot, uid, skip, 0)
 }
@@ -60,28 +62,40 @@ func HeldUnlinked(procRoot string, uid int, skip map[int]bool) (Held, error) {
 // HeldUnlinkedExcept is HeldUnlinked passing over the files of the file
 // system skipDev (an st_dev; 0 passes over none).
 func HeldUnlinkedExcept(procRoot string, uid int, skip map[int]bool, skipDev uint64) (Held, error) {
-	return HeldUnlinkedOn(procRoot, uid, skip, skipDev, nil)
+	return HeldUnlinkedOn(procRoot, uid, skip, skipDev, nil, unix.Stat)
 }
+
+// StatMapped stats what a /proc/PID/map_files/<start>-<end> link reaches:
+// the mapped file itself, deleted or not. The kernel follows the link only
+// for a caller holding CAP_CHECKPOINT_RESTORE or CAP_SYS_ADMIN (effective,
+// in the initial user namespace) that may also read the process (ptrace
+// read access on the file-system ids); unix.Stat is one where the caller
+// holds them, and the broker passes one that raises the capability on its
+// measuring thread for that one call.
+type StatMapped func(path string, st *unix.Stat_t) error
 
 // HeldUnlinkedOn is HeldUnlinkedExcept where the role's files lie on the
 // file systems disk (st_dev; nil: none known). A deleted file there that
-// a process keeps by a mapping alone, with no descriptor of it left in any
-// process of the user, cannot be measured (mappedOnly): the measure then
-// fails with ErrHidden.
-func HeldUnlinkedOn(procRoot string, uid int, skip map[int]bool, skipDev uint64, disk map[uint64]bool) (Held, error) {
+// a process keeps by a mapping, with no descriptor of it counted, is
+// measured by its blocks: statMapped on the mapping's map_files entry,
+// which must be the inode the maps line names. Where that cannot be read
+// (no capability, or the mapping moved each time it was read) the file
+// counts as hidden (ErrHidden, naming the process and the file): a
+// mapping shows its own length, not the file's blocks, and a lane could
+// keep any number of such files each counted as one page.
+func HeldUnlinkedOn(procRoot string, uid int, skip map[int]bool, skipDev uint64, disk map[uint64]bool, statMapped StatMapped) (Held, error) {
 	pids, err := ByUIDOwned(procRoot, uid)
 	if err != nil {
 		return Held{}, fmt.Errorf("processes of uid %d: %w", uid, err)
 	}
-	type inode struct{ dev, ino uint64 }
-	// seen holds what a descriptor shows (its blocks); mapped what only
-	// mappings show (the most bytes one maps), and a process mapping it.
+	// seen holds what a descriptor or a map_files entry shows (its
+	// blocks); mapped what only mappings of memory show (the most bytes
+	// one maps); unread the deleted files on the role's file systems whose
+	// map_files entry could not be read, and why, until a descriptor or
+	// another process's entry shows their blocks.
 	seen := map[inode]int64{}
-	type mapping struct {
-		bytes int64
-		pid   int
-	}
-	mapped := map[inode]mapping{}
+	mapped := map[inode]int64{}
+	unread := map[inode]string{}
 	mappings := 0 // lines of maps read, every process together
 	// A process whose table cannot be read may be between a change of
 	// uid and its exec (not dumpable for that moment): such ones are
@@ -109,6 +123,14 @@ func HeldUnlinkedOn(procRoot string, uid int, skip map[int]bool, skipDev uint64,
 		seen[k] = max(seen[k], st.Blocks*512)
 	}
 	links := 0 // /proc links stat'ed, every process together
+	// readMaps reads a process's deleted mappings within the bound.
+	readMaps := func(base string) (map[inode]deletedMapping, error) {
+		found, n := deletedMappings(base+"/maps", MaxMappings-mappings)
+		if mappings += n; mappings > MaxMappings {
+			return nil, errTooManyMappings
+		}
+		return found, nil
+	}
 	scan := func(pid int) error {
 		base := procRoot + "/" + strconv.Itoa(pid)
 		// Every task: a thread cloned without CLONE_FILES or CLONE_FS
@@ -139,14 +161,61 @@ func HeldUnlinkedOn(procRoot string, uid int, skip map[int]bool, skipDev uint64,
 				held(base + "/exe")
 			}
 		}
-		found, n := deletedMappings(base+"/maps", MaxMappings-mappings)
-		if mappings += n; mappings > MaxMappings {
-			return errTooManyMappings
+		found, err := readMaps(base)
+		if err != nil {
+			return err
 		}
-		for k, n := range found {
-			if skipDev == 0 || k.dev != skipDev {
-				if m := mapped[inode(k)]; n > m.bytes {
-					mapped[inode(k)] = mapping{n, pid}
+		// The role's file systems' files to read through map_files: those
+		// no descriptor counted so far.
+		files := map[inode]deletedMapping{}
+		for k, m := range found {
+			switch {
+			case skipDev != 0 && k.dev == skipDev:
+			case !mappedOnly(k.dev, disk):
+				mapped[k] = max(mapped[k], m.bytes)
+			default:
+				if _, ok := seen[k]; !ok {
+					files[k] = m
+				}
+			}
+		}
+		// A mapping may move (mremap) or go (munmap, exit) between the
+		// read of maps and of its entry: maps is read again, at most
+		// twice, for the files none of whose entries was there. A file no
+		// longer mapped, or a process that ended, keeps nothing, as a
+		// descriptor closed meanwhile does; a file still mapped whose
+		// entry never was there counts as hidden.
+		for round := 0; len(files) > 0; round++ {
+			for k, m := range files {
+				switch why, ok := readMapped(base, k, m, statMapped, seen); {
+				case ok:
+					delete(files, k)
+				case why != "":
+					unread[k] = describePID(procRoot, pid, errors.New(why))
+					delete(files, k)
+				}
+			}
+			if len(files) == 0 {
+				break
+			}
+			if _, err := os.Stat(base); errors.Is(err, os.ErrNotExist) || errors.Is(err, unix.ESRCH) {
+				return nil // ended: its mappings went with it
+			}
+			if round == 2 {
+				for k, m := range files {
+					unread[k] = describePID(procRoot, pid, fmt.Errorf("maps a deleted file %q (inode %d) it keeps no descriptor of, whose mappings moved each time they were read (map_files)", m.path, k.ino))
+				}
+				break
+			}
+			again, err := readMaps(base)
+			if err != nil {
+				return err
+			}
+			for k := range files {
+				if m, ok := again[k]; ok {
+					files[k] = m
+				} else {
+					delete(files, k) // unmapped since
 				}
 			}
 		}
@@ -187,15 +256,15 @@ func HeldUnlinkedOn(procRoot string, uid int, skip map[int]bool, skipDev uint64,
 		}
 		refused = again
 	}
-	for k, m := range mapped {
-		if _, ok := seen[k]; ok {
-			continue // its descriptor showed its blocks
+	for k, why := range unread {
+		if _, ok := seen[k]; !ok {
+			hidden = append(hidden, why) // no descriptor nor entry showed its blocks
 		}
-		if mappedOnly(k.dev, disk) {
-			hidden = append(hidden, describePID(procRoot, m.pid, fmt.Errorf("maps a deleted file (inode %d) it keeps no descriptor of, whose blocks no measure can read", k.ino)))
-			continue
+	}
+	for k, n := range mapped {
+		if _, ok := seen[k]; !ok {
+			seen[k] = n
 		}
-		seen[k] = m.bytes
 	}
 	var h Held
 	for _, n := range seen {
@@ -203,21 +272,58 @@ func HeldUnlinkedOn(procRoot string, uid int, skip map[int]bool, skipDev uint64,
 		h.Files++
 	}
 	if len(hidden) > 0 {
+		sort.Strings(hidden)
 		return h, fmt.Errorf("%w: %s", ErrHidden, strings.Join(hidden, "; "))
 	}
 	return h, nil
 }
 
+type inode struct{ dev, ino uint64 }
+
+// deletedMapping is what a process's maps shows of one deleted file: the
+// most bytes one mapping of it spans, the map_files names of its
+// mappings, and its path as maps spells it.
+type deletedMapping struct {
+	bytes  int64
+	ranges []string
+	path   string
+}
+
+// readMapped stats the deleted file k through the map_files entries of its
+// mappings in the process at base and counts its blocks in seen (ok). why
+// says why it is hidden: the capability is missing, or an entry is
+// another file than maps said (the process replaced the mapping
+// meanwhile). Neither, and not ok: no entry was there (moved or gone).
+func readMapped(base string, k inode, m deletedMapping, statMapped StatMapped, seen map[inode]int64) (why string, ok bool) {
+	for _, r := range m.ranges {
+		entry := base + "/map_files/" + r
+		var st unix.Stat_t
+		err := statMapped(entry, &st)
+		switch {
+		case err == nil && (st.Dev != k.dev || st.Ino != k.ino):
+			return fmt.Sprintf("maps a deleted file %q (inode %d) it keeps no descriptor of, and %s is another file (inode %d of device %d:%d), not the one maps names", m.path, k.ino, entry, st.Ino, unix.Major(st.Dev), unix.Minor(st.Dev)), false
+		case err == nil:
+			if st.Nlink == 0 {
+				seen[k] = max(seen[k], st.Blocks*512)
+			}
+			return "", true
+		case errors.Is(err, os.ErrNotExist), errors.Is(err, unix.ESRCH):
+			continue // this mapping moved or went: the next one
+		default:
+			return fmt.Sprintf("maps a deleted file %q (inode %d) it keeps no descriptor of, whose blocks cannot be read: %s: %v", m.path, k.ino, entry, err), false
+		}
+	}
+	return "", false
+}
+
 // mappedOnly decides whether a deleted file on dev that only a mapping
-// keeps defeats the measure. A mapping shows its own length, not the
-// file's blocks: a lane could write a file under its cap through a
-// descriptor, unlink it, map one page, close the descriptor, and so keep
-// any number of such files, each counted as one page. The file's blocks
-// are out of reach (/proc/PID/map_files opens it only with
-// CAP_CHECKPOINT_RESTORE, which the broker does not hold), so such a file
-// on a file system where the role's folders lie counts as hidden. Memory
-// (a memfd or shared anonymous memory, on the kernel's internal shmem
-// mount) is on none of those and still counts its mapped length.
+// keeps is measured by its blocks (map_files): a mapping shows its own
+// length, not the file's blocks, so a lane could write a file under its
+// cap through a descriptor, unlink it, map one page, close the
+// descriptor, and so keep any number of such files, each counted as one
+// page. Memory (a memfd or shared anonymous memory, on the kernel's
+// internal shmem mount) is on none of the role's file systems and still
+// counts its mapped length.
 func mappedOnly(dev uint64, disk map[uint64]bool) bool {
 	return disk[dev]
 }
@@ -239,11 +345,12 @@ func describePID(procRoot string, pid int, err error) string {
 }
 
 // deletedMappings reads a maps file for mappings of deleted files: their
-// device and inode, and the most bytes any one of them maps.
-// lines is how many mappings it read: at most limit, and limit+1 when
-// there were more (the rest unread).
-func deletedMappings(path string, limit int) (out map[struct{ dev, ino uint64 }]int64, lines int) {
-	out = map[struct{ dev, ino uint64 }]int64{}
+// device and inode, the most bytes any one of them maps, the map_files
+// name of each (start-end in hex, no leading zeros, as the kernel names
+// them) and the path. lines is how many mappings it read: at most limit,
+// and limit+1 when there were more (the rest unread).
+func deletedMappings(path string, limit int) (out map[inode]deletedMapping, lines int) {
+	out = map[inode]deletedMapping{}
 	f, err := os.Open(path)
 	if err != nil {
 		return out, 0
@@ -256,7 +363,8 @@ func deletedMappings(path string, limit int) (out map[struct{ dev, ino uint64 }]
 			return out, lines
 		}
 		line := sc.Text()
-		if !strings.HasSuffix(line, " (deleted)") {
+		name, ok := strings.CutSuffix(line, " (deleted)")
+		if !ok {
 			continue
 		}
 		// start-end perms offset major:minor inode path
@@ -277,8 +385,16 @@ func deletedMappings(path string, limit int) (out map[struct{ dev, ino uint64 }]
 		if errors.Join(err1, err2, err3, err4, err5) != nil || ino == 0 || end <= start {
 			continue
 		}
-		k := struct{ dev, ino uint64 }{unix.Mkdev(uint32(maj), uint32(mnr)), ino}
-		out[k] = max(out[k], int64(end-start))
+		// The path is what follows the inode field, spaces and all.
+		if i := strings.Index(name, " /"); i >= 0 {
+			name = name[i+1:]
+		}
+		k := inode{unix.Mkdev(uint32(maj), uint32(mnr)), ino}
+		m := out[k]
+		m.bytes = max(m.bytes, int64(end-start))
+		m.ranges = append(m.ranges, strconv.FormatUint(start, 16)+"-"+strconv.FormatUint(end, 16))
+		m.path = name
+		out[k] = m
 	}
 	return out, lines
 }

@@ -29,10 +29,19 @@ func TestDeletedMappings(t *testing.T) {
 	if _, lines := deletedMappings(maps, 3); lines != 4 {
 		t.Errorf("with at most 3 to read: %d lines read, want 4 (one past)", lines)
 	}
-	big := struct{ dev, ino uint64 }{unix.Mkdev(8, 1), 777}
-	memfd := struct{ dev, ino uint64 }{unix.Mkdev(0, 1), 99}
-	if len(got) != 2 || got[big] != 1<<20 || got[memfd] != 2<<12 {
+	big := inode{unix.Mkdev(8, 1), 777}
+	memfd := inode{unix.Mkdev(0, 1), 99}
+	if len(got) != 2 || got[big].bytes != 1<<20 || got[memfd].bytes != 2<<12 {
 		t.Fatalf("deletedMappings = %v; want %v: 1 MiB and %v: 8 KiB", got, big, memfd)
+	}
+	// Each mapping's map_files name, as the kernel spells it (no leading
+	// zeros), and the path.
+	if r := got[big].ranges; len(r) != 2 || r[0] != "7f0000000000-7f0000100000" || r[1] != "7f0000200000-7f0000201000" || got[big].path != "/work/big" {
+		t.Errorf("the mappings of %v: %+v", big, got[big])
+	}
+	os.WriteFile(maps, []byte("00400000-00401000 r--s 00000000 08:01 5 /a b (deleted)\n"), 0o644)
+	if got, _ := deletedMappings(maps, 100); got[inode{unix.Mkdev(8, 1), 5}].ranges[0] != "400000-401000" || got[inode{unix.Mkdev(8, 1), 5}].path != "/a b" {
+		t.Errorf("a low mapping of a path with a space: %+v", got)
 	}
 }
 
@@ -63,42 +72,72 @@ func TestHeldUnlinkedExceptPassesOverOneFileSystem(t *testing.T) {
 // A lane could write a deleted file under its cap through a descriptor,
 // map one page of it and close the descriptor: the mapping alone keeps the
 // file's blocks, and shows only its own length. Such a file on a file
-// system the role's folders lie on defeats the measure (ErrHidden, naming
-// the process); a descriptor of it in any process of the user shows its
-// blocks; a mapping elsewhere (memory: a memfd) still counts its length.
-func TestLaneKeepsADeletedFileByAMappingAloneIsHidden(t *testing.T) {
+// system the role's folders lie on counts its blocks, read through the
+// mapping's map_files entry; where that entry cannot be read (no
+// capability), is never there (the mapping moves each time), or is
+// another file than maps names, the measure fails (ErrHidden, naming the
+// process and the file), unless a descriptor of it in any process of the
+// user shows its blocks; a mapping elsewhere (memory: a memfd) still
+// counts its length.
+func TestLaneKeepsADeletedFileByAMappingAloneCountsItsBlocks(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: the stand-in /proc's entries must be root's or the user's, as the kernel's are")
 	}
 	root := t.TempDir()
 	f, st := deletedFile(t)
-	proc := func(pid int, fds bool, maps string) {
+	other, _ := deletedFile(t)
+	proc := func(pid int, fds bool, maps string) string {
 		p := standInProcess(root, pid, []int{pid}, maps)
 		os.WriteFile(filepath.Join(p, "comm"), []byte("attack\n"), 0o644)
 		if fds {
 			os.Symlink(fmt.Sprintf("/proc/self/fd/%d", f.Fd()), filepath.Join(p, "task", fmt.Sprint(pid), "fd", "3"))
 		}
+		return p
 	}
 	page := fmt.Sprintf("7f0000000000-7f0000001000 r--s 00000000 %x:%x %d /w/held (deleted)\n", unix.Major(st.Dev), unix.Minor(st.Dev), st.Ino)
 	memfd := "7f0000100000-7f0000300000 rw-s 00000000 00:01 77 /memfd:x (deleted)\n"
-	proc(4242, false, page+memfd)
+	p := proc(4242, false, page+memfd)
 	disk := map[uint64]bool{st.Dev: true}
-	h, err := HeldUnlinkedOn(root, 5000, nil, 0, disk)
-	if !errors.Is(err, ErrHidden) || !strings.Contains(err.Error(), "process 4242 (attack)") || !strings.Contains(err.Error(), "maps a deleted file") {
-		t.Fatalf("a deleted file kept by a one-page mapping alone: %+v %v, want ErrHidden naming process 4242", h, err)
+	hidden := func(what, want string, statMapped StatMapped) {
+		t.Helper()
+		h, err := HeldUnlinkedOn(root, 5000, nil, 0, disk, statMapped)
+		if !errors.Is(err, ErrHidden) || !strings.Contains(err.Error(), `process 4242 (attack): maps a deleted file "/w/held"`) || !strings.Contains(err.Error(), want) {
+			t.Fatalf("%s: %+v %v, want ErrHidden naming process 4242, /w/held and %q", what, h, err, want)
+		}
+		if h.Bytes != 2<<20 {
+			t.Errorf("%s: the memfd beside it: %d bytes counted, want its 2 MiB mapping", what, h.Bytes)
+		}
 	}
-	if h.Bytes != 2<<20 {
-		t.Errorf("the memfd beside it: %d bytes counted, want its 2 MiB mapping", h.Bytes)
+	hidden("no map_files entry while the process is there", "moved each time they were read", unix.Stat)
+	noCapability := func(string, *unix.Stat_t) error { return unix.EPERM }
+	hidden("map_files refused", "whose blocks cannot be read: "+filepath.Join(p, "map_files", "7f0000000000-7f0000001000")+": operation not permitted", noCapability)
+
+	// Its entry reaches the file: its 64 KiB of blocks count, not the page.
+	if err := os.MkdirAll(filepath.Join(p, "map_files"), 0o755); err != nil {
+		t.Fatal(err)
 	}
+	entry := filepath.Join(p, "map_files", "7f0000000000-7f0000001000")
+	os.Symlink(fmt.Sprintf("/proc/self/fd/%d", f.Fd()), entry)
+	h, err := HeldUnlinkedOn(root, 5000, nil, 0, disk, unix.Stat)
+	if err != nil || h.Files != 2 || h.Bytes != st.Blocks*512+2<<20 {
+		t.Fatalf("the deleted file through its map_files entry: %+v %v, want its %d bytes of blocks and the memfd's 2 MiB", h, err, st.Blocks*512)
+	}
+	// An entry that is another file than maps names (the process replaced
+	// the mapping meanwhile) fails closed.
+	os.Remove(entry)
+	os.Symlink(fmt.Sprintf("/proc/self/fd/%d", other.Fd()), entry)
+	hidden("an entry of another file", "is another file", unix.Stat)
+
 	// Where no file system is known to be the role's, the mapping's length
 	// still counts (the quota path passes its own file system over).
-	if h, err := HeldUnlinkedOn(root, 5000, nil, 0, nil); err != nil || h.Files != 2 {
+	if h, err := HeldUnlinkedOn(root, 5000, nil, 0, nil, noCapability); err != nil || h.Files != 2 || h.Bytes != 4<<10+2<<20 {
 		t.Fatalf("with no file system of the role: %+v %v", h, err)
 	}
-	// A descriptor of it in another process of the user shows its blocks.
+	// A descriptor of it in another process of the user shows its blocks,
+	// and the map_files entry is not needed.
 	proc(4243, true, "")
-	h, err = HeldUnlinkedOn(root, 5000, nil, 0, disk)
-	if err != nil || h.Bytes < 64<<10+2<<20 {
+	h, err = HeldUnlinkedOn(root, 5000, nil, 0, disk, noCapability)
+	if err != nil || h.Bytes != st.Blocks*512+2<<20 {
 		t.Fatalf("the same file with a descriptor open elsewhere: %+v %v, want its 64 KiB of blocks and the memfd", h, err)
 	}
 }
