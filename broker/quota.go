@@ -46,11 +46,11 @@ type quotaState struct {
 func (b *Broker) probeQuota() {
 	q := &quotaState{retired: map[string]map[int]quota.Usage{}, charged: map[int]quota.Usage{}, removing: map[int]int{}}
 	// A deleted file that only a mapping keeps is measured through
-	// /proc/PID/map_files, which takes one of caps.MapFiles (statMapped).
-	if c := caps.PermittedOf(caps.MapFiles); c >= 0 {
+	// /proc/PID/map_files (statMapped): the broker tries it on itself.
+	if c, err := mapFilesReadable(); err == nil {
 		b.log.Info("disk check: a deleted file only a mapping keeps counts its blocks (read through /proc/PID/map_files)", "capability", caps.Names(1<<uint(c)))
 	} else {
-		b.log.Warn("disk check: a deleted file only a mapping keeps ends its trial as hiding its files (as bun, OpenCode's runtime, keeps one): reading its blocks through /proc/PID/map_files takes CAP_CHECKPOINT_RESTORE or CAP_SYS_ADMIN, which the broker does not hold (it keeps CAP_SYS_ADMIN where agent.egress is set)")
+		b.log.Warn("disk check: a deleted file only a mapping keeps ends its trial as hiding its files (as bun, OpenCode's runtime, keeps one)", "why", err.Error())
 	}
 	fs, err := quota.Probe(b.cfg.ScratchDir())
 	if err == nil {

@@ -73,12 +73,17 @@ func TestMappedDeletedFileOverTheCapEndsTheTrial(t *testing.T) {
 		name   string
 		egress bool
 		want   []string
+		log    string
 	}{
-		{"counted", true, []string{"over its disk limit: ", " of 16 MiB (", " deleted files its processes kept open)"}},
-		{"no capability to read map_files", false, []string{"over its disk limit: its processes keep their open files from the measure", `maps a deleted file "`, "/map_files/", "CAP_CHECKPOINT_RESTORE or CAP_SYS_ADMIN"}},
+		{"counted", true, []string{"over its disk limit: ", " of 16 MiB (", " deleted files its processes kept open)"}, "disk check: a deleted file only a mapping keeps counts its blocks"},
+		{"no capability to read map_files", false, []string{"over its disk limit: its processes keep their open files from the measure", `maps a deleted file "`, "/map_files/", "CAP_CHECKPOINT_RESTORE or CAP_SYS_ADMIN"}, "disk check: a deleted file only a mapping keeps ends its trial as hiding its files"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r := mappedRig(t, 16, c.egress)
+			// The broker says at start which of the two it is.
+			if !strings.Contains(r.LogText(), c.log) {
+				t.Errorf("the broker's log does not say %q", c.log)
+			}
 			info, a := startTrial(t, r, 1, makeProject(t, r))
 			mapDeletedInLane(t, r, info.ID, a, 6, 4)
 			s := waitTrial(t, r, info.ID, "the end for its disk", func(s controller.TrialStatus) bool { return s.State != "open" })
