@@ -7,6 +7,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"thermite/internal/caps"
 	"thermite/internal/confined"
 	"thermite/internal/quota"
 	"thermite/internal/rpc"
@@ -44,6 +45,13 @@ type quotaState struct {
 // system's user quotas where scratch's has them on, else by walking.
 func (b *Broker) probeQuota() {
 	q := &quotaState{retired: map[string]map[int]quota.Usage{}, charged: map[int]quota.Usage{}, removing: map[int]int{}}
+	// A deleted file that only a mapping keeps is measured through
+	// /proc/PID/map_files (statMapped): the broker tries it on itself.
+	if c, err := mapFilesReadable(); err == nil {
+		b.log.Info("disk check: a deleted file only a mapping keeps counts its blocks (read through /proc/PID/map_files)", "capability", caps.Names(1<<uint(c)))
+	} else {
+		b.log.Warn("disk check: a deleted file only a mapping keeps ends its trial as hiding its files (as bun, OpenCode's runtime, keeps one)", "why", err.Error())
+	}
 	fs, err := quota.Probe(b.cfg.ScratchDir())
 	if err == nil {
 		// A role's quota is read as the role's user, on a thread of its own.

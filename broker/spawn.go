@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -503,10 +505,41 @@ func (b *Broker) heldUnlinked(r roles.Role, skipDev uint64) (procs.Held, error) 
 func statMapped(c int) procs.StatMapped {
 	return func(path string, st *unix.Stat_t) error {
 		if c < 0 {
-			return fmt.Errorf("%w (following map_files takes CAP_CHECKPOINT_RESTORE or CAP_SYS_ADMIN, which the broker does not hold: it keeps CAP_SYS_ADMIN where agent.egress is set)", unix.EPERM)
+			return errNoMapFilesCapability
 		}
 		return caps.WithEffective(c, func() error { return unix.Stat(path, st) })
 	}
+}
+
+// errNoMapFilesCapability says the broker holds none of caps.MapFiles.
+var errNoMapFilesCapability = fmt.Errorf("%w (following map_files takes CAP_CHECKPOINT_RESTORE or CAP_SYS_ADMIN, which the broker does not hold: it keeps CAP_SYS_ADMIN where agent.egress is set)", unix.EPERM)
+
+// mapFilesReadable follows the map_files link of the broker's own first
+// mapping, with the capability the disk measure raises (which a thread of
+// the broker as root holds effective): it says whether the kernel lets
+// the broker read map_files at all (a user namespace other than the
+// initial one refuses even CAP_SYS_ADMIN), and with which capability.
+func mapFilesReadable() (int, error) {
+	c := caps.PermittedOf(caps.MapFiles)
+	if c < 0 {
+		return c, errNoMapFilesCapability
+	}
+	maps, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		return c, err
+	}
+	lo, hi, ok := strings.Cut(strings.Fields(string(maps) + " -")[0], "-")
+	start, err1 := strconv.ParseUint(lo, 16, 64)
+	end, err2 := strconv.ParseUint(hi, 16, 64)
+	if !ok || err1 != nil || err2 != nil {
+		return c, fmt.Errorf("/proc/self/maps: no mapping in %.40q", maps)
+	}
+	entry := "/proc/self/map_files/" + strconv.FormatUint(start, 16) + "-" + strconv.FormatUint(end, 16)
+	var st unix.Stat_t
+	if err := unix.Stat(entry, &st); err != nil {
+		return c, fmt.Errorf("stat %s with %s: %w", entry, caps.Names(1<<uint(c)), err)
+	}
+	return c, nil
 }
 
 // stopHelper runs the Go helper in stop mode as the role's user: kill(-1,

@@ -45,6 +45,18 @@ const MaxLinks = 1 << 19
 
 var errTooManyLinks = fmt.Errorf("its threads hold more than %d descriptors, past what the measure reads", MaxLinks)
 
+// MaxMappedStats bounds the map_files entries one measure stats, every
+// process together: one per deleted file on the role's file systems that
+// mappings alone keep (and one per retry of one that moved). Each costs
+// about 4 to 6 µs (the kernel finds the mapping under the process's mmap
+// lock; the capability is raised and lowered around it): 2^14 of them
+// about 0.1 s of the broker's CPU per check. A real program keeps a few
+// (bun: one); a role past the bound keeps its files from the measure
+// (ErrHidden).
+const MaxMappedStats = 1 << 14
+
+var errTooManyMappedStats = fmt.Errorf("its processes keep more than %d deleted files by mappings alone, past what the measure reads", MaxMappedStats)
+
 // HeldUnlinked measures what the processes whose real uid is uid (all but
 // this one) hold in unlinked regular files: every descriptor (stat through
 // /proc/<pid>/fd/<n>, which reaches the open file, not a name), and every
@@ -123,6 +135,7 @@ func HeldUnlinkedOn(procRoot string, uid int, skip map[int]bool, skipDev uint64,
 		seen[k] = max(seen[k], st.Blocks*512)
 	}
 	links := 0 // /proc links stat'ed, every process together
+	stats := 0 // map_files entries stat'ed, every process together
 	// readMaps reads a process's deleted mappings within the bound.
 	readMaps := func(base string) (map[inode]deletedMapping, error) {
 		found, n := deletedMappings(base+"/maps", MaxMappings-mappings)
@@ -186,6 +199,9 @@ func HeldUnlinkedOn(procRoot string, uid int, skip map[int]bool, skipDev uint64,
 		// descriptor closed meanwhile does; a file still mapped whose
 		// entry never was there counts as hidden.
 		for round := 0; len(files) > 0; round++ {
+			if stats += len(files); stats > MaxMappedStats {
+				return errTooManyMappedStats
+			}
 			for k, m := range files {
 				switch why, ok := readMapped(base, k, m, statMapped, seen); {
 				case ok:
@@ -227,7 +243,7 @@ func HeldUnlinkedOn(procRoot string, uid int, skip map[int]bool, skipDev uint64,
 			continue
 		}
 		switch err := scan(pid); {
-		case errors.Is(err, errTooManyMappings), errors.Is(err, errTooManyLinks):
+		case errors.Is(err, errTooManyMappings), errors.Is(err, errTooManyLinks), errors.Is(err, errTooManyMappedStats):
 			return Held{}, fmt.Errorf("%w: %w", ErrHidden, err)
 		case err == nil, errors.Is(err, os.ErrNotExist), errors.Is(err, unix.ESRCH):
 			// measured, or gone
@@ -248,7 +264,7 @@ func HeldUnlinkedOn(procRoot string, uid int, skip map[int]bool, skipDev uint64,
 		var again []int
 		for _, pid := range refused {
 			switch err := scan(pid); {
-			case errors.Is(err, errTooManyMappings), errors.Is(err, errTooManyLinks):
+			case errors.Is(err, errTooManyMappings), errors.Is(err, errTooManyLinks), errors.Is(err, errTooManyMappedStats):
 				return Held{}, fmt.Errorf("%w: %w", ErrHidden, err)
 			case errors.Is(err, os.ErrPermission):
 				again = append(again, pid)

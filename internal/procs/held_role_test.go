@@ -18,7 +18,7 @@ import (
 
 // startAs starts argv as uid (and gid uid) and ends it with the test. It
 // waits for its first line on stdout, so what it opens is open.
-func startAs(t *testing.T, uid int, argv ...string) *exec.Cmd {
+func startAs(t testing.TB, uid int, argv ...string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid)}}

@@ -199,3 +199,27 @@ func standInProcess(root string, pid int, tasks []int, maps string) string {
 	os.WriteFile(filepath.Join(p, "maps"), []byte(maps), 0o644)
 	return p
 }
+
+// A role that keeps more deleted files by mappings alone than the measure
+// stats (MaxMappedStats) keeps them from it: each would cost the broker a
+// map_files stat at every check.
+func TestLaneKeepsTooManyDeletedFilesByMappingsIsHidden(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the stand-in /proc's entries must be root's or the user's, as the kernel's are")
+	}
+	root := t.TempDir()
+	var maps strings.Builder
+	for i := 0; i <= MaxMappedStats; i++ {
+		fmt.Fprintf(&maps, "%x-%x r--s 00000000 08:01 %d /w/%d (deleted)\n", 0x7f0000000000+i<<12, 0x7f0000001000+i<<12, 1000+i, i)
+	}
+	standInProcess(root, 4242, []int{4242}, maps.String())
+	stats := 0
+	refuse := func(string, *unix.Stat_t) error { stats++; return unix.EPERM }
+	_, err := HeldUnlinkedOn(root, 5000, nil, 0, map[uint64]bool{unix.Mkdev(8, 1): true}, refuse)
+	if !errors.Is(err, ErrHidden) || !strings.Contains(err.Error(), "deleted files by mappings alone, past what the measure reads") {
+		t.Fatalf("%d deleted files kept by mappings: %v, want %v past the bound", MaxMappedStats+1, err, ErrHidden)
+	}
+	if stats != 0 {
+		t.Errorf("%d map_files entries stat'ed past the bound, want none", stats)
+	}
+}

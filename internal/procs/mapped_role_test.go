@@ -131,3 +131,79 @@ func childrenOf(pid int) []string {
 	b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/task/" + strconv.Itoa(pid) + "/children")
 	return strings.Fields(string(b))
 }
+
+// mapManyDeleted is a program of the role that keeps argv[2] deleted
+// files of 4 KiB in the folder argv[1], each by a one-page mapping alone.
+const mapManyDeleted = `
+import ctypes, mmap, os, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+for i in range(int(sys.argv[2])):
+    p = os.path.join(sys.argv[1], str(i))
+    fd = os.open(p, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    os.unlink(p)
+    os.write(fd, b"x" * 4096)
+    if libc.mmap(None, 4096, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0) in (None, ctypes.c_void_p(-1).value):
+        raise OSError(ctypes.get_errno(), "mmap")
+    os.close(fd)
+print(flush=True)
+time.sleep(600)
+`
+
+// BenchmarkHeldUnlinkedMappedAsRole is one role's measure as the broker
+// makes it, with one process of the role keeping N deleted files by a
+// mapping alone: each costs its maps line and one map_files stat with the
+// capability raised and lowered around it ("maps only": the maps lines
+// alone, as the measure read them before).
+//
+//	go test ./internal/procs -run '^$' -bench HeldUnlinkedMappedAsRole
+func BenchmarkHeldUnlinkedMappedAsRole(b *testing.B) {
+	testrig.RequireRoot(b)
+	if _, err := exec.LookPath("/usr/bin/python3"); err != nil {
+		b.Skip("needs /usr/bin/python3 to map files as the role")
+	}
+	c := caps.PermittedOf(caps.MapFiles)
+	if c < 0 {
+		b.Skip("needs CAP_CHECKPOINT_RESTORE or CAP_SYS_ADMIN to read map_files")
+	}
+	raised := func(path string, st *unix.Stat_t) error {
+		return caps.WithEffective(c, func() error { return unix.Stat(path, st) })
+	}
+	for _, n := range []int{0, 100, 1000, 10000} {
+		b.Run(strconv.Itoa(n), func(b *testing.B) {
+			uid := testrig.FreeUIDs(b)
+			dir := b.TempDir()
+			os.Chmod(filepath.Dir(dir), 0o755)
+			os.Chmod(dir, 0o755)
+			own := filepath.Join(dir, "own")
+			os.Mkdir(own, 0o700)
+			os.Chown(own, uid, uid)
+			var fs unix.Stat_t
+			unix.Stat(own, &fs)
+			disk := map[uint64]bool{fs.Dev: true}
+			startAs(b, uid, "/usr/bin/python3", "-c", mapManyDeleted, own, strconv.Itoa(n))
+			// map_files: as the broker measures; maps only: the same walk
+			// with no file system known as the role's (each mapping's
+			// length, no stat), what the walk cost before.
+			for _, m := range []struct {
+				name string
+				disk map[uint64]bool
+			}{{"map_files", disk}, {"maps only", nil}} {
+				b.Run(m.name, func(b *testing.B) {
+					for b.Loop() {
+						var h procs.Held
+						err := threadcred.As(uid, uid, func() error {
+							var err error
+							h, err = procs.HeldUnlinkedOn("/proc", uid, nil, 0, m.disk, raised)
+							return err
+						})
+						if err != nil || h.Files != n {
+							b.Fatalf("measure: %+v %v, want %d files", h, err, n)
+						}
+					}
+				})
+			}
+		})
+	}
+}
