@@ -65,7 +65,7 @@ var (
 	// event's sequence number -> nothing), so that one trial's events are
 	// read without a walk of every event the rig ever recorded.
 	tTrialEvents = table{"", []byte("trial_events")}
-	tMeta = table{"", []byte("meta")}
+	tMeta        = table{"", []byte("meta")}
 )
 
 // exportTables is Export's allow-list, in output order. A table is
