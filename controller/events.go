@@ -120,6 +120,9 @@ func (c *Controller) trialEvents(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	follow := r.URL.Query().Get("follow") == "1"
+	// The operator socket's read timeout is for a request's arrival, not
+	// for a stream that follows a trial for hours.
+	http.NewResponseController(w).SetReadDeadline(time.Time{})
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.WriteHeader(200)
 	flush := func() {
