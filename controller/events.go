@@ -17,8 +17,8 @@ import (
 // the number of (API calls, refused fetches, tunnels and their refusals) are recorded: an
 // agent can call the API without end, and the ledger must not grow with
 // it. Past it they are counted, and the trial's end says how many went
-// unrecorded.
-const maxAgentEvents = 50000
+// unrecorded. A variable so tests can lower it.
+var maxAgentEvents int64 = 50000
 
 // agentEvent records an event of that kind, within maxAgentEvents; the
 // first one past it is recorded as "events.unrecorded".
@@ -29,6 +29,12 @@ func (c *Controller) agentEvent(rt *trialRT, kind string, data any) {
 	case n == maxAgentEvents+1:
 		c.trialEvent(rt, "events.unrecorded", map[string]any{"after": maxAgentEvents, "why": fmt.Sprintf("more than %d API calls and tunnels: the rest are counted, not recorded; the trial's end gives the count", maxAgentEvents)})
 	}
+}
+
+// unrecordedEvents is how many of the trial's agent's events went
+// unrecorded past maxAgentEvents.
+func (rt *trialRT) unrecordedEvents() int64 {
+	return max(0, rt.agentEvents.Load()-maxAgentEvents)
 }
 
 // eventBell rings when an event is recorded, for the streams that

@@ -463,7 +463,7 @@ func (c *Controller) EndTrial(id, reason string) error {
 	errs = append(errs, c.broker.publish(area), c.retireTrial(t))
 	data := map[string]any{"reason": reason, "processes_stopped": stopped, "disk_bytes": t.DiskBytes}
 	if rt != nil {
-		data["events_unrecorded"] = max(0, rt.agentEvents.Load()-maxAgentEvents)
+		data["events_unrecorded"] = rt.unrecordedEvents()
 	}
 	c.event("trial.end", t, data)
 	c.log.Info("trial ended", "trial", id, "reason", reason, "processes_stopped", stopped)
