@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"regexp"
 	"sync"
 	"time"
 
@@ -91,6 +92,13 @@ func (s *callStatus) Flush() {
 
 func (s *callStatus) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
+// ToolHeader names the MCP tool a harness API call serves, as the trial
+// client's MCP server sends it; the call's event records it. It is the
+// agent's word only, kept when it is a tool's name (toolName).
+const ToolHeader = "Thermite-Tool"
+
+var toolName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z][a-z0-9_]{0,63}$`) })
+
 // recordCall serves a route of the harness API and records the call as
 // the trial's "api" event (the route, its operationId, which is the
 // trial client's MCP tool for the file routes, the status and the time),
@@ -101,7 +109,11 @@ func (c *Controller) recordCall(route apiRoute, serve func(http.ResponseWriter, 
 		cs := &callStatus{ResponseWriter: w}
 		serve(cs, r, rt)
 		cs.Flush()
-		c.agentEvent(rt, "api", map[string]any{"route": route.Method + " " + route.Path, "id": route.ID, "status": cs.status, "ms": time.Since(start).Milliseconds()})
+		data := map[string]any{"route": route.Method + " " + route.Path, "id": route.ID, "status": cs.status, "ms": time.Since(start).Milliseconds()}
+		if tool := r.Header.Get(ToolHeader); toolName().MatchString(tool) {
+			data["tool"] = tool
+		}
+		c.agentEvent(rt, "api", data)
 	}
 }
 

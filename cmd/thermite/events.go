@@ -127,7 +127,11 @@ func eventFacts(kind string, d map[string]any) string {
 	case "egress.refused":
 		return fmt.Sprintf("tunnel to %s via %s refused: %s", s("target"), s("via"), s("why"))
 	case "api":
-		return fmt.Sprintf("%s (%s): %s in %s ms", s("route"), s("id"), s("status"), s("ms"))
+		out := fmt.Sprintf("%s (%s): %s in %s ms", s("route"), s("id"), s("status"), s("ms"))
+		if tool := s("tool"); tool != "?" {
+			out = "MCP tool " + tool + ": " + out
+		}
+		return out
 	case "step":
 		return s("kind") + ": " + clip(s("text"), 160)
 	case "fetch":

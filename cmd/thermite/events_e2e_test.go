@@ -80,7 +80,8 @@ func freePort(t *testing.T) string {
 // sees of a trial's agent with `thermite trial events`: its commands,
 // the agent's start and end, each tunnel, each refusal with its reason
 // (a host not in agent.egress; a listed provider that does not answer),
-// its API calls by route; --follow shows what happens after it started
+// its API calls by route, and by tool where the trial client's MCP server
+// made them; --follow shows what happens after it started
 // and exits 0 at the trial's end; an ended trial reads the same from the
 // ledger; an unknown trial is one line naming it.
 func TestTrialEventsShowTunnelsRefusalsCallsAndCommands(t *testing.T) {
@@ -112,6 +113,11 @@ func TestTrialEventsShowTunnelsRefusalsCallsAndCommands(t *testing.T) {
 	if code, _, raw := a.do("POST", "/v1/fs/read", map[string]any{"path": "README"}); code != 200 {
 		t.Fatalf("fs/read: %d %s", code, raw)
 	}
+	// The trial client's MCP server, as an agent program starts it.
+	s := mcpSession(t, r, "lane-1", "THERMITE_API_SOCKET="+info.APISocket, "THERMITE_TOKEN="+a.token)
+	if text, isErr := callTool(t, s, "fs_list", map[string]any{"path": "."}); isErr {
+		t.Fatalf("MCP fs_list: %s", text)
+	}
 	want := []string{
 		"trial.exec         sh as lane-1: exit 3 after ",
 		"trial.agent.start  sh as lane-1 (harness lane)",
@@ -122,6 +128,7 @@ func TestTrialEventsShowTunnelsRefusalsCallsAndCommands(t *testing.T) {
 		"egress.open        tunnel to 127.0.0.1:" + port + " via lane-1 opened (127.0.0.1:" + port + ")",
 		"egress             tunnel to 127.0.0.1:" + port + " via lane-1 closed: ",
 		"api                POST /v1/fs/read (fs_read): 200 in ",
+		"api                MCP tool fs_list: POST /v1/fs/list (fs_list): 200 in ",
 	}
 	for _, w := range want {
 		f.wait(t, w)

@@ -22,6 +22,7 @@ func TestEventLineSaysEachKindsFacts(t *testing.T) {
 		{"egress.open", `{"target":"127.0.0.1:4443","via":"lane-1","address":"127.0.0.1:4443"}`, "tunnel to 127.0.0.1:4443 via lane-1 opened (127.0.0.1:4443)"},
 		{"egress", `{"target":"127.0.0.1:4443","via":"lane-1","bytes_sent":517,"bytes_received":4096,"ms":35}`, "tunnel to 127.0.0.1:4443 via lane-1 closed: 517 bytes sent, 4096 received, 35 ms"},
 		{"api", `{"route":"POST /v1/fs/read","id":"fs_read","status":200,"ms":3}`, "api                POST /v1/fs/read (fs_read): 200 in 3 ms"},
+		{"api", `{"route":"POST /v1/fetch","id":"fetch","tool":"research_fetch","status":403,"ms":1}`, "api                MCP tool research_fetch: POST /v1/fetch (fetch): 403 in 1 ms"},
 		{"trial.exec", `{"argv0":"sh","role":"lane-1","exit_code":0,"stopped":"exited","wall_ms":12}`, "trial.exec         sh as lane-1: exit 0 after 12 ms"},
 		{"trial.exec", `{"argv0":"sleep","role":"lane-1","exit_code":-1,"stopped":"timeout","wall_ms":5000}`, "sleep as lane-1: exit -1 (timeout) after 5000 ms"},
 		{"trial.agent.start", `{"argv0":"claude","role":"lane-1","harness":"lane"}`, "claude as lane-1 (harness lane)"},
