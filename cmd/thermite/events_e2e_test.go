@@ -181,3 +181,51 @@ func TestTrialEventsShowTunnelsRefusalsCallsAndCommands(t *testing.T) {
 		}
 	})
 }
+
+// TestClaudeCodeSilentOnADownProviderShowsWhyInTrialEvents: the case
+// that showed the need. Claude Code, given a provider that is listed but
+// does not answer, prints nothing and retries for minutes; the operator
+// following the trial's events sees each refused tunnel and its reason
+// while it waits, and ending the trial ends both the agent's run and the
+// follower.
+func TestClaudeCodeSilentOnADownProviderShowsWhyInTrialEvents(t *testing.T) {
+	claude := agentProgram(t, "claude")
+	down := freePort(t)
+	r := testrig.New(t, testrig.Options{Extra: "\n[agent]\negress = [\"127.0.0.1:" + down + "\"]\n"})
+	info, _ := startTrial(t, r, 1, makeProject(t, r))
+	f := follow(t, r, info.ID)
+	ran := make(chan string, 1)
+	go func() {
+		out, stderr, code := r.Thermite("trial", "agent", info.ID, "--harness", "lane", "--timeout", "5m",
+			"--env", "ANTHROPIC_BASE_URL=https://127.0.0.1:"+down, "--env", "ANTHROPIC_API_KEY=sk-standin", "--env", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1",
+			"--", claude, "-p", "say hi")
+		ran <- "exit " + itoa(code) + " " + out + stderr
+	}()
+	f.wait(t, "trial.agent.start  claude as lane-1 (harness lane)")
+	f.wait(t, "egress.refused     tunnel to 127.0.0.1:"+down+" via lane-1 refused: connection refused")
+	select {
+	case res := <-ran:
+		t.Fatalf("Claude Code ended before the trial did: %s", res)
+	default:
+	}
+	if _, stderr, code := r.Thermite("trial", "end", info.ID); code != 0 {
+		t.Fatalf("trial end: %s", stderr)
+	}
+	select {
+	case res := <-ran:
+		if strings.HasPrefix(res, "exit 0 ") {
+			t.Errorf("Claude Code's run, its trial ended: %s", res)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Claude Code's run went on after its trial ended")
+	}
+	select {
+	case err := <-f.done:
+		if err != nil {
+			t.Fatalf("trial events --follow: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("trial events --follow went on after the trial ended")
+	}
+	f.wait(t, "trial.agent        claude as lane-1 (harness lane) ended: ")
+}
