@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
+	"strconv"
 	"sync"
 	"time"
 
@@ -132,10 +133,12 @@ func (c *Controller) trialEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	var after uint64
 	if s := r.URL.Query().Get("after"); s != "" {
-		if _, err := fmt.Sscan(s, &after); err != nil {
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
 			writeError(w, http.StatusBadRequest, fmt.Sprintf("after: %q is not an event's sequence number", s))
 			return
 		}
+		after = n
 	}
 	follow := r.URL.Query().Get("follow") == "1"
 	// The operator socket's read timeout is for a request's arrival, not
