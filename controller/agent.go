@@ -114,6 +114,7 @@ func (c *Controller) runAgent(w http.ResponseWriter, r *http.Request, rt *trialR
 	if limit == 0 {
 		limit = 1 << 62
 	}
+	c.trialEvent(rt, "trial.agent.start", map[string]any{"harness": cmp.Or(req.Harness, HarnessPi), "role": run.Role, "argv0": filepath.Base(req.Argv[0])})
 	f := c.streamAgent(ctx, w, run, limit)
 	c.afterExec(rt, f)
 	c.trialEvent(rt, "trial.agent", map[string]any{"harness": cmp.Or(req.Harness, HarnessPi), "role": run.Role, "argv0": filepath.Base(req.Argv[0]), "exit_code": f.ExitCode, "stopped": f.Stopped, "wall_ms": f.WallMS})

@@ -41,7 +41,7 @@ func (c *Controller) apiRoutes() http.Handler {
 		methods[rt.Path] = append(methods[rt.Path], rt.Method)
 		handle := rt.handle
 		if rt.Auth {
-			handle = c.authed(rt.serve)
+			handle = c.authed(c.recordCall(rt, rt.serve))
 		}
 		handle = c.declaredOnly(rt, handle)
 		mux.HandleFunc(rt.Method+" "+rt.Path, func(w http.ResponseWriter, r *http.Request) {
@@ -438,13 +438,13 @@ func (c *Controller) apiFetch(w http.ResponseWriter, r *http.Request, rt *trialR
 	}
 	// A trial whose archives are at their budget fetches nothing more.
 	if err := c.archiveBudget(rt, req.URL, 1); err != nil {
-		c.trialEvent(rt, "fetch.refused", map[string]any{"url": req.URL, "error": err.Error()})
+		c.agentEvent(rt, "fetch.refused", map[string]any{"url": req.URL, "error": err.Error()})
 		writeError(w, http.StatusInsufficientStorage, err.Error())
 		return
 	}
 	page, err := c.fetcher.Fetch(r.Context(), req.URL)
 	if err != nil {
-		c.trialEvent(rt, "fetch.refused", map[string]any{"url": req.URL, "error": err.Error()})
+		c.agentEvent(rt, "fetch.refused", map[string]any{"url": req.URL, "error": err.Error()})
 		status := fetch.HTTPStatus(err)
 		code := statusCode(status)
 		if status == http.StatusForbidden {
@@ -460,7 +460,7 @@ func (c *Controller) apiFetch(w http.ResponseWriter, r *http.Request, rt *trialR
 	}
 	var over *archiveOverError
 	if errors.As(err, &over) {
-		c.trialEvent(rt, "fetch.refused", map[string]any{"url": page.URL, "error": err.Error()})
+		c.agentEvent(rt, "fetch.refused", map[string]any{"url": page.URL, "error": err.Error()})
 		writeError(w, http.StatusInsufficientStorage, err.Error())
 		return
 	}

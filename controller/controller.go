@@ -56,6 +56,8 @@ type Controller struct {
 	// namespaces, as the broker handed them over (egress.go).
 	egressL []rpc.EgressListener
 	lastST  string // the time of the last self-test recorded
+	// newEvent rings at every event recorded (events.go).
+	newEvent eventBell
 }
 
 // Main runs the controller as the broker starts it: its bootstrap on

@@ -73,12 +73,15 @@ func (c *Controller) egressAllowed(hostport string) (allowed, literal bool) {
 	return false, false
 }
 
+// egressDialTimeout bounds the dial of a tunnel's target.
+const egressDialTimeout = 10 * time.Second
+
 // egressDialer dials an allowed host, checking each address it resolves to
 // as the fetcher does (no loopback, private, link-local... address) at
 // connect time, so no DNS answer can point it inward; an IP literal the
 // operator listed is taken as it is.
 func egressDialer(literal bool) *net.Dialer {
-	d := &net.Dialer{Timeout: 10 * time.Second}
+	d := &net.Dialer{Timeout: egressDialTimeout}
 	if !literal {
 		d.Control = func(network, address string, _ syscall.RawConn) error {
 			ap, err := netip.ParseAddrPort(address)
@@ -126,6 +129,7 @@ func (c *Controller) egressOn(role string) http.Handler {
 		}
 		if tok := proxyToken(r); tok != "" {
 			if other := c.TrialForToken("Bearer " + tok); other != rt {
+				c.agentEvent(rt, "egress.refused", map[string]any{"target": r.Host, "via": role, "why": "the token given is not this trial's"})
 				w.Header().Set("Proxy-Authenticate", `Basic realm="thermite"`)
 				refuse(w, r, http.StatusProxyAuthRequired, fmt.Sprintf("the token given is not the token of %s's trial: this proxy speaks for that trial alone", role))
 				return
@@ -153,6 +157,7 @@ func (c *Controller) openTrialOf(lane int) *trialRT {
 func (c *Controller) tunnel(w http.ResponseWriter, r *http.Request, rt *trialRT, via string) {
 	if n := rt.inflight.Add(1); n > int64(c.cfg.API.MaxConnsPerToken) {
 		rt.inflight.Add(-1)
+		c.agentEvent(rt, "egress.refused", map[string]any{"target": r.Host, "via": via, "why": fmt.Sprintf("more than %d requests and tunnels at once (api.max_conns_per_token)", c.cfg.API.MaxConnsPerToken)})
 		refuse(w, r, http.StatusTooManyRequests, fmt.Sprintf("more than %d requests and tunnels at once on this token", c.cfg.API.MaxConnsPerToken))
 		return
 	}
@@ -167,7 +172,7 @@ func (c *Controller) tunnel(w http.ResponseWriter, r *http.Request, rt *trialRT,
 	target := r.Host
 	allowed, literal := c.egressAllowed(target)
 	if !allowed {
-		c.trialEvent(rt, "egress.refused", map[string]any{"target": target, "via": via, "why": "not in agent.egress"})
+		c.agentEvent(rt, "egress.refused", map[string]any{"target": target, "via": via, "why": "not in agent.egress"})
 		refuseEgress(w, r, http.StatusForbidden, fmt.Sprintf("egress to %s refused: it is not in the rig's agent.egress", target))
 		return
 	}
@@ -175,7 +180,7 @@ func (c *Controller) tunnel(w http.ResponseWriter, r *http.Request, rt *trialRT,
 	defer cancel()
 	up, err := egressDialer(literal).DialContext(ctx, "tcp", target)
 	if err != nil {
-		c.trialEvent(rt, "egress.refused", map[string]any{"target": target, "via": via, "why": err.Error()})
+		c.agentEvent(rt, "egress.refused", map[string]any{"target": target, "via": via, "why": dialReason(err)})
 		code := http.StatusBadGateway
 		var oe *net.OpError
 		if errors.As(err, &oe) && strings.Contains(err.Error(), "egress: ") {
@@ -194,6 +199,8 @@ func (c *Controller) tunnel(w http.ResponseWriter, r *http.Request, rt *trialRT,
 	down.SetDeadline(time.Time{})
 	io.WriteString(down, "HTTP/1.1 200 Connection established\r\n\r\n")
 	start := time.Now()
+	// Recorded as it opens too: a tunnel may last the agent's whole run.
+	c.agentEvent(rt, "egress.open", map[string]any{"target": target, "via": via, "address": up.RemoteAddr().String()})
 	// The trial's end cuts its tunnels.
 	stop := context.AfterFunc(rt.ctx, func() { up.Close(); down.Close() })
 	defer stop()
@@ -217,7 +224,7 @@ func (c *Controller) tunnel(w http.ResponseWriter, r *http.Request, rt *trialRT,
 	up.Close()
 	down.Close()
 	<-done
-	c.trialEvent(rt, "egress", map[string]any{"target": target, "via": via, "address": up.RemoteAddr().String(), "bytes_sent": sent.Load(), "bytes_received": received.Load(), "ms": time.Since(start).Milliseconds()})
+	c.agentEvent(rt, "egress", map[string]any{"target": target, "via": via, "address": up.RemoteAddr().String(), "bytes_sent": sent.Load(), "bytes_received": received.Load(), "ms": time.Since(start).Milliseconds()})
 }
 
 // dialReason is a dial's failure in one line, without the dialer's
@@ -226,6 +233,14 @@ func dialReason(err error) string {
 	msg := err.Error()
 	if i := strings.Index(msg, "egress: "); i >= 0 {
 		return msg[i+len("egress: "):]
+	}
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		return errno.Error()
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return fmt.Sprintf("no answer within %s (the proxy's dial timeout)", egressDialTimeout)
 	}
 	var oe *net.OpError
 	if errors.As(err, &oe) && oe.Err != nil {

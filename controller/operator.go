@@ -126,6 +126,7 @@ func (c *Controller) operatorRoutes() http.Handler {
 		c.execInTrial(w, r, rt, req)
 	}))
 	mux.HandleFunc("POST /v1/trials/{id}/agent", trialRequest(c, c.runAgent))
+	mux.HandleFunc("GET /v1/trials/{id}/events", c.trialEvents)
 	mux.HandleFunc("POST /v1/trials/{id}/end", func(w http.ResponseWriter, r *http.Request) {
 		var req EndRequest
 		if !decode(w, r, 1<<20, &req) {
@@ -214,6 +215,6 @@ func (c *Controller) execInTrial(w http.ResponseWriter, r *http.Request, rt *tri
 	}
 	f := c.streamCommand(r.Context(), w, run, c.cfg.API.ExecOutputCap, stdin)
 	c.afterExec(rt, f)
-	c.trialEvent(rt, "trial.exec", map[string]any{"argv0": filepath.Base(req.Argv[0]), "exit_code": f.ExitCode, "stopped": f.Stopped, "wall_ms": f.WallMS})
+	c.trialEvent(rt, "trial.exec", map[string]any{"argv0": filepath.Base(req.Argv[0]), "role": run.Role, "exit_code": f.ExitCode, "stopped": f.Stopped, "wall_ms": f.WallMS})
 	return f
 }

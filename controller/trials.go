@@ -39,6 +39,7 @@ type trialRT struct {
 	recorded        atomic.Int64 // bytes of steps and notes recorded
 	notes           atomic.Int64
 	archived        atomic.Int64 // bytes its fetches archived (trial.fetch_archive_mb)
+	agentEvents     atomic.Int64 // API calls and tunnels recorded or not (maxAgentEvents)
 	mu              sync.Mutex
 	// closing is set, and ctx cancelled, when the trial begins to end: no
 	// request starts after it, and those in flight are cancelled, so no
@@ -461,6 +462,9 @@ func (c *Controller) EndTrial(id, reason string) error {
 	area := filepath.Join(t.ResearchDir, "lanes", laneRole.Name)
 	errs = append(errs, c.broker.publish(area), c.retireTrial(t))
 	data := map[string]any{"reason": reason, "processes_stopped": stopped, "disk_bytes": t.DiskBytes}
+	if rt != nil {
+		data["events_unrecorded"] = rt.unrecordedEvents()
+	}
 	c.event("trial.end", t, data)
 	c.log.Info("trial ended", "trial", id, "reason", reason, "processes_stopped", stopped)
 	return errors.Join(errs...)
@@ -497,7 +501,10 @@ func (c *Controller) resumeTrials() {
 			continue
 		}
 		if _, err := os.Lstat(t.Workspace); err != nil {
-			c.ledger.EndTrial(t.ID, "its workspace is gone: the rig restarted", time.Now().UTC())
+			const why = "its workspace is gone: the rig restarted"
+			if c.ledger.EndTrial(t.ID, why, time.Now().UTC()) == nil {
+				c.event("trial.end", t, map[string]any{"reason": why})
+			}
 			c.log.Warn("trial ended at resume", "trial", t.ID, "why", "workspace gone")
 			continue
 		}
@@ -517,7 +524,9 @@ func (c *Controller) event(kind string, t ledger.Trial, data any) {
 	raw, _ := json.Marshal(data)
 	if _, err := c.ledger.AddEvent(ledger.Event{At: time.Now().UTC(), Kind: kind, Trial: t.ID, Run: t.Run, Data: raw}); err != nil {
 		c.log.Error("event", "kind", kind, "err", err)
+		return
 	}
+	c.newEvent.ring()
 }
 
 // trial finds an open trial's runtime.

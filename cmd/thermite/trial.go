@@ -368,7 +368,7 @@ func trialCmd() *cobra.Command {
 		},
 	}
 	prune.Flags().DurationVar(&olderThan, "older-than", 0, "only trials that ended at least this long ago")
-	c.AddCommand(start, execCmd, agentCmd, end, list, prune)
+	c.AddCommand(start, execCmd, agentCmd, end, list, prune, trialEventsCmd())
 	return c
 }
 

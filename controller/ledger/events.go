@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -63,7 +64,73 @@ func addEventTx(tx *bolt.Tx, e Event) (uint64, error) {
 		e.At = now()
 	}
 	e.At = utc(e.At)
+	if e.Trial != "" {
+		if err := tx.Bucket(tTrialEvents.bucket).Put(trialEventKey(e.Trial, seq), nil); err != nil {
+			return 0, err
+		}
+	}
 	return seq, putJSON(tx, tEvents, seqKey(seq), e)
+}
+
+// trialEventKey is the index's key of a trial's event: the trial's id,
+// a NUL (no id holds one), then the event's sequence number.
+func trialEventKey(trial string, seq uint64) []byte {
+	return append(append([]byte(trial), 0), seqKey(seq)...)
+}
+
+// indexTrialEvents indexes, once, the events recorded before the index
+// was kept.
+func indexTrialEvents(tx *bolt.Tx) error {
+	meta := tx.Bucket(tMeta.bucket)
+	if meta.Get([]byte("trial_events_index")) != nil {
+		return nil
+	}
+	idx := tx.Bucket(tTrialEvents.bucket)
+	err := tx.Bucket(tEvents.bucket).ForEach(func(k, v []byte) error {
+		var e struct {
+			Trial string `json:"trial"`
+		}
+		if v == nil || json.Unmarshal(v, &e) != nil || e.Trial == "" {
+			return nil
+		}
+		return idx.Put(trialEventKey(e.Trial, binary.BigEndian.Uint64(k)), nil)
+	})
+	if err != nil {
+		return err
+	}
+	return meta.Put([]byte("trial_events_index"), []byte("1"))
+}
+
+// TrialEvents returns the events of one trial with Seq > afterSeq in
+// order, at most limit of them (limit <= 0: all), from the trial's
+// index: its cost follows that trial's events, not the ledger's.
+func (l *Ledger) TrialEvents(trial string, afterSeq uint64, limit int) ([]Event, error) {
+	var out []Event
+	if afterSeq == math.MaxUint64 || trial == "" {
+		return nil, nil
+	}
+	prefix := append([]byte(trial), 0)
+	err := l.view("list events of trial "+trial, func(tx *bolt.Tx) error {
+		events := tx.Bucket(tEvents.bucket)
+		c := tx.Bucket(tTrialEvents.bucket).Cursor()
+		for k, _ := c.Seek(trialEventKey(trial, afterSeq+1)); k != nil && bytes.HasPrefix(k, prefix) && len(k) == len(prefix)+8; k, _ = c.Next() {
+			if limit > 0 && len(out) >= limit {
+				break
+			}
+			seq := k[len(prefix):]
+			v := events.Get(seq)
+			if v == nil {
+				continue
+			}
+			var e Event
+			if err := json.Unmarshal(v, &e); err != nil {
+				return fmt.Errorf("event %d: decode: %w", binary.BigEndian.Uint64(seq), err)
+			}
+			out = append(out, e)
+		}
+		return nil
+	})
+	return out, err
 }
 
 // Events returns events with Seq > afterSeq in order, at most limit of

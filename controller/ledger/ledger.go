@@ -61,7 +61,11 @@ var (
 	// removed (id -> "1"): what retention and `status` look at, so
 	// their cost follows what the rig keeps, not its whole history.
 	tKept = table{"", []byte("kept_trials")}
-	tMeta = table{"", []byte("meta")}
+	// tTrialEvents indexes the events by trial (trial id, then the
+	// event's sequence number -> nothing), so that one trial's events are
+	// read without a walk of every event the rig ever recorded.
+	tTrialEvents = table{"", []byte("trial_events")}
+	tMeta        = table{"", []byte("meta")}
 )
 
 // exportTables is Export's allow-list, in output order. A table is
@@ -71,7 +75,7 @@ var exportTables = []table{tRuns, tTrials, tEvents, tSelftests, tBuilds, tTimedR
 // allBuckets are created at Open.
 var allBuckets = [][]byte{
 	tRuns.bucket, tTrials.bucket, tEvents.bucket, tSelftests.bucket,
-	tBuilds.bucket, tTimedRuns.bucket, tOpenLanes.bucket, tKept.bucket, tMeta.bucket,
+	tBuilds.bucket, tTimedRuns.bucket, tOpenLanes.bucket, tKept.bucket, tTrialEvents.bucket, tMeta.bucket,
 	hiddenBucket,
 }
 
@@ -155,7 +159,10 @@ func (l *Ledger) init() error {
 		case string(v) != schemaVersion:
 			return fmt.Errorf("schema version %q, this build reads %q", v, schemaVersion)
 		}
-		return indexKept(tx)
+		if err := indexKept(tx); err != nil {
+			return err
+		}
+		return indexTrialEvents(tx)
 	})
 	if err != nil {
 		return fmt.Errorf("ledger: %s: init: %w", l.path, err)

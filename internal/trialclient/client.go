@@ -96,6 +96,10 @@ func New(socket, url, token, trial string) *Client {
 	return c
 }
 
+// toolKey holds, in a request's context, the MCP tool it serves: the
+// API records its call under that name (controller.ToolHeader).
+type toolKey struct{}
+
 // Refused is the API's refusal: its status, stable code and one line.
 type Refused struct {
 	Status int
@@ -141,6 +145,9 @@ func (c *Client) send(ctx context.Context, method, path string, in any) (*http.R
 		return nil, err
 	}
 	req.Header.Set("Authorization", "Bearer "+c.token)
+	if tool, ok := ctx.Value(toolKey{}).(string); ok {
+		req.Header.Set(controller.ToolHeader, tool)
+	}
 	if in != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}

@@ -54,7 +54,7 @@ func tool[In any](s *mcp.Server, name, desc string, readOnly bool, h func(contex
 		t.Annotations = &mcp.ToolAnnotations{ReadOnlyHint: true}
 	}
 	mcp.AddTool(s, t, func(ctx context.Context, _ *mcp.CallToolRequest, in In) (*mcp.CallToolResult, any, error) {
-		res, err := h(ctx, in)
+		res, err := h(context.WithValue(ctx, toolKey{}, name), in)
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s: %s", name, oneLine(err.Error()))
 		}
