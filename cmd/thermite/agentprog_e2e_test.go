@@ -51,7 +51,10 @@ func newAgentTrial(t *testing.T, script standin.Script, o testrig.Options) *agen
 	t.Helper()
 	testrig.RequireRoot(t)
 	dir := t.TempDir()
+	// The CA file must be readable by the lane's user: the TempDir and its
+	// parent (the test's own, 0700) opened to all.
 	os.Chmod(dir, 0o755)
+	os.Chmod(filepath.Dir(dir), 0o755)
 	p := standin.Start(t, dir, script)
 	o.Extra += "\n[agent]\negress = [\"" + p.Addr + "\"]\n"
 	r := testrig.New(t, o)
