@@ -50,13 +50,37 @@ func claudeCodeFiles(m mcpServer) []homeFile {
 	return []homeFile{{".claude.json", string(claude) + "\n"}, {".claude/settings.json", string(settings) + "\n"}}
 }
 
-// codexFiles: Codex reads ~/.codex/config.toml.
+// codexFiles: Codex reads ~/.codex/config.toml. The rig is Codex's
+// sandbox (the lane's user, its Landlock, seccomp and network policy), so
+// Codex runs commands itself, unsandboxed and unasked: its own sandbox
+// (bubblewrap, its default workspace-write) cannot start inside a lane,
+// and then every command fails ("error building bubblewrap command:
+// Permission denied"). It sends nothing home:
+// no update check, no analytics, no feedback uploads, no sync of the
+// curated plugins (github.com, api.github.com, chatgpt.com). The model provider
+// is the operator's to give (docs/agents-codex.md).
 func codexFiles(m mcpServer) []homeFile {
 	quoted := make([]string, len(m.args))
 	for i, a := range m.args {
 		quoted[i] = fmt.Sprintf("%q", a)
 	}
-	codex := fmt.Sprintf("[mcp_servers.thermite]\ncommand = %q\nargs = [%s]\n", m.command, strings.Join(quoted, ", "))
+	codex := fmt.Sprintf(`sandbox_mode = "danger-full-access"
+approval_policy = "never"
+check_for_update_on_startup = false
+
+[analytics]
+enabled = false
+
+[feedback]
+enabled = false
+
+[features]
+plugins = false
+
+[mcp_servers.thermite]
+command = %q
+args = [%s]
+`, m.command, strings.Join(quoted, ", "))
 	return []homeFile{{".codex/config.toml", codex}}
 }
 
