@@ -47,3 +47,11 @@ func openCodeFiles(m mcpServer) []homeFile {
 		"mcp": map[string]any{"thermite": map[string]any{"type": "local", "command": append([]string{m.command}, m.args...), "enabled": true}}}, "", "  ")
 	return []homeFile{{".config/opencode/opencode.json", string(opencode) + "\n"}}
 }
+
+// piFiles: Pi reads ~/.pi/agent/settings.json (agent-N's, its trial's
+// folder being its HOME), which loads thermite's extension, whose tools
+// act through the harness API as the lane; install telemetry is off.
+func piFiles(extension string) []homeFile {
+	settings, _ := json.MarshalIndent(map[string]any{"extensions": []string{extension}, "enableInstallTelemetry": false}, "", "  ")
+	return []homeFile{{".pi/agent/settings.json", string(settings) + "\n"}}
+}

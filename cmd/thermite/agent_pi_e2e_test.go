@@ -1,0 +1,237 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+
+	"thermite/internal/config"
+	"thermite/internal/standin"
+	"thermite/internal/testrig"
+)
+
+// Pi (@mariozechner/pi-coding-agent) as the trial's worker agent through
+// the pi harness: agent-N runs it, and thermite's extension makes its
+// tools act through the harness API as the lane's user.
+
+// piExtensionSource is thermite's extension as this checkout has it.
+func piExtensionSource(t *testing.T) []byte {
+	t.Helper()
+	_, here, _, _ := runtime.Caller(0)
+	src, err := os.ReadFile(filepath.Join(filepath.Dir(here), "..", "..", "agents", "pi", "thermite.ts"))
+	if err != nil {
+		t.Fatalf("thermite's Pi extension in the checkout: %v", err)
+	}
+	return src
+}
+
+// installedPiExtension skips the test unless the rig's default
+// agent.pi_extension holds this checkout's extension, byte for byte: a
+// test of another version would say nothing of this one.
+func installedPiExtension(t *testing.T) {
+	t.Helper()
+	if agentsDir() != filepath.Dir(filepath.Dir(config.DefaultPiExtension)) {
+		t.Skipf("needs the agent programs where the rig's default agent.pi_extension (%s) lies; THERMITE_AGENTS is %s", config.DefaultPiExtension, agentsDir())
+	}
+	got, err := os.ReadFile(config.DefaultPiExtension)
+	if err != nil {
+		t.Skipf("needs thermite's Pi extension at %s: run `make agents` (%v)", config.DefaultPiExtension, err)
+	}
+	if !bytes.Equal(got, piExtensionSource(t)) {
+		t.Skipf("the installed Pi extension %s is not agents/pi/thermite.ts of this checkout: run `make agents` to test this one", config.DefaultPiExtension)
+	}
+}
+
+// piModels is Pi's models.json for the stand-in: one provider speaking
+// Anthropic's Messages API at the stand-in's URL (for tests only: an
+// operator's Pi has its real provider).
+func piModels(t *testing.T, p *standin.Provider) []byte {
+	t.Helper()
+	b, err := json.MarshalIndent(map[string]any{"providers": map[string]any{"standin": map[string]any{
+		"baseUrl": p.URL, "api": "anthropic-messages", "apiKey": "standin-key",
+		"models": []any{map[string]any{"id": "claude-standin", "name": "Claude stand-in", "contextWindow": 200000, "maxTokens": 4096}},
+	}}}, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestPiAsAgentWorksThroughTheAPIAsTheLane(t *testing.T) {
+	pi := agentProgram(t, "pi")
+	installedPiExtension(t)
+	// The lane's direct connection: to the stand-in itself, which only
+	// the agent's egress proxy may reach (and never for a lane).
+	var standinPort string
+	var forbidden map[string]string
+	var names []string
+	const written = "written by Pi through thermite\n"
+	script := func(turn standin.Turn) standin.Step {
+		steps := []standin.Step{
+			{Tool: &standin.Call{Name: "bash", Input: map[string]any{"command": "id -un; pwd"}}},
+			{Tool: &standin.Call{Name: "write", Input: map[string]any{"path": "made-by-pi.txt", "content": written}}},
+			{Tool: &standin.Call{Name: "read", Input: map[string]any{"path": "made-by-pi.txt"}}},
+		}
+		for _, name := range names {
+			steps = append(steps, standin.Step{Tool: &standin.Call{Name: "read", Input: map[string]any{"path": forbidden[name]}}})
+		}
+		steps = append(steps, standin.Step{Tool: &standin.Call{Name: "bash", Input: map[string]any{"command": "exec 3<>/dev/tcp/127.0.0.1/" + standinPort + " && echo connected"}}})
+		return standin.Steps("Pi is done: the file is written and read back.", steps...)(turn)
+	}
+	a := newAgentTrial(t, script, testrig.Options{})
+	_, standinPort, _ = net.SplitHostPort(a.provider.Addr)
+	forbidden = a.forbidden()
+	for name := range forbidden {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	// Agent-N reads the stand-in's CA: every folder on its way must let it by.
+	os.Chmod(filepath.Dir(filepath.Dir(a.provider.CAFile)), 0o755)
+	models := filepath.Join(a.trial.AgentDir, ".pi", "agent", "models.json")
+	if err := os.WriteFile(models, piModels(t, a.provider), 0o644); err != nil {
+		t.Fatalf("Pi's models.json in the trial's agent folder (written at the trial's start with its settings.json?): %v", err)
+	}
+
+	stdout, stderr, code := a.agent("pi", []string{"NODE_EXTRA_CA_CERTS=" + a.provider.CAFile},
+		pi, "-p", "--no-session", "--provider", "standin", "--model", "claude-standin",
+		"Show who you are and where, write made-by-pi.txt, read it back, try the forbidden places and the network.")
+	t.Logf("pi: exit %d\nstdout: %s\nstderr: %s\nprovider paths: %v", code, stdout, stderr, a.provider.Paths())
+	if code != 0 {
+		t.Fatalf("pi -p: exit %d, want 0; stderr: %s", code, stderr)
+	}
+	if !strings.Contains(stdout, "Pi is done: the file is written and read back.") {
+		t.Errorf("pi -p stdout %q lacks the model's final text", stdout)
+	}
+	turns := a.provider.Turns()
+	if len(turns) == 0 {
+		t.Fatal("Pi never asked the stand-in provider")
+	}
+	for _, tool := range []string{"read", "write", "edit", "bash", "ls", "find", "grep"} {
+		if !strings.Contains(" "+strings.Join(turns[0].Tools, " ")+" ", " "+tool+" ") {
+			t.Errorf("Pi offered the tools %v, without %s", turns[0].Tools, tool)
+		}
+	}
+	res := a.provider.Results()
+	if want := 3 + len(names) + 1; len(res) != want {
+		t.Fatalf("Pi sent back %d tool results, want %d: %+v", len(res), want, res)
+	}
+
+	for i, r := range res {
+		t.Logf("tool result %d (%s): error %v: %s", i, r.Name, r.IsError, r.Output)
+	}
+	lane := a.r.Role("lane-1")
+	t.Run("bash runs as the lane in the workspace", func(t *testing.T) {
+		if want := lane.User + "\n" + a.trial.Workspace; res[0].IsError || !strings.Contains(res[0].Output, want) {
+			t.Errorf("bash `id -un; pwd`: %+v, want %q", res[0], want)
+		}
+	})
+	t.Run("write makes the lane's file in the workspace", func(t *testing.T) {
+		if res[1].IsError {
+			t.Fatalf("write: %+v", res[1])
+		}
+		p := filepath.Join(a.trial.Workspace, "made-by-pi.txt")
+		got, err := os.ReadFile(p)
+		if err != nil || string(got) != written {
+			t.Fatalf("%s: %q %v, want %q", p, got, err, written)
+		}
+		fi, _ := os.Stat(p)
+		if st := fi.Sys().(*syscall.Stat_t); int(st.Uid) != lane.UID {
+			t.Errorf("%s is uid %d's, want %s's (%d)", p, st.Uid, lane.User, lane.UID)
+		}
+	})
+	t.Run("read gives the file back", func(t *testing.T) {
+		if res[2].IsError || !strings.Contains(res[2].Output, strings.TrimSpace(written)) {
+			t.Errorf("read made-by-pi.txt: %+v, want %q", res[2], written)
+		}
+	})
+	for i, name := range names {
+		t.Run("read of "+name+" is refused", func(t *testing.T) {
+			r := res[3+i]
+			if !r.IsError || !refusedResult(r) {
+				t.Errorf("read %s (%s): %+v, want a tool error saying permission denied", forbidden[name], name, r)
+			}
+		})
+	}
+	t.Run("a direct connection from bash is refused", func(t *testing.T) {
+		r := res[len(res)-1]
+		if !r.IsError || !refusedResult(r) || strings.Contains(r.Output, "connected") {
+			t.Errorf("bash connects to 127.0.0.1:%s: %+v, want a tool error saying the kernel refused", standinPort, r)
+		}
+	})
+}
+
+func TestPiWithoutThermitesExtensionIsRefused(t *testing.T) {
+	pi := agentProgram(t, "pi")
+	dir := filepath.Join(t.TempDir(), "pi-extension")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// The controller looks at the file as its own user.
+	for d := filepath.Dir(dir); d != "/" && d != os.TempDir(); d = filepath.Dir(d) {
+		os.Chmod(d, 0o755)
+	}
+	ext := filepath.Join(dir, "thermite.ts")
+	r := testrig.New(t, testrig.Options{Extra: fmt.Sprintf("\n[agent]\npi_extension = %q\n", ext)})
+	trial, _ := startTrial(t, r, 1, makeProject(t, r))
+	refusal := func(fault string) string {
+		return "thermite: trial agent: harness pi: thermite's Pi extension " + ext + " (agent.pi_extension): " + fault + "; `make agents` installs it root-owned 0644"
+	}
+	run := func(env []string, argv ...string) (string, int) {
+		args := []string{"trial", "agent", trial.ID, "--harness", "pi"}
+		for _, e := range env {
+			args = append(args, "--env", e)
+		}
+		_, stderr, code := r.Thermite(append(append(args, "--"), argv...)...)
+		return strings.TrimSpace(stderr), code
+	}
+	for _, c := range []struct {
+		name  string
+		setup func() error
+		want  string
+	}{
+		{"missing", func() error { return nil }, refusal("missing")},
+		{"writable by others", func() error { return os.WriteFile(ext, piExtensionSource(t), 0o666) }, refusal("writable by others (mode 0666)")},
+		{"not root's", func() error { return os.Chown(ext, r.Role("agent-1").UID, 0) }, refusal(fmt.Sprintf("owned by uid %d, not root", r.Role("agent-1").UID))},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if err := c.setup(); err != nil {
+				t.Fatal(err)
+			}
+			os.Chmod(ext, 0o666) // os.WriteFile's mode passes through the umask
+			stderr, code := run(nil, pi, "-p", "hello")
+			if code == 0 || stderr != c.want {
+				t.Errorf("pi with the extension %s: exit %d, stderr %q; want the one line %q", c.name, code, stderr, c.want)
+			}
+		})
+	}
+	// In place, root's and 0644: what is refused then is what would skip it.
+	if err := os.Chown(ext, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(ext, 0o644)
+	for _, c := range []struct {
+		name string
+		env  []string
+		argv []string
+		want string
+	}{
+		{"--no-extensions", nil, []string{pi, "--no-extensions", "-p", "hello"}, "--no-extensions: Pi would skip thermite's extension"},
+		{"-ne", nil, []string{pi, "-ne", "-p", "hello"}, "-ne: Pi would skip thermite's extension"},
+		{"PI_CODING_AGENT_DIR", []string{"PI_CODING_AGENT_DIR=/tmp"}, []string{pi, "-p", "hello"}, "--env PI_CODING_AGENT_DIR: Pi's folder is the trial's"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			stderr, code := run(c.env, c.argv...)
+			if code == 0 || !strings.Contains(stderr, c.want) {
+				t.Errorf("pi %v %v: exit %d, stderr %q; want %q", c.env, c.argv[1:], code, stderr, c.want)
+			}
+		})
+	}
+}
