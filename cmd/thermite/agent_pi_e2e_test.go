@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"sort"
@@ -73,12 +74,27 @@ func TestPiAsAgentWorksThroughTheAPIAsTheLane(t *testing.T) {
 	var standinPort string
 	var forbidden map[string]string
 	var names []string
-	const written = "written by Pi through thermite\n"
+	const written, edited = "written by Pi through thermite\n", "edited by Pi through thermite\n"
+	// The tool results in the order the script calls them.
+	const (
+		bashID = iota
+		writeFile
+		readBack
+		editFile
+		lsWorkspace
+		findTxt
+		grepNeedle
+		forbiddenReads
+	)
 	script := func(turn standin.Turn) standin.Step {
 		steps := []standin.Step{
 			{Tool: &standin.Call{Name: "bash", Input: map[string]any{"command": "id -un; pwd"}}},
 			{Tool: &standin.Call{Name: "write", Input: map[string]any{"path": "made-by-pi.txt", "content": written}}},
 			{Tool: &standin.Call{Name: "read", Input: map[string]any{"path": "made-by-pi.txt"}}},
+			{Tool: &standin.Call{Name: "edit", Input: map[string]any{"path": "made-by-pi.txt", "edits": []any{map[string]any{"oldText": "written by", "newText": "edited by"}}}}},
+			{Tool: &standin.Call{Name: "ls", Input: map[string]any{"path": "."}}},
+			{Tool: &standin.Call{Name: "find", Input: map[string]any{"pattern": "*.txt"}}},
+			{Tool: &standin.Call{Name: "grep", Input: map[string]any{"pattern": "need+le"}}},
 		}
 		for _, name := range names {
 			steps = append(steps, standin.Step{Tool: &standin.Call{Name: "read", Input: map[string]any{"path": forbidden[name]}}})
@@ -120,7 +136,7 @@ func TestPiAsAgentWorksThroughTheAPIAsTheLane(t *testing.T) {
 		}
 	}
 	res := a.provider.Results()
-	if want := 3 + len(names) + 1; len(res) != want {
+	if want := forbiddenReads + len(names) + 1; len(res) != want {
 		t.Fatalf("Pi sent back %d tool results, want %d: %+v", len(res), want, res)
 	}
 
@@ -129,18 +145,18 @@ func TestPiAsAgentWorksThroughTheAPIAsTheLane(t *testing.T) {
 	}
 	lane := a.r.Role("lane-1")
 	t.Run("bash runs as the lane in the workspace", func(t *testing.T) {
-		if want := lane.User + "\n" + a.trial.Workspace; res[0].IsError || !strings.Contains(res[0].Output, want) {
-			t.Errorf("bash `id -un; pwd`: %+v, want %q", res[0], want)
+		if want := lane.User + "\n" + a.trial.Workspace; res[bashID].IsError || !strings.Contains(res[bashID].Output, want) {
+			t.Errorf("bash `id -un; pwd`: %+v, want %q", res[bashID], want)
 		}
 	})
-	t.Run("write makes the lane's file in the workspace", func(t *testing.T) {
-		if res[1].IsError {
-			t.Fatalf("write: %+v", res[1])
+	t.Run("write and edit make the lane's file in the workspace", func(t *testing.T) {
+		if res[writeFile].IsError || res[editFile].IsError {
+			t.Fatalf("write: %+v; edit: %+v", res[writeFile], res[editFile])
 		}
 		p := filepath.Join(a.trial.Workspace, "made-by-pi.txt")
 		got, err := os.ReadFile(p)
-		if err != nil || string(got) != written {
-			t.Fatalf("%s: %q %v, want %q", p, got, err, written)
+		if err != nil || string(got) != edited {
+			t.Fatalf("%s: %q %v, want %q (written, then edited)", p, got, err, edited)
 		}
 		fi, _ := os.Stat(p)
 		if st := fi.Sys().(*syscall.Stat_t); int(st.Uid) != lane.UID {
@@ -148,13 +164,27 @@ func TestPiAsAgentWorksThroughTheAPIAsTheLane(t *testing.T) {
 		}
 	})
 	t.Run("read gives the file back", func(t *testing.T) {
-		if res[2].IsError || !strings.Contains(res[2].Output, strings.TrimSpace(written)) {
-			t.Errorf("read made-by-pi.txt: %+v, want %q", res[2], written)
+		if res[readBack].IsError || !strings.Contains(res[readBack].Output, strings.TrimSpace(written)) {
+			t.Errorf("read made-by-pi.txt: %+v, want %q", res[readBack], written)
+		}
+	})
+	t.Run("ls, find and grep see the workspace", func(t *testing.T) {
+		for _, c := range []struct {
+			i          int
+			call, want string
+		}{
+			{lsWorkspace, "ls . (Pi sorts names without case)", "made-by-pi.txt\nREADME\nsrc/"},
+			{findTxt, "find *.txt", "made-by-pi.txt\nsrc/main.txt"},
+			{grepNeedle, "grep need+le", "src/main.txt:2: beta needle"},
+		} {
+			if r := res[c.i]; r.IsError || strings.TrimSpace(r.Output) != c.want {
+				t.Errorf("%s: %+v, want %q", c.call, r, c.want)
+			}
 		}
 	})
 	for i, name := range names {
 		t.Run("read of "+name+" is refused", func(t *testing.T) {
-			r := res[3+i]
+			r := res[forbiddenReads+i]
 			if !r.IsError || !refusedResult(r) {
 				t.Errorf("read %s (%s): %+v, want a tool error saying permission denied", forbidden[name], name, r)
 			}
@@ -231,6 +261,75 @@ func TestPiWithoutThermitesExtensionIsRefused(t *testing.T) {
 			stderr, code := run(c.env, c.argv...)
 			if code == 0 || !strings.Contains(stderr, c.want) {
 				t.Errorf("pi %v %v: exit %d, stderr %q; want %q", c.env, c.argv[1:], code, stderr, c.want)
+			}
+		})
+	}
+}
+
+func TestPiExtensionWithoutTheAPIRefusesEveryTool(t *testing.T) {
+	pi := agentProgram(t, "pi")
+	installedPiExtension(t)
+	home := t.TempDir()
+	local := filepath.Join(home, "local.txt")
+	if err := os.WriteFile(local, []byte("agent-N's own file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	made := filepath.Join(home, "made-locally")
+	calls := []standin.Call{
+		{Name: "read", Input: map[string]any{"path": local}},
+		{Name: "write", Input: map[string]any{"path": made, "content": "no\n"}},
+		{Name: "edit", Input: map[string]any{"path": local, "edits": []any{map[string]any{"oldText": "own", "newText": "changed"}}}},
+		{Name: "bash", Input: map[string]any{"command": "touch " + made}},
+		{Name: "ls", Input: map[string]any{"path": home}},
+		{Name: "find", Input: map[string]any{"pattern": "*.txt", "path": home}},
+		{Name: "grep", Input: map[string]any{"pattern": "own", "path": home}},
+	}
+	var steps []standin.Step
+	for i := range calls {
+		steps = append(steps, standin.Step{Tool: &calls[i]})
+	}
+	p := standin.Start(t, home, standin.Steps("no tool worked", steps...))
+	os.MkdirAll(filepath.Join(home, ".pi", "agent"), 0o700)
+	if err := os.WriteFile(filepath.Join(home, ".pi", "agent", "models.json"), piModels(t, p), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		env  []string
+		want string
+	}{
+		{"no socket", nil, "thermite: THERMITE_API_SOCKET is not set: Pi's tools act only through thermite's harness API (`thermite trial agent TRIAL --harness pi`); refused"},
+		{"no token", []string{"THERMITE_API_SOCKET=" + filepath.Join(home, "api.sock"), "THERMITE_TOKEN_FILE=" + filepath.Join(home, "token")},
+			"thermite: the trial's token " + filepath.Join(home, "token") + ": ENOENT: no such file or directory"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			before := len(p.Turns())
+			cmd := exec.Command(pi, "-p", "--no-session", "-e", config.DefaultPiExtension, "--provider", "standin", "--model", "claude-standin", "use every tool")
+			cmd.Dir = home
+			cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + home, "NODE_EXTRA_CA_CERTS=" + p.CAFile, "PI_OFFLINE=1", "PI_TELEMETRY=0"}, c.env...)
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("pi -p: %v\n%s", err, out)
+			}
+			var res []standin.Result
+			for _, turn := range p.Turns()[before:] {
+				if len(turn.Results) > len(res) {
+					res = turn.Results
+				}
+			}
+			if len(res) != len(calls) {
+				t.Fatalf("Pi sent back %d tool results, want %d: %+v\n%s", len(res), len(calls), res, out)
+			}
+			for i, r := range res {
+				if !r.IsError || !strings.HasPrefix(r.Output, c.want) {
+					t.Errorf("%s %v with %s: %+v, want a tool error %q", calls[i].Name, calls[i].Input, c.name, r, c.want)
+				}
+			}
+			if _, err := os.Lstat(made); err == nil {
+				t.Errorf("%s exists: a tool acted on the local file system", made)
+			}
+			if got, _ := os.ReadFile(local); string(got) != "agent-N's own file\n" {
+				t.Errorf("%s holds %q: the edit acted on the local file system", local, got)
 			}
 		})
 	}
