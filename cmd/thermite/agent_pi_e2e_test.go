@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -23,16 +25,23 @@ import (
 // the pi harness: agent-N runs it, and thermite's extension makes its
 // tools act through the harness API as the lane's user.
 
-// piExtensionSource is thermite's extension as this checkout has it.
-func piExtensionSource(t *testing.T) []byte {
+// piSource is a file of agents/pi as this checkout has it.
+func piSource(t *testing.T, name string) []byte {
 	t.Helper()
 	_, here, _, _ := runtime.Caller(0)
-	src, err := os.ReadFile(filepath.Join(filepath.Dir(here), "..", "..", "agents", "pi", "thermite.ts"))
+	src, err := os.ReadFile(filepath.Join(filepath.Dir(here), "..", "..", "agents", "pi", name))
 	if err != nil {
-		t.Fatalf("thermite's Pi extension in the checkout: %v", err)
+		t.Fatalf("agents/pi/%s in the checkout: %v", name, err)
 	}
 	return src
 }
+
+// piExtensionSource is thermite's extension as this checkout has it.
+func piExtensionSource(t *testing.T) []byte { return piSource(t, "thermite.ts") }
+
+// piLocalShell is where `make agents` installs Pi's local shell, which
+// runs nothing.
+func piLocalShell() string { return filepath.Join(filepath.Dir(config.DefaultPiExtension), "no-local-shell") }
 
 // installedPiExtension skips the test unless the rig's default
 // agent.pi_extension holds this checkout's extension, byte for byte: a
@@ -48,6 +57,9 @@ func installedPiExtension(t *testing.T) {
 	}
 	if !bytes.Equal(got, piExtensionSource(t)) {
 		t.Skipf("the installed Pi extension %s is not agents/pi/thermite.ts of this checkout: run `make agents` to test this one", config.DefaultPiExtension)
+	}
+	if got, err := os.ReadFile(piLocalShell()); err != nil || !bytes.Equal(got, piSource(t, "no-local-shell")) {
+		t.Skipf("the installed %s is not agents/pi/no-local-shell of this checkout (%v): run `make agents`", piLocalShell(), err)
 	}
 }
 
@@ -111,6 +123,14 @@ func TestPiAsAgentWorksThroughTheAPIAsTheLane(t *testing.T) {
 	sort.Strings(names)
 	// Agent-N reads the stand-in's CA: every folder on its way must let it by.
 	os.Chmod(filepath.Dir(filepath.Dir(a.provider.CAFile)), 0o755)
+	var settings struct {
+		Extensions []string `json:"extensions"`
+		ShellPath  string   `json:"shellPath"`
+	}
+	raw, err := os.ReadFile(filepath.Join(a.trial.AgentDir, ".pi", "agent", "settings.json"))
+	if err != nil || json.Unmarshal(raw, &settings) != nil || len(settings.Extensions) != 1 || settings.Extensions[0] != config.DefaultPiExtension || settings.ShellPath != piLocalShell() {
+		t.Fatalf("agent-N's Pi settings: %s %v; want the extension %s and the shell %s", raw, err, config.DefaultPiExtension, piLocalShell())
+	}
 	models := filepath.Join(a.trial.AgentDir, ".pi", "agent", "models.json")
 	if err := os.WriteFile(models, piModels(t, a.provider), 0o644); err != nil {
 		t.Fatalf("Pi's models.json in the trial's agent folder (written at the trial's start with its settings.json?): %v", err)
@@ -332,5 +352,57 @@ func TestPiExtensionWithoutTheAPIRefusesEveryTool(t *testing.T) {
 				t.Errorf("%s holds %q: the edit acted on the local file system", local, got)
 			}
 		})
+	}
+}
+
+func TestPiLocalShellRunsNothing(t *testing.T) {
+	pi := agentProgram(t, "pi")
+	installedPiExtension(t)
+	// RPC mode's "bash" command is Pi's own, which no extension takes: Pi
+	// runs it with settings.json's shellPath, which the trial's settings
+	// make no-local-shell.
+	home := t.TempDir()
+	os.MkdirAll(filepath.Join(home, ".pi", "agent"), 0o700)
+	settings := fmt.Sprintf(`{"extensions": [%q], "shellPath": %q}`, config.DefaultPiExtension, piLocalShell())
+	if err := os.WriteFile(filepath.Join(home, ".pi", "agent", "settings.json"), []byte(settings), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// A model Pi never asks: RPC mode starts only with one.
+	models := `{"providers": {"none": {"baseUrl": "https://127.0.0.1:1", "api": "anthropic-messages", "apiKey": "k", "models": [{"id": "m"}]}}}`
+	if err := os.WriteFile(filepath.Join(home, ".pi", "agent", "models.json"), []byte(models), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	made := filepath.Join(home, "made-locally")
+	cmd := exec.Command(pi, "--mode", "rpc", "--no-session", "--provider", "none", "--model", "m")
+	cmd.Dir = home
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + home, "PI_OFFLINE=1", "PI_TELEMETRY=0"}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	in, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Pi answers while its input is open, and ends when it closes.
+	io.WriteString(in, `{"id":"1","type":"bash","command":"touch `+made+`; id -un"}`+"\n")
+	out, _ := bufio.NewReader(stdout).ReadString('\n')
+	in.Close()
+	cmd.Wait()
+	var answer struct {
+		Success bool `json:"success"`
+		Data    struct {
+			Output   string `json:"output"`
+			ExitCode int    `json:"exitCode"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal([]byte(out), &answer); err != nil {
+		t.Fatalf("pi --mode rpc answered %q: %v; stderr %s", out, err, stderr.Bytes())
+	}
+	want := "thermite: Pi's local shell is off: commands run as the lane's user through thermite's extension (the bash tool, !cmd)\n"
+	if answer.Data.ExitCode != 126 || answer.Data.Output != want {
+		t.Errorf("RPC bash: exit %d, output %q; want 126 and %q", answer.Data.ExitCode, answer.Data.Output, want)
+	}
+	if _, err := os.Lstat(made); err == nil {
+		t.Errorf("%s exists: Pi's local shell ran the command", made)
 	}
 }
