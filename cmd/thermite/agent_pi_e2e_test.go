@@ -41,7 +41,9 @@ func piExtensionSource(t *testing.T) []byte { return piSource(t, "thermite.ts") 
 
 // piLocalShell is where `make agents` installs Pi's local shell, which
 // runs nothing.
-func piLocalShell() string { return filepath.Join(filepath.Dir(config.DefaultPiExtension), "no-local-shell") }
+func piLocalShell() string {
+	return filepath.Join(filepath.Dir(config.DefaultPiExtension), "no-local-shell")
+}
 
 // installedPiExtension skips the test unless the rig's default
 // agent.pi_extension holds this checkout's extension, byte for byte: a
