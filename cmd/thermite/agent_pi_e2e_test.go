@@ -98,6 +98,7 @@ func TestPiAsAgentWorksThroughTheAPIAsTheLane(t *testing.T) {
 		lsWorkspace
 		findTxt
 		grepNeedle
+		rootOnlyRead
 		forbiddenReads
 	)
 	script := func(turn standin.Turn) standin.Step {
@@ -109,6 +110,7 @@ func TestPiAsAgentWorksThroughTheAPIAsTheLane(t *testing.T) {
 			{Tool: &standin.Call{Name: "ls", Input: map[string]any{"path": "."}}},
 			{Tool: &standin.Call{Name: "find", Input: map[string]any{"pattern": "*.txt"}}},
 			{Tool: &standin.Call{Name: "grep", Input: map[string]any{"pattern": "need+le"}}},
+			{Tool: &standin.Call{Name: "read", Input: map[string]any{"path": "root-only"}}},
 		}
 		for _, name := range names {
 			steps = append(steps, standin.Step{Tool: &standin.Call{Name: "read", Input: map[string]any{"path": forbidden[name]}}})
@@ -123,6 +125,10 @@ func TestPiAsAgentWorksThroughTheAPIAsTheLane(t *testing.T) {
 		names = append(names, name)
 	}
 	sort.Strings(names)
+	// A file in the workspace the lane may not read: the file helper refuses it.
+	if err := os.WriteFile(filepath.Join(a.trial.Workspace, "root-only"), []byte("root's\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	// Agent-N reads the stand-in's CA: every folder on its way must let it by.
 	os.Chmod(filepath.Dir(filepath.Dir(a.provider.CAFile)), 0o755)
 	var settings struct {
@@ -195,13 +201,19 @@ func TestPiAsAgentWorksThroughTheAPIAsTheLane(t *testing.T) {
 			i          int
 			call, want string
 		}{
-			{lsWorkspace, "ls . (Pi sorts names without case)", "made-by-pi.txt\nREADME\nsrc/"},
+			{lsWorkspace, "ls . (Pi sorts names without case)", "made-by-pi.txt\nREADME\nroot-only\nsrc/"},
 			{findTxt, "find *.txt", "made-by-pi.txt\nsrc/main.txt"},
 			{grepNeedle, "grep need+le", "src/main.txt:2: beta needle"},
 		} {
 			if r := res[c.i]; r.IsError || strings.TrimSpace(r.Output) != c.want {
 				t.Errorf("%s: %+v, want %q", c.call, r, c.want)
 			}
+		}
+	})
+	t.Run("read of a workspace file the lane may not read is refused", func(t *testing.T) {
+		// The file helper's refusal, as the API words it.
+		if r := res[rootOnlyRead]; !r.IsError || r.Output != "root-only: permission denied (denied, 403)" {
+			t.Errorf("read root-only: %+v, want the tool error %q", r, "root-only: permission denied (denied, 403)")
 		}
 	})
 	for i, name := range names {
