@@ -15,6 +15,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"thermite/internal/config"
 	"thermite/internal/standin"
@@ -144,10 +145,11 @@ func TestPiAsAgentWorksThroughTheAPIAsTheLane(t *testing.T) {
 		t.Fatalf("Pi's models.json in the trial's agent folder (written at the trial's start with its settings.json?): %v", err)
 	}
 
+	start := time.Now()
 	stdout, stderr, code := a.agent("pi", []string{"NODE_EXTRA_CA_CERTS=" + a.provider.CAFile},
 		pi, "-p", "--no-session", "--provider", "standin", "--model", "claude-standin",
 		"Show who you are and where, write made-by-pi.txt, read it back, try the forbidden places and the network.")
-	t.Logf("pi: exit %d\nstdout: %s\nstderr: %s\nprovider paths: %v", code, stdout, stderr, a.provider.Paths())
+	t.Logf("pi: exit %d in %v\nstdout: %s\nstderr: %s\nprovider paths: %v", code, time.Since(start).Round(time.Millisecond), stdout, stderr, a.provider.Paths())
 	if code != 0 {
 		t.Fatalf("pi -p: exit %d, want 0; stderr: %s", code, stderr)
 	}
