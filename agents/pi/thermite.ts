@@ -538,30 +538,35 @@ async function laneGrep(
 	signal?: AbortSignal,
 ): Promise<GrepMatch[]> {
 	const pattern = params.literal ? quoteMeta(params.pattern) : params.pattern;
+	// The glob is matched here, as find's is ("**" too), on the path below
+	// the search folder: the file helper's and grep's own take less.
+	const glob = params.glob ? globRegExp(params.glob.replace(/^\.\//, "")) : undefined;
+	const wanted = (file: string) => !glob || globMatches(glob, params.glob!.includes("/"), path.relative(search, file) || path.basename(file));
 	const rel = inWorkspace(ws, search);
+	let matches: GrepMatch[] = [];
 	if (rel !== undefined) {
 		const r = await call<{ matches: { path: string; line_no: number; line: string }[] | null }>(
 			"/v1/fs/grep",
-			{ path: rel, pattern: params.ignoreCase ? `(?i)${pattern}` : pattern, ...(params.glob ? { glob: params.glob } : {}), max_matches: params.limit },
+			{ path: rel, pattern: params.ignoreCase ? `(?i)${pattern}` : pattern, max_matches: glob ? 10000 : params.limit },
 			signal,
 		);
-		return (r.matches ?? []).map((m) => ({ file: path.join(ws, m.path), line: m.line_no, text: m.line }));
+		matches = (r.matches ?? []).map((m) => ({ file: path.join(ws, m.path), line: m.line_no, text: m.line }));
+	} else {
+		const flags = `-rnHZE${params.ignoreCase ? "i" : ""}`;
+		const include = params.glob && !params.glob.includes("/") ? [`--include=${params.glob}`] : [];
+		const r = await laneExec(["grep", flags, ...include, "-e", pattern, "--", search], { signal });
+		for (const row of r.stdout.toString("utf8").split("\n")) {
+			const nul = row.indexOf("\0");
+			if (nul < 0) continue;
+			const rest = row.slice(nul + 1);
+			const colon = rest.indexOf(":");
+			matches.push({ file: row.slice(0, nul), line: Number(rest.slice(0, colon)), text: rest.slice(colon + 1) });
+		}
+		if (matches.length === 0 && r.last.exit_code !== 0 && r.last.exit_code !== 1) {
+			throw new ThermiteError(r.stderr.toString("utf8").trim() || `grep: exit status ${r.last.exit_code}`);
+		}
 	}
-	const flags = `-rnHZE${params.ignoreCase ? "i" : ""}`;
-	const r = await laneExec(["grep", flags, ...(params.glob ? [`--include=${params.glob}`] : []), "-e", pattern, "--", search], { signal });
-	const matches: GrepMatch[] = [];
-	for (const row of r.stdout.toString("utf8").split("\n")) {
-		const nul = row.indexOf("\0");
-		if (nul < 0) continue;
-		const rest = row.slice(nul + 1);
-		const colon = rest.indexOf(":");
-		matches.push({ file: row.slice(0, nul), line: Number(rest.slice(0, colon)), text: rest.slice(colon + 1) });
-		if (matches.length >= params.limit) break;
-	}
-	if (matches.length === 0 && r.last.exit_code !== 0 && r.last.exit_code !== 1) {
-		throw new ThermiteError(r.stderr.toString("utf8").trim() || `grep: exit status ${r.last.exit_code}`);
-	}
-	return matches;
+	return matches.filter((m) => wanted(m.file)).slice(0, params.limit);
 }
 
 function grepTool(ws: () => Promise<string>) {
@@ -662,7 +667,10 @@ export default function thermite(pi: ExtensionAPI) {
 	override((cwd, f) => createEditToolDefinition(cwd, f && { operations: editOps(f) }));
 	override((cwd, f) => createBashToolDefinition(cwd, f && { operations: bashOps(cwd) }));
 	override((cwd, f) => createLsToolDefinition(cwd, f && { operations: lsOps(f) }));
-	override((cwd, f) => createFindToolDefinition(cwd, f && { operations: findOps(f) }), "Find files by glob pattern");
+	override((cwd, f) => {
+		const find = createFindToolDefinition(cwd, f && { operations: findOps(f) });
+		return { ...find, description: find.description.replace("Respects .gitignore. ", "Leaves out node_modules and .git. ") };
+	}, "Find files by glob pattern");
 	pi.registerTool(grepTool(workspace) as any);
 
 	// The user's `!cmd` runs as the lane too.

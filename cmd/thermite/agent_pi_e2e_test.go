@@ -110,7 +110,7 @@ func TestPiAsAgentWorksThroughTheAPIAsTheLane(t *testing.T) {
 			{Tool: &standin.Call{Name: "edit", Input: map[string]any{"path": "made-by-pi.txt", "edits": []any{map[string]any{"oldText": "written by", "newText": "edited by"}}}}},
 			{Tool: &standin.Call{Name: "ls", Input: map[string]any{"path": "."}}},
 			{Tool: &standin.Call{Name: "find", Input: map[string]any{"pattern": "*.txt"}}},
-			{Tool: &standin.Call{Name: "grep", Input: map[string]any{"pattern": "need+le"}}},
+			{Tool: &standin.Call{Name: "grep", Input: map[string]any{"pattern": "need+le", "glob": "**/*.txt"}}},
 			{Tool: &standin.Call{Name: "read", Input: map[string]any{"path": "root-only"}}},
 		}
 		for _, name := range names {
@@ -205,7 +205,7 @@ func TestPiAsAgentWorksThroughTheAPIAsTheLane(t *testing.T) {
 		}{
 			{lsWorkspace, "ls . (Pi sorts names without case)", "made-by-pi.txt\nREADME\nroot-only\nsrc/"},
 			{findTxt, "find *.txt", "made-by-pi.txt\nsrc/main.txt"},
-			{grepNeedle, "grep need+le", "src/main.txt:2: beta needle"},
+			{grepNeedle, "grep need+le in **/*.txt", "src/main.txt:2: beta needle"},
 		} {
 			if r := res[c.i]; r.IsError || strings.TrimSpace(r.Output) != c.want {
 				t.Errorf("%s: %+v, want %q", c.call, r, c.want)
