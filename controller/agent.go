@@ -153,15 +153,17 @@ func (c *Controller) agentEnv(rt *trialRT, tokenFile string) []string {
 func (c *Controller) piAgent(rt *trialRT, req AgentRequest) (*rpc.RunRequest, error) {
 	agent, _ := c.table.Agent(rt.t.Lane)
 	env := c.agentEnv(rt, c.info(rt.t).TokenFile)
-	if runsPi(req.Argv) {
+	argv := req.Argv
+	if runsPi(argv) {
 		if err := piReady(c.cfg.Agent.PiExtension, req); err != nil {
 			return nil, fmt.Errorf("harness pi: %w", err)
 		}
 		// Before the operator's: the broker keeps a variable's first value.
 		env = append(env, piEnv(rt.t.AgentDir)...)
+		argv = piArgv(argv, c.cfg.Agent.PiExtension)
 	}
 	env = append(env, req.Env...)
-	return &rpc.RunRequest{Role: agent.Name, Argv: req.Argv, Env: env, Home: rt.t.AgentDir, Cwd: rt.t.AgentDir}, nil
+	return &rpc.RunRequest{Role: agent.Name, Argv: argv, Env: env, Home: rt.t.AgentDir, Cwd: rt.t.AgentDir}, nil
 }
 
 // writeAgentHome writes agent-N's program configuration into the trial's

@@ -27,6 +27,21 @@ func runsPi(argv []string) bool {
 	return len(argv) > 1 && strings.HasPrefix(filepath.Base(argv[0]), "node") && strings.Contains(argv[1], "pi-coding-agent")
 }
 
+// piArgv names the extension on Pi's command line too: Pi skips, without
+// a word, an extension its settings name that is missing (a trial begun
+// before its settings were written, a file gone since piReady), but
+// refuses to start without one named by --extension. It loads a path
+// named in both once.
+func piArgv(argv []string, extension string) []string {
+	at := 1
+	if filepath.Base(argv[0]) != "pi" {
+		at = 2 // node, then Pi's cli.js
+	}
+	out := append([]string{}, argv[:at]...)
+	out = append(out, "--extension", extension)
+	return append(out, argv[at:]...)
+}
+
 // piEnv is what Pi runs with: its folder the trial's (whose settings load
 // thermite's extension), no start-up network traffic (version check,
 // package and tool downloads) and no install telemetry. It goes before the

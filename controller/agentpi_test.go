@@ -3,6 +3,7 @@ package controller
 import (
 	"errors"
 	"io/fs"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -67,6 +68,20 @@ func TestRunsPi(t *testing.T) {
 	} {
 		if got := runsPi(c.argv); got != c.want {
 			t.Errorf("runsPi(%q) = %v, want %v", c.argv, got, c.want)
+		}
+	}
+}
+
+func TestPiArgvNamesTheExtension(t *testing.T) {
+	const ext = "/opt/thermite/agents/pi-extension/thermite.ts"
+	for _, c := range []struct{ argv, want []string }{
+		{[]string{"pi", "-p", "hi"}, []string{"pi", "--extension", ext, "-p", "hi"}},
+		{[]string{"/x/.bin/pi"}, []string{"/x/.bin/pi", "--extension", ext}},
+		{[]string{"node", "/x/pi-coding-agent/dist/cli.js", "-p", "hi"}, []string{"node", "/x/pi-coding-agent/dist/cli.js", "--extension", ext, "-p", "hi"}},
+	} {
+		argv := append([]string{}, c.argv...)
+		if got := piArgv(argv, ext); !slices.Equal(got, c.want) || !slices.Equal(argv, c.argv) {
+			t.Errorf("piArgv(%q) = %q (argv now %q), want %q and argv as it was", c.argv, got, argv, c.want)
 		}
 	}
 }

@@ -226,6 +226,23 @@ func TestPiAsAgentWorksThroughTheAPIAsTheLane(t *testing.T) {
 			}
 		})
 	}
+	t.Run("Pi loads the extension without its settings too", func(t *testing.T) {
+		// A trial begun before the settings were written: the pi harness
+		// names the extension on Pi's command line as well.
+		settings := filepath.Join(a.trial.AgentDir, ".pi", "agent", "settings.json")
+		if err := os.WriteFile(settings, []byte("{}\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		before := len(a.provider.Turns())
+		if _, stderr, code := a.agent("pi", []string{"NODE_EXTRA_CA_CERTS=" + a.provider.CAFile},
+			pi, "-p", "--no-session", "--provider", "standin", "--model", "claude-standin", "again"); code != 0 {
+			t.Fatalf("pi -p: exit %d; stderr: %s", code, stderr)
+		}
+		turns := a.provider.Turns()[before:]
+		if len(turns) < 2 || len(turns[1].Results) == 0 || !strings.Contains(turns[1].Results[0].Output, lane.User+"\n") {
+			t.Fatalf("bash `id -un` with no settings: %+v, want %s", turns, lane.User)
+		}
+	})
 	t.Run("a direct connection from bash is refused", func(t *testing.T) {
 		r := res[len(res)-1]
 		if !r.IsError || !refusedResult(r) || strings.Contains(r.Output, "connected") {
