@@ -494,9 +494,11 @@ function bashOps(ws: string): BashOperations {
 		exec: async (command, cwd, { onData, signal, timeout }) => {
 			// The environment Pi would give (agent-N's, with its token file) is
 			// not passed on: the lane's command gets the lane's.
+			// Pi's own working folder (a `!cmd`'s) is agent-N's, which stands
+			// for the workspace; the bash tool's is the workspace already.
 			const dir = inWorkspace(ws, cwd);
 			const r = await laneExec(["bash", "-c", command], {
-				cwd: dir === undefined ? cwd : dir,
+				cwd: dir,
 				timeoutMs: timeout && timeout > 0 ? timeout * 1000 : undefined,
 				signal,
 				onData,

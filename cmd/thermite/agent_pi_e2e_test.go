@@ -439,3 +439,46 @@ func TestPiLocalShellRunsNothing(t *testing.T) {
 		t.Errorf("%s exists: Pi's local shell ran the command", made)
 	}
 }
+
+func TestPiUserShellEscapeRunsAsTheLane(t *testing.T) {
+	agentProgram(t, "pi")
+	installedPiExtension(t)
+	// A user's `!cmd` is Pi's interactive mode's, which needs a terminal:
+	// testdata/pi-user-bash.mjs calls the extension's user_bash handler as
+	// that mode does, as agent-N through the pi harness.
+	dir := t.TempDir()
+	for d := dir; d != "/" && d != os.TempDir(); d = filepath.Dir(d) {
+		os.Chmod(d, 0o755)
+	}
+	driver := filepath.Join(dir, "pi-user-bash.mjs")
+	if err := os.WriteFile(driver, piDriver(t), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := testrig.New(t, testrig.Options{})
+	trial, _ := startTrial(t, r, 1, makeProject(t, r))
+	out, stderr, code := r.Thermite("trial", "agent", trial.ID, "--harness", "pi", "--",
+		"node", driver, agentsDir(), config.DefaultPiExtension, "id -un; pwd", trial.AgentDir)
+	var got struct {
+		Output   string `json:"output"`
+		ExitCode *int   `json:"exitCode"`
+		Error    string `json:"error"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &got) != nil {
+		t.Fatalf("the driver: exit %d %q %s", code, out, stderr)
+	}
+	lane := r.Role("lane-1")
+	if want := lane.User + "\n" + trial.Workspace + "\n"; got.Error != "" || got.ExitCode == nil || *got.ExitCode != 0 || got.Output != want {
+		t.Errorf("!id -un; pwd: %+v, want %q with status 0", got, want)
+	}
+}
+
+// piDriver is testdata/pi-user-bash.mjs.
+func piDriver(t *testing.T) []byte {
+	t.Helper()
+	_, here, _, _ := runtime.Caller(0)
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(here), "testdata", "pi-user-bash.mjs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
