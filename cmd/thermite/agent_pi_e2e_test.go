@@ -100,6 +100,7 @@ func TestPiAsAgentWorksThroughTheAPIAsTheLane(t *testing.T) {
 		findTxt
 		grepNeedle
 		rootOnlyRead
+		systemRead
 		forbiddenReads
 	)
 	script := func(turn standin.Turn) standin.Step {
@@ -112,6 +113,7 @@ func TestPiAsAgentWorksThroughTheAPIAsTheLane(t *testing.T) {
 			{Tool: &standin.Call{Name: "find", Input: map[string]any{"pattern": "*.txt"}}},
 			{Tool: &standin.Call{Name: "grep", Input: map[string]any{"pattern": "need+le", "glob": "**/*.txt"}}},
 			{Tool: &standin.Call{Name: "read", Input: map[string]any{"path": "root-only"}}},
+			{Tool: &standin.Call{Name: "read", Input: map[string]any{"path": "/etc/passwd"}}},
 		}
 		for _, name := range names {
 			steps = append(steps, standin.Step{Tool: &standin.Call{Name: "read", Input: map[string]any{"path": forbidden[name]}}})
@@ -216,6 +218,11 @@ func TestPiAsAgentWorksThroughTheAPIAsTheLane(t *testing.T) {
 		// The file helper's refusal, as the API words it.
 		if r := res[rootOnlyRead]; !r.IsError || r.Output != "root-only: permission denied (denied, 403)" {
 			t.Errorf("read root-only: %+v, want the tool error %q", r, "root-only: permission denied (denied, 403)")
+		}
+	})
+	t.Run("read outside the workspace is what the lane may read", func(t *testing.T) {
+		if r := res[systemRead]; r.IsError || !strings.Contains(r.Output, "root:x:0:0:") {
+			t.Errorf("read /etc/passwd: %+v, want its text", r)
 		}
 	})
 	for i, name := range names {
