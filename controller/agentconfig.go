@@ -22,6 +22,20 @@ type homeFile struct {
 	path, data string
 }
 
+// piFiles: Pi reads ~/.pi/agent/settings.json (agent-N's, its trial's
+// folder being its HOME), which loads thermite's extension, whose tools
+// act through the harness API as the lane. Pi's own local shell, which it
+// still runs for RPC mode's "bash" command, is no-local-shell beside the
+// extension, which runs nothing; install telemetry is off.
+func piFiles(extension string) []homeFile {
+	settings, _ := json.MarshalIndent(map[string]any{
+		"extensions":             []string{extension},
+		"shellPath":              filepath.Join(filepath.Dir(extension), "no-local-shell"),
+		"enableInstallTelemetry": false,
+	}, "", "  ")
+	return []homeFile{{".pi/agent/settings.json", string(settings) + "\n"}}
+}
+
 // laneProgramFiles are the programs the lane harness configures.
 var laneProgramFiles = []func(mcpServer) []homeFile{claudeCodeFiles, codexFiles, openCodeFiles}
 
@@ -47,18 +61,4 @@ func openCodeFiles(m mcpServer) []homeFile {
 	opencode, _ := json.MarshalIndent(map[string]any{"$schema": "https://opencode.ai/config.json",
 		"mcp": map[string]any{"thermite": map[string]any{"type": "local", "command": append([]string{m.command}, m.args...), "enabled": true}}}, "", "  ")
 	return []homeFile{{".config/opencode/opencode.json", string(opencode) + "\n"}}
-}
-
-// piFiles: Pi reads ~/.pi/agent/settings.json (agent-N's, its trial's
-// folder being its HOME), which loads thermite's extension, whose tools
-// act through the harness API as the lane. Pi's own local shell, which it
-// still runs for RPC mode's "bash" command, is no-local-shell beside the
-// extension, which runs nothing; install telemetry is off.
-func piFiles(extension string) []homeFile {
-	settings, _ := json.MarshalIndent(map[string]any{
-		"extensions":             []string{extension},
-		"shellPath":              filepath.Join(filepath.Dir(extension), "no-local-shell"),
-		"enableInstallTelemetry": false,
-	}, "", "  ")
-	return []homeFile{{".pi/agent/settings.json", string(settings) + "\n"}}
 }
