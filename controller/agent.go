@@ -148,11 +148,39 @@ func (c *Controller) agentEnv(rt *trialRT, tokenFile string) []string {
 
 // piAgent runs the agent as agent-N, with the trial's folder as its home:
 // it can read none of the lane's files and reaches the workspace only
-// through the API, with its token.
+// through the API, with its token. Pi itself runs only with thermite's
+// extension in place (piReady), whose tools are its way to the workspace,
+// and with its start-up network traffic and telemetry off.
 func (c *Controller) piAgent(rt *trialRT, req AgentRequest) (*rpc.RunRequest, error) {
 	agent, _ := c.table.Agent(rt.t.Lane)
-	env := append(c.agentEnv(rt, c.info(rt.t).TokenFile), req.Env...)
-	return &rpc.RunRequest{Role: agent.Name, Argv: req.Argv, Env: env, Home: rt.t.AgentDir, Cwd: rt.t.AgentDir}, nil
+	env := c.agentEnv(rt, c.info(rt.t).TokenFile)
+	argv := req.Argv
+	if runsPi(argv) {
+		if err := piReady(c.cfg.Agent.PiExtension, req); err != nil {
+			return nil, fmt.Errorf("harness pi: %w", err)
+		}
+		// Before the operator's: the broker keeps a variable's first value.
+		env = append(env, piEnv(rt.t.AgentDir)...)
+		argv = piArgv(argv, c.cfg.Agent.PiExtension)
+	}
+	env = append(env, req.Env...)
+	return &rpc.RunRequest{Role: agent.Name, Argv: argv, Env: env, Home: rt.t.AgentDir, Cwd: rt.t.AgentDir}, nil
+}
+
+// writeAgentHome writes agent-N's program configuration into the trial's
+// agent folder before it is handed to agent-N (the controller cannot
+// write there after): Pi's settings, which load thermite's extension.
+func (c *Controller) writeAgentHome(dir string) error {
+	for _, f := range piFiles(c.cfg.Agent.PiExtension) {
+		p := filepath.Join(dir, f.path)
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			return fmt.Errorf("agent folder: %w", err)
+		}
+		if err := os.WriteFile(p, []byte(f.data), 0o600); err != nil {
+			return fmt.Errorf("agent folder: %w", err)
+		}
+	}
+	return nil
 }
 
 // laneHome is the lane harness's home: the trial's folder "lane", the

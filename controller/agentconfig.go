@@ -3,6 +3,7 @@ package controller
 import (
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"strings"
 )
 
@@ -19,6 +20,20 @@ type mcpServer struct {
 // homeFile is one file of the lane harness's home, by its path there.
 type homeFile struct {
 	path, data string
+}
+
+// piFiles: Pi reads ~/.pi/agent/settings.json (agent-N's, its trial's
+// folder being its HOME), which loads thermite's extension, whose tools
+// act through the harness API as the lane. Pi's own local shell, which it
+// still runs for RPC mode's "bash" command, is no-local-shell beside the
+// extension, which runs nothing; install telemetry is off.
+func piFiles(extension string) []homeFile {
+	settings, _ := json.MarshalIndent(map[string]any{
+		"extensions":             []string{extension},
+		"shellPath":              filepath.Join(filepath.Dir(extension), "no-local-shell"),
+		"enableInstallTelemetry": false,
+	}, "", "  ")
+	return []homeFile{{".pi/agent/settings.json", string(settings) + "\n"}}
 }
 
 // laneProgramFiles are the programs the lane harness configures.

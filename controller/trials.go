@@ -241,6 +241,9 @@ func (c *Controller) StartTrial(req StartRequest) (TrialInfo, error) {
 	if err := os.WriteFile(info.TokenFile, []byte(token+"\n"), 0o600); err != nil {
 		return TrialInfo{}, fmt.Errorf("trial: %w", err)
 	}
+	if err := c.writeAgentHome(t.AgentDir); err != nil {
+		return TrialInfo{}, fmt.Errorf("trial: %w", err)
+	}
 	if err := c.broker.handFolder(t.AgentDir, agentRole.Name, 0o700, false); err != nil {
 		return TrialInfo{}, fmt.Errorf("trial: agent folder: %w", err)
 	}

@@ -142,7 +142,17 @@ type Agent struct {
 	// agent's network namespace (HTTPS_PROXY=http://127.0.0.1:PORT), used
 	// only where Egress lists providers.
 	EgressPort int `toml:"egress_port" json:"egress_port"`
+	// PiExtension is thermite's extension for Pi (agents/pi/thermite.ts,
+	// which `make agents` installs root-owned 0644): agent-N's Pi loads it
+	// and its tools act through the harness API as the lane. A Pi run of
+	// the pi harness is refused while it is missing, not root's, or
+	// writable by others.
+	PiExtension string `toml:"pi_extension" json:"pi_extension"`
 }
+
+// DefaultPiExtension is where `make agents` installs thermite's extension
+// for Pi (THERMITE_AGENTS/pi-extension/thermite.ts).
+const DefaultPiExtension = "/opt/thermite/agents/pi-extension/thermite.ts"
 
 // Judge bounds the disk the judge's commands hold.
 type Judge struct {
@@ -250,7 +260,7 @@ func Default() Config {
 		Perf:    []string{},
 		Cgroup:  Cgroup{Enabled: true, MemoryMB: 4096, Pids: 1024, ControllerMemoryMB: 2048, ControllerPids: 1024},
 		Trial:   Trial{DiskCapMB: 5120, DiskCheck: Duration{2 * time.Second}, RetainEnded: Duration{24 * time.Hour}, FetchArchiveMB: 256},
-		Agent:   Agent{WallTimeout: Duration{12 * time.Hour}, EgressPort: 3128},
+		Agent:   Agent{WallTimeout: Duration{12 * time.Hour}, EgressPort: 3128, PiExtension: DefaultPiExtension},
 		Judge:   Judge{BuildDiskMB: 8192, RunOutMB: 2048, DiskCheck: Duration{500 * time.Millisecond}},
 		Image: Image{
 			SupervisorDir: "/var/lib/thermite-supervisor",
@@ -392,6 +402,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("agent.output_cap_mb: %d must be 0 (no cap) or more", c.Agent.OutputCapMB)
 	case c.Agent.EgressPort < 1 || c.Agent.EgressPort > 65535:
 		return fmt.Errorf("agent.egress_port: %d is not a TCP port (1 to 65535)", c.Agent.EgressPort)
+	case !filepath.IsAbs(c.Agent.PiExtension):
+		return fmt.Errorf("agent.pi_extension: %q is not an absolute path", c.Agent.PiExtension)
 	}
 	egress := map[string]bool{}
 	for _, hp := range c.Agent.Egress {

@@ -68,6 +68,7 @@ func TestBadInputNamesTheKey(t *testing.T) {
 		"[agent]\negress = [\"a.example:443\", \"A.example:443\"]\n": "agent.egress: \"A.example:443\" is listed twice",
 		"[agent]\negress = [\"a.example:99999\"]\n":                  "agent.egress",
 		"[agent]\negress_port = 0\n":                                 "agent.egress_port: 0 is not a TCP port",
+		"[agent]\npi_extension = \"thermite.ts\"\n":                  "agent.pi_extension: \"thermite.ts\" is not an absolute path",
 		"[host]\naccept_lost = [\"landlock-everything\"]\n":          `host.accept_lost: "landlock-everything" is not a protection`,
 	}
 	for text, want := range cases {
