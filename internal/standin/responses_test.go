@@ -68,7 +68,7 @@ func postResponses(t *testing.T, p *Provider, body string) []responsesEvent {
 }
 
 // names are the events' names in order.
-func names(events []responsesEvent) []string {
+func responsesKinds(events []responsesEvent) []string {
 	out := make([]string, len(events))
 	for i, e := range events {
 		out[i] = e.name
@@ -120,8 +120,8 @@ func TestResponsesStreamsACallOfANamespacedTool(t *testing.T) {
 	events := postResponses(t, p, body)
 	want := []string{"response.created", "response.output_item.added", "response.function_call_arguments.delta",
 		"response.function_call_arguments.done", "response.output_item.done", "response.completed"}
-	if !reflect.DeepEqual(names(events), want) {
-		t.Fatalf("events %v, want %v", names(events), want)
+	if !reflect.DeepEqual(responsesKinds(events), want) {
+		t.Fatalf("events %v, want %v", responsesKinds(events), want)
 	}
 	item := events[4].data["item"].(map[string]any)
 	if item["type"] != "function_call" || item["namespace"] != "mcp__thermite" || item["name"] != "research_note" || item["arguments"] != `{"body":"hi"}` || item["call_id"] == "" {
@@ -142,8 +142,8 @@ func TestResponsesStreamsAFinalMessage(t *testing.T) {
 	events := postResponses(t, p, strings.Replace(codexRequest, "%s", "", 1))
 	want := []string{"response.created", "response.output_item.added", "response.content_part.added", "response.output_text.delta",
 		"response.output_text.done", "response.content_part.done", "response.output_item.done", "response.completed"}
-	if !reflect.DeepEqual(names(events), want) {
-		t.Fatalf("events %v, want %v", names(events), want)
+	if !reflect.DeepEqual(responsesKinds(events), want) {
+		t.Fatalf("events %v, want %v", responsesKinds(events), want)
 	}
 	if d := events[3].data["delta"]; d != "all done" {
 		t.Errorf("delta %v", d)
