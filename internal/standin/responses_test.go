@@ -67,7 +67,7 @@ func postResponses(t *testing.T, p *Provider, body string) []responsesEvent {
 	return events
 }
 
-// names are the events' names in order.
+// responsesKinds are the events' names in order.
 func responsesKinds(events []responsesEvent) []string {
 	out := make([]string, len(events))
 	for i, e := range events {
