@@ -3,8 +3,8 @@
 // commands (plain text, or the API's JSON with --json) and as an MCP
 // server over stdio. It is the thermite binary run under the name
 // thermite-trial, or as `thermite trial-client`; it keeps no state of
-// its own and does nothing at package init, as the shim's start path
-// runs through the same binary.
+// its own and does nothing at package init, as the stop helper and the
+// probe run through the same binary.
 package trialclient
 
 import (
