@@ -67,7 +67,7 @@ type child struct {
 	// then; zero where it wrote no stamp.
 	execAt              time.Time
 	startUser, startSys int64
-	// answer is what a Go helper (stop, held) reported.
+	// answer is what the Go helper (stop mode) reported.
 	answer string
 }
 
