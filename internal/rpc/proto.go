@@ -353,8 +353,8 @@ type EgressListener struct {
 
 // APIListenerFD is the controller's descriptor for the API's TCP listener.
 // The controller starts through spawn.Start like every role command: its
-// inherited descriptors are FDInherit (7) on, the bootstrap first, then this
-// listener, then the egress listeners (EgressListener.FD).
+// inherited descriptors are spawn.FDInherit (7) on, the bootstrap first,
+// then this listener, then the egress listeners (EgressListener.FD).
 const APIListenerFD = 8
 
 // BootstrapFD is the controller's descriptor for its Bootstrap.
