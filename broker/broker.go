@@ -86,8 +86,8 @@ type Broker struct {
 	// ownExec are the running commands the broker started as thermite
 	// itself (/proc/self/exe: a lane's file helper, a probe): not
 	// dumpable where the binary is 0711, and holding no descriptor of
-	// the role's (the shim closes all but stdio), so the unlinked-file
-	// measure passes over them.
+	// the role's (spawn.Start's child closes all but its slots), so the
+	// unlinked-file measure passes over them.
 	ownExec map[int]bool
 	// runGen counts each role's command starts, handGen the changes to
 	// the folders handed to roles, and usage keeps each role's last disk
@@ -97,8 +97,9 @@ type Broker struct {
 	usage   map[int]keptUsage
 	watch   *usageWatch // each folder's incremental disk measure (usagecache.go)
 	quota   *quotaState // how roles' disks are measured (quota.go)
-	// starting are shims forked but not yet exec'd: not dumpable until
-	// they exec, and holding nothing of the role's.
+	// starting are the stop helpers (startHelper) running as a role's
+	// user until they answer: thermite itself, not dumpable (the binary is
+	// 0711 and spawn.Main clears it), and holding nothing of the role's.
 	starting  map[int]bool
 	cpuHolds  map[string]cpuset.Set // judge CPUs held by timed runs
 	cardHolds map[string][]int      // cards held by timed runs

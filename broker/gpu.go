@@ -21,14 +21,15 @@ type gpuState struct {
 	abiErr     error // the kernel lacks the Landlock rights the fence needs
 	permsFixed bool
 	permsNote  string
-	// rules are the built rule sets; a command holds its own until its
-	// shim has started.
+	// rules are the built rule sets; a command holds its own until
+	// spawn.Start's child has exec'd.
 	rules landlock.Cache
 }
 
 // initFence discovers the GPUs, places them in the layout, fixes their
 // device files and keeps doing so on a timer. GPU trouble never stops the
-// broker: it refuses GPU work, with the reason, in FenceFor.
+// broker: it refuses GPU work, with the reason, in the layout's Refused,
+// which fence.Layout.CardsFor answers to PlanRun (planGPUs).
 func (b *Broker) initFence() error {
 	b.gpu.abiErr = landlock.CheckABI(b.cfg.GPU.FenceMinABI)
 	b.refreshGPUs()
@@ -81,7 +82,8 @@ func (b *Broker) refreshGPUs() {
 func (b *Broker) groupGID(name string) (int, bool) { return groupGIDIn(b.table, name) }
 
 // ruleSet returns the built rule set for a spec and a release the caller
-// calls once its shim has started (or will not start); see landlock.Cache.
+// calls once spawn.Start's child has exec'd (or will not start); see
+// landlock.Cache.
 func (b *Broker) ruleSet(spec landlock.RoleSpec) (*os.File, func(), error) {
 	return b.gpu.rules.Get(spec, b.kernel.ABI)
 }

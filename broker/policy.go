@@ -302,7 +302,8 @@ func otherOwner(cfg *config.Config, t *roles.Table, r roles.Role, p string, now 
 }
 
 // validEnvName is a shell-safe variable name. (Not a regexp: package-level
-// regexps compile at start-up, and the shim starts for every command.)
+// regexps compile at start-up of every thermite process, the stop helper's
+// and the probe's too.)
 func validEnvName(k string) bool {
 	if k == "" {
 		return false
@@ -582,8 +583,9 @@ func planConfinement(cfg *config.Config, r roles.Role, argv []string, l *fence.L
 // fileHelper decides which command keeps openat2, which every other role
 // command is refused (it could make a set-id file, its mode out of the
 // filter's sight): the lane's file helper, `thermite __lanefs`, started by
-// the controller as a lane's command. /proc/self/exe in the shim is this
-// very binary, and the helper refuses any mode beyond 0777 itself. Only the
+// the controller as a lane's command. /proc/self/exe in spawn.Start's
+// child, which shares the broker's memory until its execve, is this very
+// binary, and the helper refuses any mode beyond 0777 itself. Only the
 // controller asks for commands, so no lane can dress its own up as one.
 func fileHelper(r roles.Role, argv []string) bool {
 	return r.Kind == roles.Lane && len(argv) >= 2 && argv[0] == "/proc/self/exe" && argv[1] == lanefs.Arg

@@ -67,7 +67,7 @@ type child struct {
 	// then; zero where it wrote no stamp.
 	execAt              time.Time
 	startUser, startSys int64
-	// answer is what a Go helper (stop, held) reported.
+	// answer is what the Go helper (stop mode) reported.
 	answer string
 }
 
@@ -459,8 +459,8 @@ func (b *Broker) heldUnlinked(r roles.Role, skipDev uint64) (procs.Held, error) 
 	for _, c := range free {
 		cpus.Set(c)
 	}
-	// The broker's own commands and shims hold nothing of the role's and
-	// may not be dumpable yet.
+	// The broker's own commands and stop helpers hold nothing of the
+	// role's and are not dumpable.
 	skip := map[int]bool{}
 	b.mu.Lock()
 	for _, m := range []map[int]bool{b.ownExec, b.starting} {

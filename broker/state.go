@@ -15,7 +15,8 @@ import (
 	"thermite/roles"
 )
 
-// folder is one entry of DESIGN.md's table of files.
+// folder is one row of the state dir's table in README.md ("The broker's
+// start, in order", step 5).
 type folder struct {
 	path string
 	uid  int

@@ -234,18 +234,6 @@ func (c *Controller) fsCall(w http.ResponseWriter, r *http.Request, rt *trialRT,
 	writeJSON(w, 200, res)
 }
 
-// StepRequest records one step of the agent's work.
-type StepRequest struct {
-	Kind string `json:"kind"`
-	Text string `json:"text"`
-}
-
-// NoteRequest records a research note.
-type NoteRequest struct {
-	Title string `json:"title"`
-	Body  string `json:"body"`
-}
-
 // record takes n bytes from the trial's recording budget: at most
 // max_step_bytes at once and max_trial_recorded in all.
 func (c *Controller) record(w http.ResponseWriter, rt *trialRT, n int64) bool {
@@ -388,32 +376,6 @@ func (c *Controller) archivePage(rt *trialRT, page *fetch.Page) (path string, ra
 		rt.archived.Add(-need)
 	}
 	return path, ran, err
-}
-
-// FetchRequest asks the controller to fetch a page for the run.
-type FetchRequest struct {
-	URL string `json:"url"`
-}
-
-// FetchResult is a fetched page's record; Path is where its body lies in
-// the research folder, as POST /v1/research/read takes it.
-type FetchResult struct {
-	URL         string `json:"url"`
-	Status      int    `json:"status"`
-	ContentType string `json:"content_type"`
-	Size        int    `json:"size"`
-	Path        string `json:"path"`
-}
-
-// NoteResult is where a note lies in the research folder, as POST
-// /v1/research/read takes it.
-type NoteResult struct {
-	Path string `json:"path"`
-}
-
-// StepResult says how many bytes of text a step recorded.
-type StepResult struct {
-	Recorded int `json:"recorded"`
 }
 
 // researchPath is a path in the run's research folder as the research

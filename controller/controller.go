@@ -61,7 +61,7 @@ type Controller struct {
 }
 
 // Main runs the controller as the broker starts it: its bootstrap on
-// descriptor 3, logs as JSON on stderr.
+// rpc.BootstrapFD, logs as JSON on stderr.
 func Main() error {
 	// Not dumpable: no other process, not even one of the controller's own
 	// user such as a kit's check, may read its memory and so its secrets.

@@ -93,11 +93,6 @@ func (s *callStatus) Flush() {
 
 func (s *callStatus) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
-// ToolHeader names the MCP tool a harness API call serves, as the trial
-// client's MCP server sends it; the call's event records it. It is the
-// agent's word only, kept when it is a tool's name (toolName).
-const ToolHeader = "Thermite-Tool"
-
 var toolName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z][a-z0-9_]{0,63}$`) })
 
 // recordCall serves a route of the harness API and records the call as

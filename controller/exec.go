@@ -15,59 +15,6 @@ import (
 	"thermite/internal/rpc"
 )
 
-// ExecRequest runs one command in a trial.
-type ExecRequest struct {
-	Argv      []string `json:"argv"`
-	TimeoutMS int64    `json:"timeout_ms,omitempty"`
-	Env       []string `json:"env,omitempty"`
-	// Cwd is a folder inside the workspace, relative to it ("" is the
-	// workspace itself); an absolute path is accepted when it lies inside.
-	Cwd string `json:"cwd,omitempty"`
-	// Stdin is what the command reads on its standard input, as text;
-	// StdinB64 the same for bytes that are not UTF-8. With neither, it
-	// reads /dev/null.
-	Stdin    string `json:"stdin,omitempty"`
-	StdinB64 []byte `json:"stdin_b64,omitempty"`
-}
-
-// ExecFrame is one line of an exec's answer: output as it comes, then one
-// frame with Done set that says how it ended. An output frame carries its
-// bytes in Data when they are UTF-8 text and in DataB64 (base64) when
-// they are not; a frame never ends inside a UTF-8 sequence. Only the last
-// frame has an exit code.
-type ExecFrame struct {
-	Stream  string `json:"stream,omitempty"` // "stdout" or "stderr"
-	Data    string `json:"data,omitempty"`
-	DataB64 []byte `json:"data_b64,omitempty"`
-
-	Done        bool   `json:"done,omitempty"`
-	ExitCode    int    `json:"exit_code"`
-	Signal      int    `json:"signal,omitempty"`
-	Stopped     string `json:"stopped,omitempty"`
-	WallMS      int64  `json:"wall_ms,omitempty"`
-	OutputBytes int64  `json:"output_bytes,omitempty"`
-	OutputCap   int64  `json:"output_cap,omitempty"`
-	Truncated   bool   `json:"truncated,omitempty"`
-	Error       string `json:"error,omitempty"`
-}
-
-// outputFrame is what an output frame says: its stream and its bytes,
-// and no exit code (the command has not ended).
-type outputFrame struct {
-	Stream  string `json:"stream"`
-	Data    string `json:"data,omitempty"`
-	DataB64 []byte `json:"data_b64,omitempty"`
-}
-
-// MarshalJSON writes an output frame without the fields of the last one.
-func (f ExecFrame) MarshalJSON() ([]byte, error) {
-	if !f.Done {
-		return json.Marshal(outputFrame{Stream: f.Stream, Data: f.Data, DataB64: f.DataB64})
-	}
-	type last ExecFrame
-	return json.Marshal(last(f))
-}
-
 // utf8Framer cuts each stream's output into frames at UTF-8 boundaries:
 // an incomplete sequence at the end of a read waits for the next read,
 // and bytes that are not UTF-8 go in frames of their own, as base64.

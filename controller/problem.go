@@ -12,45 +12,6 @@ import (
 	"strings"
 )
 
-// Problem is every error answer of the controller's APIs, an RFC 9457
-// problem detail (application/problem+json): Code is the stable,
-// machine-readable name of what went wrong, Detail the one line for a
-// person, and Type the code as a URI.
-type Problem struct {
-	Type   string `json:"type"`
-	Title  string `json:"title"`
-	Status int    `json:"status"`
-	Detail string `json:"detail"`
-	Code   string `json:"code"`
-}
-
-// problemType is the URI a problem's type is: one per code.
-const problemType = "urn:thermite:problem:"
-
-// The codes of problems the API answers besides those of the file helper
-// (lanefs.Code*). A client may rely on them; they never change meaning.
-const (
-	CodeBadJSON          = "bad_json"           // the body is not the JSON the route takes
-	CodeUnknownField     = "unknown_field"      // a field the route does not take
-	CodeBadField         = "bad_field"          // a field of the wrong type or value
-	CodeMissingField     = "missing_field"      // a field the route needs is absent
-	CodeUnauthorized     = "unauthorized"       // no token, a wrong one, or an ended trial's
-	CodeForbidden        = "forbidden"          // refused by policy
-	CodeDecoySeen        = "decoy_seen"         // the request held the trial's decoy credential
-	CodeNoRoute          = "no_route"           // no such path
-	CodeMethodNotAllowed = "method_not_allowed" // the path takes other methods
-	CodeBodyTimeout      = "body_timeout"       // the body did not arrive in time
-	CodeConflict         = "conflict"
-	CodeTooLarge         = "too_large" // a body, a record or a page over its limit
-	CodeUnprocessable    = "unprocessable"
-	CodeTooManyRequests  = "too_many_requests" // over the token's share
-	CodeBusy             = "busy"              // over the whole API's share: try again
-	CodeInternal         = "internal"
-	CodeBadGateway       = "bad_gateway"   // the file helper or a fetched server failed
-	CodeTimeout          = "timeout"       // a fetched server did not answer in time
-	CodeFetchRefused     = "fetch_refused" // a fetch to a refused address or scheme
-)
-
 // statusCode is the code of a problem that has no more precise one.
 func statusCode(status int) string {
 	switch status {

@@ -106,22 +106,6 @@ func (rt *trialRT) within(ctx context.Context) (context.Context, context.CancelF
 	return ctx, func() { stop(); cancel() }
 }
 
-// TrialInfo is what `thermite trial start` prints and what an agent's
-// folder holds as trial.json.
-type TrialInfo struct {
-	ID          string `json:"id"`
-	Run         string `json:"run"`
-	Lane        int    `json:"lane"`
-	Workspace   string `json:"workspace"`
-	AgentDir    string `json:"agent_dir"`
-	TokenFile   string `json:"token_file"`
-	ResearchDir string `json:"research_dir"`
-	LaneArea    string `json:"lane_area"`
-	// APISocket is the one way a trial's processes reach the API: the
-	// lane's and the agent's network policy (api) gives them no TCP.
-	APISocket string `json:"api_socket"`
-}
-
 var runName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`) })
 
 func randomID(prefix string, n int) string {

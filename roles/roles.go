@@ -24,7 +24,7 @@ const (
 	Supervisor Kind = "supervisor"
 )
 
-// Offsets of each role's uid from the base (DESIGN.md, "Roles").
+// Offsets of each role's uid from the base (README.md, "Roles").
 const (
 	offController  = 0
 	offBuilder     = 1

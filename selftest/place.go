@@ -31,8 +31,8 @@ func openParent(stateDir, path string) (int, error) {
 		if err != nil {
 			return -1, err
 		}
-		// Close-on-exec from the start: the broker forks its Go helper
-		// as a role's user (syscall.ForkExec) while canaries are placed.
+		// Close-on-exec from the start: the broker's other goroutines
+		// may fork and exec (os/exec) while canaries are placed.
 		fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
 		f.Close()
 		return fd, err

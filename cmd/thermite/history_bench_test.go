@@ -38,7 +38,7 @@ func BenchmarkHistory(b *testing.B) {
 	}
 	// Each operation's median wall time, and the median CPU time in it of
 	// the broker with the commands it started and reaped (the self-test's
-	// probes, the shims) and of the controller: where the time goes, less
+	// probes, the stop helpers) and of the controller: where the time goes, less
 	// swayed than wall time by whatever else runs on the machine.
 	type cost struct{ wall, broker, ctl time.Duration }
 	median := func(f func()) cost {

@@ -1,13 +1,14 @@
 // The runtime's cgroup-aware GOMAXPROCS keeps two cgroup files open for
-// the life of every Go process; the shim and the probe must start with
-// nothing but stdio, so it is off.
+// the life of every Go process; the stop helper and the probe must hold
+// nothing but what they were handed, so it is off.
 //
 //go:debug containermaxprocs=0
 //go:debug updatemaxprocs=0
 
 // Command thermite is the rig's isolation layer: one binary that is the
-// root broker, the unprivileged controller, the spawn shim and the
-// operator's tools.
+// root broker, the unprivileged controller, the stop helper (`thermite
+// __spawn`), the self-test's probe, the worker's client and the operator's
+// tools.
 package main
 
 import (
@@ -37,8 +38,9 @@ type exitError struct {
 func (e *exitError) Error() string { return e.msg }
 
 func main() {
-	// The shim and the probe run before anything else is set up: they are
-	// on every command's start path, and must stay small and quick.
+	// The worker's client, the stop helper, the probe and the lane's file
+	// helper run before anything else is set up: they run as role users,
+	// often, and must stay small and quick.
 	// thermite-trial, the worker's client: the same binary by another
 	// name, or `thermite trial-client`.
 	if filepath.Base(os.Args[0]) == "thermite-trial" {

@@ -154,7 +154,7 @@ func TestSelftestCatchesBreakage(t *testing.T) {
 			roles: "lane-2",
 		},
 		{
-			name:  "a descriptor left open into the shim",
+			name:  "a descriptor left open into a command",
 			opts:  testrig.Options{Tags: "thermite_weaken", Env: []string{"THERMITE_WEAKEN=leak-fd"}, Extra: `startup_selftest = "warn"`},
 			want:  []string{"only descriptors 0, 1 and 2 are open"},
 			roles: "every",

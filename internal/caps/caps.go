@@ -164,8 +164,8 @@ func BoundingCleared() bool {
 // ClearInheritable empties the inheritable set, which the broker kept only
 // for its own exec: nothing it forks should carry it. Lowering it needs no
 // capability. It is per thread: every thread where the runtime can do that
-// (a static build), else the calling one, which the shim locks and execs
-// from.
+// (a static build), else the calling one, which the stop helper
+// (spawn.Main) locks and runs its stop on.
 func ClearInheritable() error {
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	var data [2]unix.CapUserData

@@ -28,9 +28,9 @@
 // CPUSetWhy says why not): the parent group and every group get cpuset.cpus
 // and cpuset.mems copied from their parent before a task may join, and
 // SetCPUs narrows a group, moving its tasks off CPUs it loses.
-// v1 has no CLONE_INTO_CGROUP, so a process is placed with Add while it is
-// still the broker's shim, stopped on its spec pipe, before it execs the
-// command.
+// v1 has no CLONE_INTO_CGROUP, so spawn.Start's child writes itself into
+// each hierarchy's cgroup.procs (ProcsFiles, opened by the broker) while
+// still root, before it execs the command.
 //
 // # Layout, cgroup v2
 //
@@ -54,9 +54,9 @@
 // group with a live process cannot be removed.
 //
 // Role processes are started inside their group: on v2 by clone3 with
-// CLONE_INTO_CGROUP (FD, for syscall.SysProcAttr{UseCgroupFD: true,
-// CgroupFD: fd}), on v1 by Add before the shim execs. They are never moved
-// in after they ran.
+// CLONE_INTO_CGROUP (FD, for spawn.Command's CgroupDir), on v1 by the
+// child's own write to ProcsFiles before it execs. They are never moved in
+// after they ran.
 package cgroup
 
 import (
@@ -85,7 +85,7 @@ const leafSuffix = ".init"
 const killTimeout = 10 * time.Second
 
 // ErrNoFD is FD's answer on cgroup v1, which has no CLONE_INTO_CGROUP: use
-// Add on the stopped shim instead.
+// ProcsFiles (the child writes itself in) or Add instead.
 var ErrNoFD = errors.New("cgroup: cgroup v1 has no CLONE_INTO_CGROUP; place the process with Add before it execs")
 
 // Tree is the writable cgroup hierarchy the broker manages its groups under.
@@ -723,7 +723,8 @@ func (g *Group) Path() string {
 func (g *Group) Paths() []string { return append([]string(nil), g.dirs...) }
 
 // FD returns an O_DIRECTORY descriptor of the group for clone3's
-// CLONE_INTO_CGROUP (syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: fd}):
+// CLONE_INTO_CGROUP (spawn.Command's CgroupDir, or syscall.SysProcAttr's
+// CgroupFD):
 // the child starts inside the group. v2 only (ErrNoFD on v1). The group owns
 // the descriptor and closes it in Remove; callers must not close it.
 func (g *Group) FD() (int, error) {
@@ -827,10 +828,11 @@ func (g *Group) closeHeldLocked() {
 }
 
 // Add puts the process pid (all its threads) in the group, in every
-// hierarchy: writes it to each cgroup.procs. It is for a child that has not
-// yet exec'd its command (the broker's shim waits for its spec on a pipe);
-// on an error the caller must kill the child, which may be in some
-// hierarchies and not others.
+// hierarchy: writes it to each cgroup.procs. It is for a process that has
+// not yet run what it is placed for (the tests' helpers wait on stdin; the
+// broker's commands place themselves through ProcsFiles instead); on an
+// error the caller must kill it, which may be in some hierarchies and not
+// others.
 func (g *Group) Add(pid int) error {
 	if pid <= 0 {
 		return fmt.Errorf("cgroup: group %s: bad pid %d", g.Name, pid)

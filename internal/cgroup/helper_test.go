@@ -3,7 +3,7 @@ package cgroup
 // The helper processes the real tests start inside groups: re-execs of the
 // test binary with THERMITE_CGROUP_HELPER set. Each waits for one byte on
 // stdin before it does anything, so a test can place it (Add, on v1) before
-// it runs, as the broker does with its shim.
+// it runs, as a process the caller holds before it runs would be.
 
 import (
 	"bufio"

@@ -16,7 +16,7 @@ const DefaultMaxCached = 256
 // per inode of each writable place, and hands each command a hold on one.
 // A rule set is closed only when it has left the cache (stale, or the
 // cache was full) AND no command holds it: a command may hand its
-// descriptor number to its shim at any time until it lets go. The zero
+// descriptor number to its spawn.Start child at any time until it lets go. The zero
 // Cache is ready to use.
 type Cache struct {
 	// Max is how many rule sets it keeps; 0 means DefaultMaxCached.
@@ -37,7 +37,7 @@ type cached struct {
 // Get returns the rule set for spec, building it the first time and again
 // whenever a folder it was built from has changed (a node appeared in
 // /dev), and a release the caller calls once its command no longer needs
-// the descriptor (its shim has started, or will not start); release may be
+// the descriptor (its child has exec'd, or will not start); release may be
 // called more than once.
 //
 // abi is the kernel's Landlock ABI as the broker's kernel policy accepted

@@ -21,7 +21,7 @@ func requirePolicyABI(t *testing.T) int {
 }
 
 // An evicted rule set stays open while a command that took it has not yet
-// handed it to its shim, and closes when the last holder lets go: a timer
+// handed it to its child, and closes when the last holder lets go: a timer
 // closed it a minute after eviction, whatever still waited to use it.
 func TestEvictedRuleSetStaysOpenWhileHeld(t *testing.T) {
 	r, w, err := os.Pipe()

@@ -194,7 +194,8 @@ func GrantAllExcept(rights uint64, deny []string, always []string) (rules []Rule
 }
 
 // Build makes the kernel rule set and returns its descriptor: the broker
-// keeps it (Cache) and hands it to each shim, which only calls restrict_self. It
+// keeps it (Cache) and hands it to each spawn.Start child, which only calls
+// landlock_restrict_self. It
 // is strict: a right the kernel does not know is an error, never dropped.
 func (p *Policy) Build(minABI int) (*os.File, error) {
 	if err := CheckABI(minABI); err != nil {

@@ -328,7 +328,7 @@ type GPUGrant struct {
 }
 
 // Bootstrap is what the broker hands the controller on its inherited pipe
-// (descriptor 3): never in argv or the environment.
+// (BootstrapFD): never in argv or the environment.
 type Bootstrap struct {
 	Config    json.RawMessage   `json:"config"`
 	Secrets   map[string]string `json:"secrets"`
@@ -352,8 +352,9 @@ type EgressListener struct {
 }
 
 // APIListenerFD is the controller's descriptor for the API's TCP listener.
-// The controller starts through the shim, whose own descriptors are 3 to 6
-// (spawn.FDInherit is the first a command keeps).
+// The controller starts through spawn.Start like every role command: its
+// inherited descriptors are spawn.FDInherit (7) on, the bootstrap first,
+// then this listener, then the egress listeners (EgressListener.FD).
 const APIListenerFD = 8
 
 // BootstrapFD is the controller's descriptor for its Bootstrap.

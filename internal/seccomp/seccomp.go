@@ -99,8 +99,10 @@ func makeRules(a *assembler, o Options) {
 	}
 }
 
-// Install loads the filter on the calling OS thread only (no TSYNC): the
-// shim calls it on its locked thread just before execve, and execve keeps it.
+// Install loads the filter on the calling OS thread only (no TSYNC), for a
+// Go process that execs right after on that thread (the tests); execve keeps
+// it. A role's command gets its filter from spawn.Start's child instead,
+// the raw system call on Build's program, as its last stage before execve.
 // It requires no_new_privs to be set already and fails closed (an error) otherwise.
 //
 // The caller must hold its OS thread (runtime.LockOSThread) from before
@@ -111,7 +113,7 @@ func Install(o Options) error {
 		return err
 	}
 	// As root the kernel would accept the filter without no_new_privs
-	// (CAP_SYS_ADMIN suffices); the shim's contract is that it is set, and
+	// (CAP_SYS_ADMIN suffices); the caller's contract is that it is set, and
 	// a filter on a thread without it could be shed through a set-id exec.
 	nnp, err := unix.PrctlRetInt(unix.PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0)
 	if err != nil {
@@ -121,8 +123,8 @@ func Install(o Options) error {
 		return errors.New("seccomp: no_new_privs is not set on this thread; refusing to install the filter")
 	}
 	prog := unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}
-	// Flags 0: this thread only. TSYNC would also filter the shim's other
-	// runtime threads, which never exec a role's command.
+	// Flags 0: this thread only. TSYNC would also filter the caller's
+	// other runtime threads, which never exec a role's command.
 	if _, _, errno := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, 0, uintptr(unsafe.Pointer(&prog))); errno != 0 {
 		return fmt.Errorf("seccomp: installing the filter (%d instructions): %w", len(filter), errno)
 	}

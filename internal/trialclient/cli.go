@@ -13,7 +13,7 @@ import (
 	"strings"
 	"syscall"
 
-	"thermite/controller"
+	"thermite/internal/apiwire"
 	"thermite/internal/lanefs"
 )
 
@@ -233,7 +233,7 @@ func dispatch(ctx context.Context, c *Client, args []string, stdin io.Reader) (a
 		if err := check(name, f, rest, 0, 0); err != nil {
 			return nil, "", err
 		}
-		var info controller.TrialInfo
+		var info apiwire.TrialInfo
 		if err := c.Do(ctx, "GET", "/v1/trial", nil, &info); err != nil {
 			return nil, "", err
 		}
@@ -246,8 +246,8 @@ func dispatch(ctx context.Context, c *Client, args []string, stdin io.Reader) (a
 		if err != nil {
 			return nil, "", err
 		}
-		var res controller.StepResult
-		if err := c.Do(ctx, "POST", "/v1/steps", controller.StepRequest{Kind: rest[0], Text: text}, &res); err != nil {
+		var res apiwire.StepResult
+		if err := c.Do(ctx, "POST", "/v1/steps", apiwire.StepRequest{Kind: rest[0], Text: text}, &res); err != nil {
 			return nil, "", err
 		}
 		return res, fmt.Sprintf("recorded %d bytes\n", res.Recorded), nil
@@ -255,8 +255,8 @@ func dispatch(ctx context.Context, c *Client, args []string, stdin io.Reader) (a
 		if err := check(name, f, rest, 1, 1); err != nil {
 			return nil, "", err
 		}
-		var res controller.FetchResult
-		if err := c.Do(ctx, "POST", "/v1/fetch", controller.FetchRequest{URL: rest[0]}, &res); err != nil {
+		var res apiwire.FetchResult
+		if err := c.Do(ctx, "POST", "/v1/fetch", apiwire.FetchRequest{URL: rest[0]}, &res); err != nil {
 			return nil, "", err
 		}
 		return res, fmt.Sprintf("%s: %d, %d bytes of %s, in %s\n", res.URL, res.Status, res.Size, res.ContentType, res.Path), nil
@@ -268,8 +268,8 @@ func dispatch(ctx context.Context, c *Client, args []string, stdin io.Reader) (a
 		if err != nil {
 			return nil, "", err
 		}
-		var res controller.NoteResult
-		if err := c.Do(ctx, "POST", "/v1/research/note", controller.NoteRequest{Title: last(f, "title"), Body: body}, &res); err != nil {
+		var res apiwire.NoteResult
+		if err := c.Do(ctx, "POST", "/v1/research/note", apiwire.NoteRequest{Title: last(f, "title"), Body: body}, &res); err != nil {
 			return nil, "", err
 		}
 		return res, res.Path + "\n", nil
@@ -310,7 +310,7 @@ func execCmd(ctx context.Context, c *Client, args []string, stdin io.Reader, std
 	if err != nil {
 		return fail(err)
 	}
-	req := controller.ExecRequest{Argv: rest, TimeoutMS: ms, Cwd: last(f, "cwd"), Env: f["env"]}
+	req := apiwire.ExecRequest{Argv: rest, TimeoutMS: ms, Cwd: last(f, "cwd"), Env: f["env"]}
 	if f["stdin"] != nil {
 		b, err := io.ReadAll(io.LimitReader(stdin, 16<<20))
 		if err != nil {
@@ -329,7 +329,7 @@ func execCmd(ctx context.Context, c *Client, args []string, stdin io.Reader, std
 		sc.Buffer(make([]byte, 1<<20), 8<<20)
 		for sc.Scan() {
 			stdout.Write(append(sc.Bytes(), '\n'))
-			var fr controller.ExecFrame
+			var fr apiwire.ExecFrame
 			if json.Unmarshal(sc.Bytes(), &fr) == nil && fr.Done {
 				return ExitCode(fr)
 			}

@@ -3,8 +3,8 @@
 // commands (plain text, or the API's JSON with --json) and as an MCP
 // server over stdio. It is the thermite binary run under the name
 // thermite-trial, or as `thermite trial-client`; it keeps no state of
-// its own and does nothing at package init, as the shim's start path
-// runs through the same binary.
+// its own and does nothing at package init, as the stop helper and the
+// probe run through the same binary.
 package trialclient
 
 import (
@@ -22,7 +22,7 @@ import (
 	"strings"
 	"time"
 
-	"thermite/controller"
+	"thermite/internal/apiwire"
 )
 
 // The environment thermite gives every process of a trial's agent (and a
@@ -70,7 +70,7 @@ func FromEnv(getenv func(string) string) (*Client, error) {
 	socket, url := getenv(EnvSocket), strings.TrimRight(getenv(EnvURL), "/")
 	if socket == "" && url == "" && getenv("HOME") != "" {
 		// An agent's folder, its HOME, holds the trial's details.
-		var info controller.TrialInfo
+		var info apiwire.TrialInfo
 		if b, err := os.ReadFile(filepath.Join(getenv("HOME"), "trial.json")); err == nil && json.Unmarshal(b, &info) == nil {
 			socket = info.APISocket
 		}
@@ -97,7 +97,7 @@ func New(socket, url, token, trial string) *Client {
 }
 
 // toolKey holds, in a request's context, the MCP tool it serves: the
-// API records its call under that name (controller.ToolHeader).
+// API records its call under that name (apiwire.ToolHeader).
 type toolKey struct{}
 
 // Refused is the API's refusal: its status, stable code and one line.
@@ -146,7 +146,7 @@ func (c *Client) send(ctx context.Context, method, path string, in any) (*http.R
 	}
 	req.Header.Set("Authorization", "Bearer "+c.token)
 	if tool, ok := ctx.Value(toolKey{}).(string); ok {
-		req.Header.Set(controller.ToolHeader, tool)
+		req.Header.Set(apiwire.ToolHeader, tool)
 	}
 	if in != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -159,7 +159,7 @@ func (c *Client) send(ctx context.Context, method, path string, in any) (*http.R
 		return resp, nil
 	}
 	defer resp.Body.Close()
-	var p controller.Problem
+	var p apiwire.Problem
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	if json.Unmarshal(raw, &p) != nil || p.Detail == "" {
 		return nil, &Refused{Status: resp.StatusCode, Code: "unexplained", Detail: fmt.Sprintf("%s %s answered %s", method, path, resp.Status)}
@@ -178,23 +178,23 @@ func (c *Client) where() string {
 // it ended.
 type ExecResult struct {
 	Stdout, Stderr []byte
-	Last           controller.ExecFrame
+	Last           apiwire.ExecFrame
 }
 
 // Exec runs a command as the lane and calls each frame's bytes to
 // stdout or stderr as they come; it returns the last frame.
-func (c *Client) Exec(ctx context.Context, req controller.ExecRequest, stdout, stderr io.Writer) (controller.ExecFrame, error) {
+func (c *Client) Exec(ctx context.Context, req apiwire.ExecRequest, stdout, stderr io.Writer) (apiwire.ExecFrame, error) {
 	resp, err := c.send(ctx, "POST", "/v1/exec", req)
 	if err != nil {
-		return controller.ExecFrame{}, err
+		return apiwire.ExecFrame{}, err
 	}
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 1<<20), 8<<20)
 	for sc.Scan() {
-		var f controller.ExecFrame
+		var f apiwire.ExecFrame
 		if err := json.Unmarshal(sc.Bytes(), &f); err != nil {
-			return controller.ExecFrame{}, fmt.Errorf("exec: a frame is not JSON: %w", err)
+			return apiwire.ExecFrame{}, fmt.Errorf("exec: a frame is not JSON: %w", err)
 		}
 		if f.Done {
 			return f, nil
@@ -207,14 +207,14 @@ func (c *Client) Exec(ctx context.Context, req controller.ExecRequest, stdout, s
 		w.Write(f.DataB64)
 	}
 	if err := sc.Err(); err != nil {
-		return controller.ExecFrame{}, fmt.Errorf("exec: %w", err)
+		return apiwire.ExecFrame{}, fmt.Errorf("exec: %w", err)
 	}
-	return controller.ExecFrame{}, errors.New("exec: the answer ended before the command did")
+	return apiwire.ExecFrame{}, errors.New("exec: the answer ended before the command did")
 }
 
 // ExitCode is the code a shell gives a command that ended as f says:
 // its own, 124 for a timeout, 128+N for signal N, 127 when it never ran.
-func ExitCode(f controller.ExecFrame) int {
+func ExitCode(f apiwire.ExecFrame) int {
 	switch {
 	case f.Error != "" && f.ExitCode == -1 && f.Signal == 0:
 		return 127

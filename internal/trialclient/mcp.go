@@ -9,7 +9,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"thermite/controller"
+	"thermite/internal/apiwire"
 	"thermite/internal/lanefs"
 )
 
@@ -91,7 +91,7 @@ func NewMCPServer(c *Client) *mcp.Server {
 		Instructions: "The tools of one thermite trial. Files are the lane's workspace (fs_*) and the run's shared research folder (research_*, read-only but for notes); exec runs a command as the lane in the workspace. Paths are relative to those folders.",
 	})
 	tool(s, "trial_info", "The trial: its id, lane, run, workspace and research folder.", true, func(ctx context.Context, _ noInput) (*mcp.CallToolResult, error) {
-		var info controller.TrialInfo
+		var info apiwire.TrialInfo
 		if err := c.Do(ctx, "GET", "/v1/trial", nil, &info); err != nil {
 			return nil, err
 		}
@@ -111,7 +111,7 @@ func NewMCPServer(c *Client) *mcp.Server {
 		}
 	}
 	tool(s, "exec", "Run a command as the lane in the workspace: its output and exit status (a non-zero status is an answer, not an error).", false, func(ctx context.Context, in execInput) (*mcp.CallToolResult, error) {
-		req := controller.ExecRequest{Argv: in.Argv, Cwd: in.Cwd, Stdin: in.Stdin, Env: in.Env, TimeoutMS: int64(in.TimeoutSeconds) * 1000}
+		req := apiwire.ExecRequest{Argv: in.Argv, Cwd: in.Cwd, Stdin: in.Stdin, Env: in.Env, TimeoutMS: int64(in.TimeoutSeconds) * 1000}
 		var out, errOut strings.Builder
 		last, err := c.Exec(ctx, req, &out, &errOut)
 		if err != nil {
@@ -132,22 +132,22 @@ func NewMCPServer(c *Client) *mcp.Server {
 		return text(b.String(), map[string]any{"exit_status": ExitCode(last), "stdout": out.String(), "stderr": errOut.String(), "last": last}), nil
 	})
 	tool(s, "research_fetch", "Fetch a public web page into the run's research folder (private and local addresses are refused).", false, func(ctx context.Context, in fetchInput) (*mcp.CallToolResult, error) {
-		var res controller.FetchResult
-		if err := c.Do(ctx, "POST", "/v1/fetch", controller.FetchRequest{URL: in.URL}, &res); err != nil {
+		var res apiwire.FetchResult
+		if err := c.Do(ctx, "POST", "/v1/fetch", apiwire.FetchRequest{URL: in.URL}, &res); err != nil {
 			return nil, err
 		}
 		return text(fmt.Sprintf("%s: %d, %d bytes of %s; research_read %s", res.URL, res.Status, res.Size, res.ContentType, res.Path), res), nil
 	})
 	tool(s, "research_note", "Write a research note every lane of the run can read.", false, func(ctx context.Context, in noteInput) (*mcp.CallToolResult, error) {
-		var res controller.NoteResult
-		if err := c.Do(ctx, "POST", "/v1/research/note", controller.NoteRequest{Title: in.Title, Body: in.Body}, &res); err != nil {
+		var res apiwire.NoteResult
+		if err := c.Do(ctx, "POST", "/v1/research/note", apiwire.NoteRequest{Title: in.Title, Body: in.Body}, &res); err != nil {
 			return nil, err
 		}
 		return text("noted: research_read "+res.Path, res), nil
 	})
 	tool(s, "step", "Record one step of your work in the trial's record.", false, func(ctx context.Context, in stepInput) (*mcp.CallToolResult, error) {
-		var res controller.StepResult
-		if err := c.Do(ctx, "POST", "/v1/steps", controller.StepRequest{Kind: in.Kind, Text: in.Text}, &res); err != nil {
+		var res apiwire.StepResult
+		if err := c.Do(ctx, "POST", "/v1/steps", apiwire.StepRequest{Kind: in.Kind, Text: in.Text}, &res); err != nil {
 			return nil, err
 		}
 		return text(fmt.Sprintf("recorded %d bytes", res.Recorded), res), nil
