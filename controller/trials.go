@@ -117,7 +117,8 @@ type TrialInfo struct {
 	ResearchDir string `json:"research_dir"`
 	LaneArea    string `json:"lane_area"`
 	// APISocket is the one way a trial's processes reach the API: the
-	// lane's and the agent's network policy (api) gives them no TCP.
+	// lane's and the agent's network policy (api) gives them no TCP. It is
+	// the agent's own socket (the lane harness's details name the lane's).
 	APISocket string `json:"api_socket"`
 }
 
@@ -138,7 +139,7 @@ func (c *Controller) info(t ledger.Trial) TrialInfo {
 		ID: t.ID, Run: t.Run, Lane: t.Lane, Workspace: t.Workspace, AgentDir: t.AgentDir,
 		TokenFile: filepath.Join(t.AgentDir, "token"), ResearchDir: t.ResearchDir,
 		LaneArea:  filepath.Join(t.ResearchDir, "lanes", fmt.Sprintf("lane-%d", t.Lane)),
-		APISocket: c.cfg.APISocket(),
+		APISocket: c.cfg.RoleAPISocket(fmt.Sprintf("agent-%d", t.Lane)),
 	}
 	return i
 }
