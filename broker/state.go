@@ -27,7 +27,7 @@ type folder struct {
 // layout is the state dir's folders with their owners and modes.
 func (b *Broker) layout() []folder {
 	ctl := b.table.Controller()
-	return []folder{
+	out := []folder{
 		{b.cfg.StateDir, 0, 0, 0o755},
 		{b.cfg.BrokerDir(), 0, ctl.GID, 0o710},
 		{b.cfg.ControllerDir(), ctl.UID, ctl.GID, 0o700},
@@ -36,6 +36,14 @@ func (b *Broker) layout() []folder {
 		{b.cfg.ResearchDir(), ctl.UID, ctl.GID, 0o755},
 		{b.cfg.APIDir(), ctl.UID, ctl.GID, 0o755},
 	}
+	// Each lane's and agent's own API socket is in a folder only its
+	// group (the role's) may pass: another lane's connect is EACCES.
+	for _, r := range b.table.Roles {
+		if r.Kind == roles.Lane || r.Kind == roles.Agent {
+			out = append(out, folder{b.cfg.RoleAPIDir(r.Name), ctl.UID, r.GID, 0o710})
+		}
+	}
+	return out
 }
 
 // scratchLayout is what scratch holds after it is cleared: each role's

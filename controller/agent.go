@@ -132,13 +132,13 @@ func (c *Controller) streamAgent(ctx context.Context, w http.ResponseWriter, run
 	})
 }
 
-// agentEnv is what an agent's program finds its trial by (documented in
+// agentEnv is what an agent's program, run as role, finds its trial by:
+// that role's own API socket among them (documented in
 // docs/trial-client.md).
-func (c *Controller) agentEnv(rt *trialRT, tokenFile string) []string {
-	info := c.info(rt.t)
+func (c *Controller) agentEnv(rt *trialRT, role, tokenFile string) []string {
 	env := append(trialEnv(rt.t),
 		"THERMITE_TRIAL="+rt.t.ID,
-		"THERMITE_API_SOCKET="+info.APISocket,
+		"THERMITE_API_SOCKET="+c.cfg.RoleAPISocket(role),
 		"THERMITE_TOKEN_FILE="+tokenFile)
 	// No THERMITE_API_URL: the api network policy gives lanes and agents
 	// no TCP (issue 13). Where the rig lists providers the agent runs in
@@ -153,7 +153,7 @@ func (c *Controller) agentEnv(rt *trialRT, tokenFile string) []string {
 // and with its start-up network traffic and telemetry off.
 func (c *Controller) piAgent(rt *trialRT, req AgentRequest) (*rpc.RunRequest, error) {
 	agent, _ := c.table.Agent(rt.t.Lane)
-	env := c.agentEnv(rt, c.info(rt.t).TokenFile)
+	env := c.agentEnv(rt, agent.Name, c.info(rt.t).TokenFile)
 	argv := req.Argv
 	if runsPi(argv) {
 		if err := piReady(c.cfg.Agent.PiExtension, req); err != nil {
@@ -202,7 +202,7 @@ func (c *Controller) laneAgent(rt *trialRT, req AgentRequest) (*rpc.RunRequest, 
 	if err := c.writeLaneHome(rt, home, lane.Name); err != nil {
 		return nil, fmt.Errorf("harness lane: %w", err)
 	}
-	env := append(append(c.agentEnv(rt, filepath.Join(home, "token")), req.Env...), laneProgramEnv...)
+	env := append(append(c.agentEnv(rt, lane.Name, filepath.Join(home, "token")), req.Env...), laneProgramEnv...)
 	// The lane harness's run, and no other command of the lane, is in
 	// egress mode: in the lane's network namespace with its proxy.
 	egress := len(c.cfg.Agent.Egress) > 0
@@ -223,6 +223,7 @@ func (c *Controller) writeLaneHome(rt *trialRT, home, lane string) error {
 		return fmt.Errorf("the thermite binary's path: %w", err)
 	}
 	info := c.info(rt.t)
+	info.APISocket = c.cfg.RoleAPISocket(lane)
 	mcp := mcpServer{command: self, args: []string{"trial-client", "--socket", info.APISocket, "--token-file", filepath.Join(home, "token"), "mcp"}}
 	details, _ := json.MarshalIndent(info, "", "  ")
 	files := []homeFile{{"token", rt.token + "\n"}, {"trial.json", string(details) + "\n"}}

@@ -125,7 +125,7 @@ func (s *statusCheck) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 // the body itself within its deadline, and the decoy guard.
 func (c *Controller) authed(f func(http.ResponseWriter, *http.Request, *trialRT)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		rt := c.TrialForToken(r.Header.Get("Authorization"))
+		rt := c.trialForRequest(r)
 		if rt == nil {
 			refuse(w, r, http.StatusUnauthorized, unauthorized)
 			return

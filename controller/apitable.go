@@ -64,7 +64,7 @@ func (c *Controller) apiTable() []apiRoute {
 				w.Write(openAPIDocument())
 			}},
 		{Method: "GET", Path: "/v1/trial", ID: "trial", Summary: "The trial the token belongs to", Auth: true, Response: TrialInfo{},
-			serve: func(w http.ResponseWriter, r *http.Request, rt *trialRT) { writeJSON(w, 200, c.info(rt.t)) }},
+			serve: func(w http.ResponseWriter, r *http.Request, rt *trialRT) { writeJSON(w, 200, c.infoOn(r, rt.t)) }},
 	}
 	// The file routes are the file helper's operations (lanefs.Ops): each
 	// in the workspace, and those that change nothing in the research folder.

@@ -208,6 +208,11 @@ type budgetListener struct {
 	// role reaches (an agent's egress proxy, whose peers are all
 	// 127.0.0.1 of that role's own namespace) is budgeted as that role.
 	peer string
+	// socket and lane, on the API's unix listeners, are the socket's path
+	// and the lane whose tokens it takes (0: any); each connection
+	// carries them (apiConnContext).
+	socket string
+	lane   int
 }
 
 func (l *budgetListener) Accept() (net.Conn, error) {
@@ -224,7 +229,7 @@ func (l *budgetListener) Accept() (net.Conn, error) {
 			conn.Close()
 			continue
 		}
-		return &budgetConn{Conn: conn, release: sync.OnceFunc(func() { l.budget.release(peer) })}, nil
+		return &budgetConn{Conn: conn, release: sync.OnceFunc(func() { l.budget.release(peer) }), socket: l.socket, lane: l.lane}, nil
 	}
 }
 
@@ -232,6 +237,8 @@ func (l *budgetListener) Accept() (net.Conn, error) {
 type budgetConn struct {
 	net.Conn
 	release func()
+	socket  string
+	lane    int
 }
 
 func (c *budgetConn) Close() error {

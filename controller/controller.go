@@ -121,15 +121,14 @@ func (c *Controller) serve() error {
 	}
 	// No WriteTimeout: an exec's answer streams for as long as it runs.
 	opSrv := &http.Server{Handler: c.operatorRoutes(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute}
-	opL = &peerListener{Listener: opL, allow: c.OperatorAllowed, log: c.log}
+	opL = &peerListener{Listener: opL, allow: c.OperatorAllowed, log: c.log, name: "the operator socket"}
 
-	apiL, err := listenUnix(c.cfg.APISocket(), 0o666)
+	c.conns = newConnBudget(c.apiMaxConns(), c.cfg.API.MaxConnsPerPeer, c.log)
+	c.bodies = newByteBudget(c.cfg.API.MaxInflightBytes, c.cfg.API.MaxInflightBytesPerToken)
+	apiLs, err := c.listenAPI()
 	if err != nil {
 		return err
 	}
-	c.conns = newConnBudget(c.apiMaxConns(), c.cfg.API.MaxConnsPerPeer, c.log)
-	c.bodies = newByteBudget(c.cfg.API.MaxInflightBytes, c.cfg.API.MaxInflightBytesPerToken)
-	apiL = &budgetListener{Listener: apiL, budget: c.conns}
 	// No ReadTimeout: apiGate gives each body its own deadline, and an
 	// exec's answer streams for as long as it runs. A connection that has
 	// sent no complete header within header_timeout is closed.
@@ -139,6 +138,7 @@ func (c *Controller) serve() error {
 		IdleTimeout:       c.cfg.API.IdleTimeout.Duration,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(c.log.With("server", "api").Handler(), slog.LevelWarn),
+		ConnContext:       apiConnContext,
 	}
 	var tcpL net.Listener
 	if c.apiTCP != "" {
@@ -172,9 +172,13 @@ func (c *Controller) serve() error {
 		}
 	}()
 
-	errc := make(chan error, 3+len(egressLs))
+	errc := make(chan error, 2+len(apiLs)+len(egressLs))
 	go func() { errc <- opSrv.Serve(opL) }()
-	go func() { errc <- apiSrv.Serve(apiL) }()
+	// Each socket's accepts in a goroutine of their own: one lane's flood
+	// of connections waits on its own listener, not on another lane's.
+	for _, l := range apiLs {
+		go func() { errc <- apiSrv.Serve(l) }()
+	}
 	if tcpL != nil {
 		go func() { errc <- apiSrv.Serve(tcpL) }()
 	}
@@ -252,6 +256,7 @@ type peerListener struct {
 	net.Listener
 	allow func(*unix.Ucred) bool
 	log   *slog.Logger
+	name  string // the socket, as the log names it
 }
 
 func (l *peerListener) Accept() (net.Conn, error) {
@@ -268,7 +273,7 @@ func (l *peerListener) Accept() (net.Conn, error) {
 		cred, err := peercred.Of(uc)
 		if err != nil || !l.allow(cred) {
 			if cred != nil {
-				l.log.Warn("refused a peer on the operator socket", "uid", cred.Uid, "pid", cred.Pid)
+				l.log.Warn("refused a peer on "+l.name, "uid", cred.Uid, "pid", cred.Pid)
 			}
 			conn.Close()
 			continue

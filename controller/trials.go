@@ -123,7 +123,7 @@ func (c *Controller) info(t ledger.Trial) TrialInfo {
 		ID: t.ID, Run: t.Run, Lane: t.Lane, Workspace: t.Workspace, AgentDir: t.AgentDir,
 		TokenFile: filepath.Join(t.AgentDir, "token"), ResearchDir: t.ResearchDir,
 		LaneArea:  filepath.Join(t.ResearchDir, "lanes", fmt.Sprintf("lane-%d", t.Lane)),
-		APISocket: c.cfg.APISocket(),
+		APISocket: c.cfg.RoleAPISocket(fmt.Sprintf("agent-%d", t.Lane)),
 	}
 	return i
 }

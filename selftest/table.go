@@ -299,7 +299,7 @@ var Policy = []Row{
 		if c.EndedToken == "" {
 			return nil
 		}
-		return []Attempt{{Op: OpAPI, Path: c.Cfg.APISocket(), Arg: c.EndedToken}}
+		return []Attempt{{Op: OpAPI, Path: c.Cfg.RoleAPISocket(r.Name), Arg: c.EndedToken}}
 	}, Want: []string{"401"}},
 
 	// The hardening: only its own places are writable, namespaces, mounts,
@@ -520,6 +520,24 @@ var Policy = []Row{
 	{Who: Except(roles.Builder, roles.Controller), Attempt: "open the builder's build folder", Make: at(OpList, func(c *Context, _ roles.Role) string { return c.BuildDir }), Want: refused},
 	{Who: Only(roles.Timing), Attempt: "read its run's build link", Make: at(OpReadlink, func(c *Context, r roles.Role) string { return c.RunBuild[r.Index] }), Want: succeeds},
 	{Who: Only(roles.Timing), Attempt: "write its run's out/", Make: at(OpCreateIn, func(c *Context, r roles.Role) string { return c.RunOut[r.Index] }), Want: succeeds},
+
+	// Issue 27: each lane and agent has its own API socket, in a folder
+	// only its group passes, so that no lane queues on another's backlog.
+	{Who: Only(roles.Lane, roles.Agent), Attempt: "connect to another lane's harness API socket", Make: at(OpConnect, func(c *Context, r roles.Role) string {
+		n := r.Index%c.Cfg.Lanes + 1
+		if n == r.Index {
+			return ""
+		}
+		return c.Cfg.RoleAPISocket(fmt.Sprintf("%s-%d", r.Kind, n))
+	}), Want: refused},
+	{Who: Only(roles.Lane, roles.Agent), Attempt: "connect to its lane's other harness API socket (lane's or agent's)", Make: at(OpConnect, func(c *Context, r roles.Role) string {
+		other := roles.Agent
+		if r.Kind == roles.Agent {
+			other = roles.Lane
+		}
+		return c.Cfg.RoleAPISocket(fmt.Sprintf("%s-%d", other, r.Index))
+	}), Want: refused},
+	{Who: Except(roles.Controller), Attempt: "connect to the harness API's operator socket", Make: at(OpConnect, func(c *Context, _ roles.Role) string { return existing(c.Cfg.APISocket()) }), Want: refused},
 }
 
 // DiskRows run in a phase of their own (diskPhase), for the first lane:

@@ -51,7 +51,7 @@ func BenchmarkAPIUnderAttack(b *testing.B) {
 	measure("warm-up")
 	b.ResetTimer()
 	idle50, idle99 := measure("idle")
-	idler := startAs(b, r, "lane-1", "idle", "ATTACK_SOCKET="+t1.APISocket, "ATTACK_N=200")
+	idler := startAs(b, r, "lane-1", "idle", "ATTACK_SOCKET="+r.Cfg.RoleAPISocket("lane-1"), "ATTACK_N=200")
 	b.Logf("lane-1: %s", idler.expect("idle ", time.Minute))
 	withholder := startAs(b, r, "agent-1", "withheld", "ATTACK_SOCKET="+t1.APISocket, "ATTACK_TOKEN="+tokenOf(b, t1),
 		"ATTACK_PATH=/v1/fs/write", "ATTACK_N=32", "ATTACK_LEN="+strconv.Itoa(16<<20))

@@ -71,7 +71,7 @@ func tokenOf(t testing.TB, info controller.TrialInfo) string {
 }
 
 // TestIdleConnectionFloodFromLaneLeavesOtherLanesServed: lane-1 opens 600
-// idle connections to api.sock while the controller may hold only 400
+// idle connections to its API socket while the controller may hold only 400
 // descriptors (lowered with prlimit by its own user, so that the attack
 // stays small: the was 20,000). The
 // controller keeps at most max_conns_per_peer of them, lane 2's agent is
@@ -82,7 +82,7 @@ func TestIdleConnectionFloodFromLaneLeavesOtherLanesServed(t *testing.T) {
 		Extra:    "[trial]\ndisk_check = \"200ms\"\n",
 	})
 	p := makeProject(t, r)
-	t1, _ := startTrial(t, r, 1, p)
+	startTrial(t, r, 1, p)
 	t2, _ := startTrial(t, r, 2, p)
 	pid := controllerPID(t, r)
 	lower := startAs(t, r, "thermite", "prlimit", "ATTACK_PID="+strconv.Itoa(pid), "ATTACK_N=400")
@@ -91,7 +91,7 @@ func TestIdleConnectionFloodFromLaneLeavesOtherLanesServed(t *testing.T) {
 	}
 	before := fdCount(t, pid)
 
-	flood := startAs(t, r, "lane-1", "idle", "ATTACK_SOCKET="+t1.APISocket, "ATTACK_N=600")
+	flood := startAs(t, r, "lane-1", "idle", "ATTACK_SOCKET="+r.Cfg.RoleAPISocket("lane-1"), "ATTACK_N=600")
 	line, ok := flood.next("idle ", 60*time.Second)
 	if !ok {
 		_, list := openTrials(t, r)
@@ -165,14 +165,15 @@ func TestWithheldBodiesBoundedMemory(t *testing.T) {
 // TestRequestHeldAcrossTrialEndHasNoEffect: a role's process holding
 // trial 1's token sends a research note but its last bytes, the operator
 // ends the trial, then the rest arrives. No note is written and no event
-// is recorded after the end. The sender runs as agent-2 (a token that
-// leaked to another lane), whose processes the end of trial 1 does not
-// stop, so that it lives to send the rest.
+// is recorded after the end. The sender runs as root on the operator's
+// socket, which the end of trial 1 does not stop, so that it lives to
+// send the rest (another lane's process can no longer use trial 1's
+// token at all: TestLaneConnectingToAnotherLanesAPISocketRefused).
 func TestRequestHeldAcrossTrialEndHasNoEffect(t *testing.T) {
 	r := testrig.New(t, testrig.Options{})
 	p := makeProject(t, r)
 	t1, _ := startTrial(t, r, 1, p, "--run", "held")
-	held := startAs(t, r, "agent-2", "held-note", "ATTACK_SOCKET="+t1.APISocket, "ATTACK_TOKEN="+tokenOf(t, t1))
+	held := startAs(t, r, "root", "held-note", "ATTACK_SOCKET="+r.Cfg.APISocket(), "ATTACK_TOKEN="+tokenOf(t, t1))
 	held.expect("held", 20*time.Second)
 	time.Sleep(200 * time.Millisecond)
 	t0 := time.Now()

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -73,6 +74,9 @@ func attackMain(mode string) int {
 		return 0
 	case "calls":
 		calls(sock, token, envInt("ATTACK_N"))
+		return 0
+	case "connect-close":
+		connectClose(sock, envInt("ATTACK_N"), time.Duration(envInt("ATTACK_MS"))*time.Millisecond)
 		return 0
 	default:
 		say("error unknown mode %q", mode)
@@ -221,7 +225,10 @@ func heldNote(sock, token string) {
 // calls makes n ordinary calls in turn (the trial's details, a step),
 // and reports how many succeeded and their p50 and p99 in microseconds.
 func calls(sock, token string, n int) {
-	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+	// ATTACK_FRESH: a connection of its own for each call, as a tool that
+	// runs `thermite trial-client` per call makes.
+	fresh := os.Getenv("ATTACK_FRESH") != ""
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: fresh, DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		var d net.Dialer
 		return d.DialContext(ctx, "unix", sock)
 	}}}
@@ -256,6 +263,66 @@ func calls(sock, token string, n int) {
 	say("calls ok %d of %d p50 %d p99 %d last-error %q", ok, n, p50.Microseconds(), p99.Microseconds(), lastErr)
 }
 
+// connectClose connects to sock and closes at once, in a loop on n
+// goroutines, until stdin closes or limit passes (so a stuck test cannot
+// leave it running). It says "flooding" once it has begun and, at its end,
+// how many connects went through, how many failed and why, and what
+// stopped it.
+func connectClose(sock string, n int, limit time.Duration) {
+	var mu sync.Mutex
+	done := make(chan struct{})
+	ok := 0
+	failed := map[string]int{}
+	var wg sync.WaitGroup
+	t0 := time.Now()
+	for i := 0; i < max(n, 1); i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				c, err := net.Dial("unix", sock)
+				mu.Lock()
+				if err == nil {
+					ok++
+				} else {
+					var errno syscall.Errno
+					name := err.Error()
+					if errors.As(err, &errno) {
+						name = unix.ErrnoName(errno)
+					}
+					failed[name]++
+				}
+				mu.Unlock()
+				if c != nil {
+					c.Close()
+				}
+			}
+		}()
+	}
+	say("flooding")
+	stdin := make(chan struct{})
+	go func() { io.Copy(io.Discard, os.Stdin); close(stdin) }()
+	by := "stdin"
+	select {
+	case <-stdin:
+	case <-time.After(limit):
+		by = "limit"
+	}
+	close(done)
+	wg.Wait()
+	var parts []string
+	for k, v := range failed {
+		parts = append(parts, fmt.Sprintf("%s=%d", k, v))
+	}
+	sort.Strings(parts)
+	say("connect-close ok %d ms %d stopped-by %s failed %q", ok, time.Since(t0).Milliseconds(), by, strings.Join(parts, " "))
+}
+
 // roleProc is a child running this binary as a role user.
 type roleProc struct {
 	t     testing.TB
@@ -266,8 +333,9 @@ type roleProc struct {
 
 var helperCopy sync.Map // rig dir -> path of the copied test binary
 
-// startAs starts this test binary as role, with THERMITE_ATTACK=mode and
-// env. It is killed, by its pid, when the test ends.
+// startAs starts this test binary as role ("root": as the test's own
+// user, as the operator's scripts would run), with THERMITE_ATTACK=mode
+// and env. It is killed, by its pid, when the test ends.
 func startAs(t testing.TB, r *testrig.Rig, role, mode string, env ...string) *roleProc {
 	t.Helper()
 	bin, ok := helperCopy.Load(r.Dir)
@@ -287,11 +355,13 @@ func startAs(t testing.TB, r *testrig.Rig, role, mode string, env ...string) *ro
 		helperCopy.Store(r.Dir, p)
 		bin = p
 	}
-	u := r.Role(role)
 	cmd := exec.Command(bin.(string), "-test.run=^TestAttackHelper$")
 	cmd.Dir = r.Dir
 	cmd.Env = append([]string{"PATH=/usr/bin:/bin", "THERMITE_ATTACK=" + mode}, env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(u.UID), Gid: uint32(u.GID), Groups: []uint32{}}}
+	if role != "root" {
+		u := r.Role(role)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(u.UID), Gid: uint32(u.GID), Groups: []uint32{}}}
+	}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)

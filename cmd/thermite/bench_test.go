@@ -392,7 +392,7 @@ func BenchmarkAPI(b *testing.B) {
 		testrig.JSON(b, out, &info)
 		tok, _ := os.ReadFile(info.TokenFile)
 		tokens = append(tokens, strings.TrimSpace(string(tok)))
-		sock := info.APISocket
+		sock := r.Cfg.APISocket() // the bench runs as root: the operator's socket
 		clients = append(clients, &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
 			return d.DialContext(ctx, "unix", sock)

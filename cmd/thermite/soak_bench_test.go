@@ -88,7 +88,7 @@ func BenchmarkSoak(b *testing.B) {
 					continue
 				}
 				tok, _ := os.ReadFile(info.TokenFile)
-				c := soakClient(info.APISocket, strings.TrimSpace(string(tok)))
+				c := soakClient(r.Cfg.APISocket(), strings.TrimSpace(string(tok)))
 				for k := 0; k < 3; k++ {
 					t0 := time.Now()
 					if err := c.call("POST", "/v1/exec", `{"argv":["sh","-c","ls src | wc -l"]}`); err != nil {

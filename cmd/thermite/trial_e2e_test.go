@@ -75,7 +75,10 @@ func startTrial(t *testing.T, r *testrig.Rig, lane int, project string, extra ..
 	if err != nil {
 		t.Fatal(err)
 	}
-	return info, &agentClient{t: t, socket: info.APISocket, token: strings.TrimSpace(string(tok))}
+	// The test process is root: it calls the API on the operator's socket,
+	// which takes any open trial's token (each role's takes only its own
+	// uid, issue 27).
+	return info, &agentClient{t: t, socket: r.Cfg.APISocket(), token: strings.TrimSpace(string(tok))}
 }
 
 func makeProject(t *testing.T, r *testrig.Rig) string {

@@ -259,7 +259,7 @@ func TestTrialClientAsAgentReachesOnlyItsTrial(t *testing.T) {
 			t.Fatal(err)
 		}
 		cmd := exec.Command(link, "trial")
-		cmd.Env = []string{"THERMITE_API_SOCKET=" + info.APISocket, "THERMITE_TOKEN_FILE=" + info.TokenFile}
+		cmd.Env = []string{"THERMITE_API_SOCKET=" + r.Cfg.APISocket(), "THERMITE_TOKEN_FILE=" + info.TokenFile}
 		out, err := cmd.CombinedOutput()
 		if err != nil || !strings.Contains(string(out), "trial      "+info.ID) {
 			t.Fatalf("thermite-trial trial: %v %s", err, out)
@@ -333,7 +333,7 @@ func TestMCPToolsReachOnlyTheTrial(t *testing.T) {
 		{"lane-1", "THERMITE_TOKEN=" + a.token},
 	} {
 		t.Run("as "+who.role, func(t *testing.T) {
-			s := mcpSession(t, r, who.role, "THERMITE_API_SOCKET="+info.APISocket, who.env)
+			s := mcpSession(t, r, who.role, "THERMITE_API_SOCKET="+r.Cfg.RoleAPISocket(who.role), who.env)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			tools, err := s.ListTools(ctx, nil)
@@ -383,7 +383,7 @@ func TestMCPToolsReachOnlyTheTrial(t *testing.T) {
 	}
 
 	t.Run("the lane cannot borrow the agent's token file", func(t *testing.T) {
-		_, stderr, code := r.Thermite("run-as", "lane-1", "--env", "THERMITE_API_SOCKET="+info.APISocket, "--env", "THERMITE_TOKEN_FILE="+info.TokenFile, "--", r.Bin, "trial-client", "trial")
+		_, stderr, code := r.Thermite("run-as", "lane-1", "--env", "THERMITE_API_SOCKET="+r.Cfg.RoleAPISocket("lane-1"), "--env", "THERMITE_TOKEN_FILE="+info.TokenFile, "--", r.Bin, "trial-client", "trial")
 		if code != 1 || !strings.Contains(stderr, "the trial token (THERMITE_TOKEN_FILE)") || !strings.Contains(stderr, "permission denied") {
 			t.Fatalf("exit %d %q", code, stderr)
 		}
@@ -450,7 +450,7 @@ func TestAgentHarnessesWithTheirOwnLimits(t *testing.T) {
 		}
 		for _, f := range []string{".codex/config.toml", ".config/opencode/opencode.json"} {
 			raw, err := os.ReadFile(filepath.Join(home, f))
-			if err != nil || !strings.Contains(string(raw), filepath.Join(home, "token")) || !strings.Contains(string(raw), info.APISocket) {
+			if err != nil || !strings.Contains(string(raw), filepath.Join(home, "token")) || !strings.Contains(string(raw), r.Cfg.RoleAPISocket("lane-1")) {
 				t.Errorf("%s: %v %s", f, err, raw)
 			}
 		}
@@ -507,7 +507,7 @@ func TestEgressProxyToListedProviderOnly(t *testing.T) {
 	info, a := startTrial(t, r, 1, p)
 
 	connect := func(target, auth string) (int, string, net.Conn) {
-		conn, err := net.Dial("unix", info.APISocket)
+		conn, err := net.Dial("unix", r.Cfg.APISocket())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -19,7 +19,8 @@ type TrialInfo struct {
 	ResearchDir string `json:"research_dir"`
 	LaneArea    string `json:"lane_area"`
 	// APISocket is the one way a trial's processes reach the API: the
-	// lane's and the agent's network policy (api) gives them no TCP.
+	// lane's and the agent's network policy (api) gives them no TCP. It is
+	// the agent's own socket (the lane harness's details name the lane's).
 	APISocket string `json:"api_socket"`
 }
 

@@ -65,7 +65,9 @@ type GPU struct {
 
 // API is the harness API that worker agents' tools call.
 type API struct {
-	// Socket is the API's unix socket ("" is state_dir/api/api.sock).
+	// Socket is the operator's socket of the API, root's alone ("" is
+	// state_dir/api/api.sock). Each lane and agent reaches the API on a
+	// socket of its own, state_dir/api/<role>/api.sock (RoleAPISocket).
 	Socket string `toml:"socket" json:"socket"`
 	// TCP is the loopback address it also listens on ("" for none).
 	TCP              string   `toml:"tcp" json:"tcp"`
@@ -606,12 +608,24 @@ func (c *Config) ControllerSocket() string {
 func (c *Config) StoreDir() string { return filepath.Join(c.StateDir, "store") }
 func (c *Config) APIDir() string   { return filepath.Join(c.StateDir, "api") }
 
-// APISocket is the harness API's unix socket.
+// APISocket is the harness API's operator socket: root's alone.
 func (c *Config) APISocket() string {
 	if c.API.Socket != "" {
 		return c.API.Socket
 	}
 	return filepath.Join(c.StateDir, "api", "api.sock")
+}
+
+// RoleAPIDir is the folder of one lane's or agent's own API socket: the
+// controller's, its group the role's, 0710, so that only that role (and
+// the controller) may pass through it to the socket.
+func (c *Config) RoleAPIDir(role string) string { return filepath.Join(c.APIDir(), role) }
+
+// RoleAPISocket is one lane's or agent's own socket of the harness API:
+// its own listener, backlog and connection budget, served only to that
+// role's uid and its lane's trials' tokens.
+func (c *Config) RoleAPISocket(role string) string {
+	return filepath.Join(c.RoleAPIDir(role), "api.sock")
 }
 func (c *Config) ScratchDir() string  { return filepath.Join(c.StateDir, "scratch") }
 func (c *Config) ResearchDir() string { return filepath.Join(c.StateDir, "research") }

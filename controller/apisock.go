@@ -1,0 +1,114 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+
+	"golang.org/x/sys/unix"
+
+	"thermite/controller/ledger"
+	"thermite/roles"
+)
+
+// The harness API's unix sockets: one for each lane and each agent, and
+// the operator's. Each is a listener of its own, accepted on in its own
+// goroutine, so one role's flood of connections fills only its own
+// backlog and its own share of the budget, never another lane's.
+
+// apiSocket is one of the API's unix listeners and who may use it.
+type apiSocket struct {
+	path string
+	// mode is the socket file's: 0666 for a role's, whose folder (0710,
+	// the role's group) is what keeps the other roles out; 0600 for the
+	// operator's, which only root passes.
+	mode os.FileMode
+	// who names the listener in the log: a role's name, or "operator".
+	who string
+	// uid is the one peer the listener serves (SO_PEERCRED).
+	uid int
+	// lane is the lane whose trials' tokens it takes; 0 takes any open
+	// trial's (the operator's).
+	lane int
+}
+
+// apiSockets are the operator's socket (root's) and every lane's and
+// agent's own.
+func (c *Controller) apiSockets() []apiSocket {
+	out := []apiSocket{{path: c.cfg.APISocket(), mode: 0o600, who: "operator", uid: 0}}
+	for _, r := range c.table.Roles {
+		if r.Kind == roles.Lane || r.Kind == roles.Agent {
+			out = append(out, apiSocket{path: c.cfg.RoleAPISocket(r.Name), mode: 0o666, who: r.Name, uid: r.UID, lane: r.Index})
+		}
+	}
+	return out
+}
+
+// listenAPI makes each of the API's unix listeners, each refusing every
+// peer but its one uid before a byte is read, then counting what it keeps
+// against the connection budget; the connections it hands over carry the
+// lane whose tokens they may use. Any that cannot be made refuses the
+// start: no lane falls back to a socket it shares.
+func (c *Controller) listenAPI() ([]net.Listener, error) {
+	var out []net.Listener
+	for _, s := range c.apiSockets() {
+		l, err := listenUnix(s.path, s.mode)
+		if err != nil {
+			for _, o := range out {
+				o.Close()
+			}
+			return nil, fmt.Errorf("controller: the API's socket for %s: %w", s.who, err)
+		}
+		uid := uint32(s.uid)
+		l = &peerListener{Listener: l, allow: func(cred *unix.Ucred) bool { return cred.Uid == uid }, log: c.log, name: "the API socket of " + s.who}
+		out = append(out, &budgetListener{Listener: l, budget: c.conns, socket: s.path, lane: s.lane})
+	}
+	return out, nil
+}
+
+// apiConnKey is the context key of the listener a request came in on.
+type apiConnKey struct{}
+
+// apiConnFrom is what a connection's listener allows: the socket it came
+// in on and the lane whose tokens it takes (0: any).
+type apiConnFrom struct {
+	socket string
+	lane   int
+}
+
+// apiConnContext tags each connection's requests with its listener, for
+// the API's http.Server's ConnContext.
+func apiConnContext(ctx context.Context, conn net.Conn) context.Context {
+	if bc, ok := conn.(*budgetConn); ok && bc.socket != "" {
+		return context.WithValue(ctx, apiConnKey{}, apiConnFrom{socket: bc.socket, lane: bc.lane})
+	}
+	return ctx
+}
+
+// trialForRequest is the open trial of a request's token, nil when there
+// is none or when the token is not of a trial on the lane whose socket
+// the request came in on: lane-2's token on lane-1's socket gets the
+// same 401 as a wrong one.
+func (c *Controller) trialForRequest(r *http.Request) *trialRT {
+	rt := c.TrialForToken(r.Header.Get("Authorization"))
+	if rt == nil {
+		return nil
+	}
+	if from, ok := r.Context().Value(apiConnKey{}).(apiConnFrom); ok && from.lane != 0 && from.lane != rt.t.Lane {
+		return nil
+	}
+	return rt
+}
+
+// infoOn is a trial's details as a request sees them: the socket named is
+// the one it came in on (the lane's own for the lane, the agent's for the
+// agent).
+func (c *Controller) infoOn(r *http.Request, t ledger.Trial) TrialInfo {
+	i := c.info(t)
+	if from, ok := r.Context().Value(apiConnKey{}).(apiConnFrom); ok {
+		i.APISocket = from.socket
+	}
+	return i
+}
