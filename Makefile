@@ -1,4 +1,4 @@
-# thermite: `make` builds, `sudo make run` serves on the defaults, `sudo make test` is what CI runs.
+# thermite: `make` builds, `sudo make run` serves on the defaults, `sudo make agents test` is what CI runs.
 SHELL    := /bin/bash
 GO       ?= go
 BIN      := bin/thermite
