@@ -233,6 +233,41 @@ var HostChecks = []HostRow{
 			return "no turbo control", true, ""
 		},
 	},
+	{
+		Name: "other users' processes hidden in /proc", Severity: SevWarning, Want: "hidepid=invisible",
+		Why: "without hidepid, every role reads stat, status, schedstat and cmdline of the timing user's processes (file modes and Landlock guard only the ptrace-checked files): when the judge runs, what, and for how long",
+		Check: func(e HostEnv) (string, bool, string) {
+			fix := "mount -o remount,hidepid=invisible /proc (and hidepid=invisible in /etc/fstab, or ProtectProc=invisible in the rig's unit); the broker, root, still sees every process"
+			data, err := os.ReadFile(filepath.Join(e.ProcRoot, "self", "mountinfo"))
+			if err != nil {
+				return "unreadable: " + err.Error(), false, fix
+			}
+			opts, ok := procMountOptions(string(data))
+			if !ok {
+				return "no proc file system mounted at /proc", false, fix
+			}
+			for _, o := range strings.Split(opts, ",") {
+				switch o {
+				case "hidepid=invisible", "hidepid=2", "hidepid=ptraceable", "hidepid=4":
+					return o, true, ""
+				}
+			}
+			return "no hidepid (" + opts + ")", false, fix
+		},
+	},
+}
+
+// procMountOptions finds the proc file system mounted at /proc in a
+// mountinfo and returns its super options, where hidepid is.
+func procMountOptions(mountinfo string) (string, bool) {
+	for _, l := range strings.Split(mountinfo, "\n") {
+		pre, post, found := strings.Cut(l, " - ")
+		f, g := strings.Fields(pre), strings.Fields(post)
+		if found && len(f) >= 5 && f[4] == "/proc" && len(g) >= 3 && g[0] == "proc" {
+			return g[2], true
+		}
+	}
+	return "", false
 }
 
 func readInt(p string) (int, error) {
