@@ -246,11 +246,8 @@ var HostChecks = []HostRow{
 			if !ok {
 				return "no proc file system mounted at /proc", false, fix
 			}
-			for _, o := range strings.Split(opts, ",") {
-				switch o {
-				case "hidepid=invisible", "hidepid=2", "hidepid=ptraceable", "hidepid=4":
-					return o, true, ""
-				}
+			if o := hidepidOf(opts); o != "" {
+				return o, true, ""
 			}
 			return "no hidepid (" + opts + ")", false, fix
 		},
@@ -258,16 +255,44 @@ var HostChecks = []HostRow{
 }
 
 // procMountOptions finds the proc file system mounted at /proc in a
-// mountinfo and returns its super options, where hidepid is.
-func procMountOptions(mountinfo string) (string, bool) {
+// mountinfo and returns its super options, where hidepid is. Of mounts
+// stacked on /proc the last is the one a path reaches.
+func procMountOptions(mountinfo string) (opts string, ok bool) {
 	for _, l := range strings.Split(mountinfo, "\n") {
 		pre, post, found := strings.Cut(l, " - ")
 		f, g := strings.Fields(pre), strings.Fields(post)
-		if found && len(f) >= 5 && f[4] == "/proc" && len(g) >= 3 && g[0] == "proc" {
-			return g[2], true
+		if found && len(f) >= 5 && f[4] == "/proc" {
+			opts, ok = "", false
+			if len(g) >= 3 && g[0] == "proc" {
+				opts, ok = g[2], true
+			}
 		}
 	}
-	return "", false
+	return opts, ok
+}
+
+// hidepidOf is the hidepid option among a proc mount's options that hides
+// other users' processes, or "".
+func hidepidOf(opts string) string {
+	for _, o := range strings.Split(opts, ",") {
+		switch o {
+		case "hidepid=invisible", "hidepid=2", "hidepid=ptraceable", "hidepid=4":
+			return o
+		}
+	}
+	return ""
+}
+
+// ProcHidesOthers says whether the proc file system at /proc, as the
+// caller's mount namespace has it under procRoot, hides other users'
+// processes: a role then finds no /proc/PID of another role's process.
+func ProcHidesOthers(procRoot string) bool {
+	data, err := os.ReadFile(filepath.Join(procRoot, "self", "mountinfo"))
+	if err != nil {
+		return false
+	}
+	opts, ok := procMountOptions(string(data))
+	return ok && hidepidOf(opts) != ""
 }
 
 func readInt(p string) (int, error) {

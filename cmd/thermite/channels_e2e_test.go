@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"thermite/internal/testrig"
+	"thermite/selftest"
 )
 
 // Issue 27: the kernel's channels between roles. Each test is one attack,
@@ -64,7 +65,11 @@ func pyOutcomes(out string) map[string]string {
 // writes, its environment, the call it sits in, its kernel stack, its
 // descriptors and mappings) is refused: the timing user's uid is not the
 // lane's, and Landlock keeps ptrace within the lane's own domain. The same
-// files of the lane's own process are read.
+// files of the lane's own process are read. Where /proc hides other users'
+// processes (hidepid=invisible, the rig check's row), every file of the
+// timing user's process, stat, status, schedstat and cmdline too, is not
+// there at all (ENOENT); without it those four are read, which the rig
+// check names.
 func TestLaneReadingTheTimingUsersProcFilesRefused(t *testing.T) {
 	requirePython(t)
 	r := newRig(t)
@@ -78,16 +83,31 @@ func TestLaneReadingTheTimingUsersProcFilesRefused(t *testing.T) {
 		t.Fatal("the timing user's sleep did not start")
 	}
 	guarded := []string{"io", "environ", "syscall", "stack", "fd", "maps", "mem", "pagemap", "fdinfo", "map_files"}
+	unguarded := []string{"stat", "status", "schedstat", "cmdline"}
+	hidden := selftest.ProcHidesOthers("/proc")
 	script := `
 for pid in sys.argv[1:]:
-    for f in ` + pyList(guarded) + `:
+    for f in ` + pyList(append(guarded, unguarded...)) + `:
         p = "/proc/%s/%s" % (pid, f)
         try_(f + " of " + ("self" if pid == "self" else "the timing user"), lambda: os.listdir(p) if os.path.isdir(p) else open(p, "rb").read(1))
 `
 	got := pyAs(t, r, "lane-1", script, strconv.Itoa(pids[0]), "self")
+	want := "EACCES"
+	if hidden {
+		want = "ENOENT"
+	}
+	for _, f := range unguarded {
+		g := got[f+" of the timing user"]
+		switch {
+		case hidden && g != "ENOENT":
+			t.Errorf("lane-1 reads /proc/%d/%s of the timing user where /proc hides it: %s, want ENOENT", pids[0], f, g)
+		case !hidden:
+			t.Logf("without hidepid lane-1 reads /proc/%d/%s of the timing user: %s", pids[0], f, g)
+		}
+	}
 	for _, f := range guarded {
-		if g := got[f+" of the timing user"]; g != "EACCES" {
-			t.Errorf("lane-1 reads /proc/%d/%s of the timing user: %s, want EACCES", pids[0], f, g)
+		if g := got[f+" of the timing user"]; g != want {
+			t.Errorf("lane-1 reads /proc/%d/%s of the timing user: %s, want %s", pids[0], f, g, want)
 		}
 		// Its own mem and pagemap have nothing at offset 0, and its own
 		// kernel stack takes CAP_SYS_ADMIN: the rest it reads.
