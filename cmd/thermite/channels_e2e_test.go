@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -31,12 +32,22 @@ func requirePython(t *testing.T) {
 // it prints is "WHAT ok" or "WHAT ERRNO".
 func pyAs(t *testing.T, r *testrig.Rig, role, script string, args ...string) map[string]string {
 	t.Helper()
+	got, err := pyRun(r, role, script, args...)
+	if err != "" {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// pyRun is pyAs for another goroutine than the test's: it says what went
+// wrong rather than ending the test.
+func pyRun(r *testrig.Rig, role, script string, args ...string) (map[string]string, string) {
 	argv := append([]string{"/usr/bin/python3", "-c", pyPrelude + script}, args...)
 	out, stderr, code := r.RunAs(role, nil, argv...)
 	if code != 0 {
-		t.Fatalf("python as %s: exit %d: %s%s", role, code, out, stderr)
+		return nil, fmt.Sprintf("python as %s: exit %d: %s%s", role, code, out, stderr)
 	}
-	return pyOutcomes(out)
+	return pyOutcomes(out), ""
 }
 
 // pyPrelude gives a script try_(what, f): it prints what f got.
@@ -275,5 +286,90 @@ try_("connect the socket", lambda: s.connect(sys.argv[2]))
 	// Its listener was stopped with the trial: nothing answers.
 	if got["connect the socket"] != "ECONNREFUSED" {
 		t.Errorf("lane-2 connects to the published socket: %s, want ECONNREFUSED", got["connect the socket"])
+	}
+}
+
+// heldMemfds lists the memfds named name among a process's descriptors.
+func heldMemfds(t *testing.T, pid int, name string) []string {
+	t.Helper()
+	dir := "/proc/" + strconv.Itoa(pid) + "/fd"
+	ents, err := os.ReadDir(dir)
+	if os.IsNotExist(err) {
+		return nil // the process ended
+	} else if err != nil {
+		t.Fatalf("%s: %v", dir, err)
+	}
+	var held []string
+	for _, e := range ents {
+		if l, err := os.Readlink(filepath.Join(dir, e.Name())); err == nil && strings.Contains(l, "memfd:"+name) {
+			held = append(held, e.Name()+" -> "+l)
+		}
+	}
+	return held
+}
+
+// A lane hands a memfd (and a pidfd of itself) over the one socket of
+// another role's it reaches by design, the harness API's, with a request
+// in the same message, and keeps its end open: the controller reads its
+// connections with read(2), which takes no descriptors, so the kernel drops
+// them and the controller holds none. Passed over a socketpair of its own,
+// the same memfd arrives and reads back.
+func TestLanePassingAMemfdToTheAPIKeepsNothingInTheController(t *testing.T) {
+	requirePython(t)
+	r := newRig(t)
+	name := "thermite-channel-" + ipcKey()
+	sent := filepath.Join(r.Cfg.ScratchDir(), "home", "lane-1", "sent")
+	type answer struct {
+		got map[string]string
+		err string
+	}
+	answered := make(chan answer, 1)
+	go func() {
+		var a answer
+		a.got, a.err = pyRun(r, "lane-1", `
+import array
+name = sys.argv[2]
+mfd = os.memfd_create(name); os.write(mfd, b"from lane-1")
+pfd = os.pidfd_open(os.getpid())
+fds = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [mfd, pfd]))]
+a, b = socket.socketpair()
+a.sendmsg([b"x"], fds)
+msg, anc, _, _ = b.recvmsg(1, socket.CMSG_SPACE(8))
+got = array.array("i"); got.frombytes(anc[0][2])
+os.lseek(got[0], 0, 0)
+print("own socketpair", "ok" if os.read(got[0], 100) == b"from lane-1" else "lost", flush=True)
+s = socket.socket(socket.AF_UNIX)
+def send():
+    s.connect(sys.argv[1])
+    s.sendmsg([b"GET /v1/trial HTTP/1.1\r\nHost: api\r\nConnection: keep-alive\r\n\r\n"], fds)
+    s.settimeout(10)
+    if not s.recv(100).startswith(b"HTTP/1.1"):
+        raise OSError(errno.EPROTO, "no HTTP answer")
+try_("the API socket", send)
+open(os.environ["HOME"] + "/sent", "w").close()
+time.sleep(3)
+`, r.Cfg.APISocket(), name)
+		answered <- a
+	}()
+	// While the lane still holds its connection and its memfd.
+	if waitFor(10*time.Second, func() bool { _, err := os.Stat(sent); return err == nil }) {
+		if held := heldMemfds(t, controllerPID(t, r), name); len(held) > 0 {
+			t.Errorf("the controller holds lane-1's memfd: %v", held)
+		}
+		// The listing does see a memfd where one is held: the lane's own.
+		seen := false
+		for _, pid := range r.Procs("lane-1") {
+			seen = seen || len(heldMemfds(t, pid, name)) > 0
+		}
+		if !seen {
+			t.Error("no process of lane-1 shows its memfd, so the controller's listing proves nothing")
+		}
+	}
+	a := <-answered
+	if a.err != "" {
+		t.Fatal(a.err)
+	}
+	if got := a.got; got["own socketpair"] != "ok" || got["the API socket"] != "ok" {
+		t.Fatalf("lane-1 passing a memfd: %v, want both ok", got)
 	}
 }
