@@ -71,63 +71,74 @@ func pyOutcomes(out string) map[string]string {
 	return got
 }
 
-// A lane reads what it can of the timing user's processes while one runs.
-// Every file the kernel guards with a ptrace check (what it reads and
-// writes, its environment, the call it sits in, its kernel stack, its
-// descriptors and mappings) is refused: the timing user's uid is not the
-// lane's, and Landlock keeps ptrace within the lane's own domain. The same
-// files of the lane's own process are read. Where /proc hides other users'
-// processes (hidepid=invisible, the rig check's row), every file of the
-// timing user's process, stat, status, schedstat and cmdline too, is not
-// there at all (ENOENT); without it those four are read, which the rig
-// check names.
-func TestLaneReadingTheTimingUsersProcFilesRefused(t *testing.T) {
+// A lane reads what it can of the timing user's process, and of another
+// lane's, while each runs. Every file the kernel guards with a ptrace check
+// (what it reads and writes, its environment, the call it sits in, its
+// kernel stack, its descriptors and mappings) is refused: their uids are
+// not the lane's, and Landlock keeps ptrace within the lane's own domain.
+// The same files of the lane's own process are read. Where /proc hides
+// other users' processes (hidepid=invisible, the rig check's row), every
+// file of theirs, stat, status, schedstat and cmdline too, is not there at
+// all (ENOENT); without it those four are read, which the rig check names.
+func TestLaneReadingTheTimingUsersAndAnotherLanesProcFilesRefused(t *testing.T) {
 	requirePython(t)
 	r := newRig(t)
-	done := make(chan string, 1)
-	go func() {
-		_, stderr, _ := r.RunAs("run", nil, "sleep", "20")
-		done <- stderr
-	}()
-	var pids []int
-	if !waitFor(10*time.Second, func() bool { pids = r.Procs("run"); return len(pids) > 0 }) {
-		t.Fatal("the timing user's sleep did not start")
+	others := []string{"run", "lane-2"}
+	done := make(chan string, len(others))
+	target := map[string]int{}
+	for _, role := range others {
+		go func() {
+			_, stderr, _ := r.RunAs(role, nil, "sleep", "20")
+			done <- stderr
+		}()
+		var pids []int
+		if !waitFor(10*time.Second, func() bool { pids = r.Procs(role); return len(pids) > 0 }) {
+			t.Fatalf("%s's sleep did not start", role)
+		}
+		target[role] = pids[0]
 	}
 	guarded := []string{"io", "environ", "syscall", "stack", "fd", "maps", "mem", "pagemap", "fdinfo", "map_files"}
 	unguarded := []string{"stat", "status", "schedstat", "cmdline"}
 	hidden := selftest.ProcHidesOthers("/proc")
 	script := `
-for pid in sys.argv[1:]:
+for who in sys.argv[1:]:
+    name, pid = who.split("=")
     for f in ` + pyList(append(guarded, unguarded...)) + `:
         p = "/proc/%s/%s" % (pid, f)
-        try_(f + " of " + ("self" if pid == "self" else "the timing user"), lambda: os.listdir(p) if os.path.isdir(p) else open(p, "rb").read(1))
+        try_(f + " of " + name, lambda: os.listdir(p) if os.path.isdir(p) else open(p, "rb").read(1))
 `
-	got := pyAs(t, r, "lane-1", script, strconv.Itoa(pids[0]), "self")
+	got := pyAs(t, r, "lane-1", script, "run="+strconv.Itoa(target["run"]), "lane-2="+strconv.Itoa(target["lane-2"]), "self=self")
 	want := "EACCES"
 	if hidden {
 		want = "ENOENT"
 	}
-	for _, f := range unguarded {
-		g := got[f+" of the timing user"]
-		switch {
-		case hidden && g != "ENOENT":
-			t.Errorf("lane-1 reads /proc/%d/%s of the timing user where /proc hides it: %s, want ENOENT", pids[0], f, g)
-		case !hidden:
-			t.Logf("without hidepid lane-1 reads /proc/%d/%s of the timing user: %s", pids[0], f, g)
+	for _, role := range others {
+		for _, f := range unguarded {
+			g := got[f+" of "+role]
+			switch {
+			case hidden && g != "ENOENT":
+				t.Errorf("lane-1 reads /proc/%d/%s of %s where /proc hides it: %s, want ENOENT", target[role], f, role, g)
+			case !hidden:
+				t.Logf("without hidepid lane-1 reads /proc/%d/%s of %s: %s", target[role], f, role, g)
+			}
+		}
+		for _, f := range guarded {
+			if g := got[f+" of "+role]; g != want {
+				t.Errorf("lane-1 reads /proc/%d/%s of %s: %s, want %s", target[role], f, role, g, want)
+			}
 		}
 	}
 	for _, f := range guarded {
-		if g := got[f+" of the timing user"]; g != want {
-			t.Errorf("lane-1 reads /proc/%d/%s of the timing user: %s, want %s", pids[0], f, g, want)
-		}
 		// Its own mem and pagemap have nothing at offset 0, and its own
 		// kernel stack takes CAP_SYS_ADMIN: the rest it reads.
 		if g := got[f+" of self"]; g != "ok" && f != "mem" && f != "pagemap" && f != "stack" {
 			t.Errorf("lane-1 reads its own /proc/self/%s: %s, want ok", f, g)
 		}
 	}
-	r.Thermite("stop", "run")
-	<-done
+	for _, role := range others {
+		r.Thermite("stop", role)
+		<-done
+	}
 }
 
 func pyList(xs []string) string {
