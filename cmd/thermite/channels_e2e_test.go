@@ -319,17 +319,19 @@ func heldMemfds(t *testing.T, pid int, name string) []string {
 	return held
 }
 
-// A lane hands a memfd (and a pidfd of itself) over the one socket of
-// another role's it reaches by design, the harness API's, with a request
-// in the same message, and keeps its end open: the controller reads its
-// connections with read(2), which takes no descriptors, so the kernel drops
-// them and the controller holds none. Passed over a socketpair of its own,
-// the same memfd arrives and reads back.
-func TestLanePassingAMemfdToTheAPIKeepsNothingInTheController(t *testing.T) {
+// An agent hands a memfd (and a pidfd of itself) over the socket of
+// another role's it reaches by design, its harness API socket, with a
+// request in the same message, and keeps its end open: the controller
+// reads its connections with read(2), which takes no descriptors, so the
+// kernel drops them and the controller holds none (every API listener is
+// the same server: a lane's own socket is read the same way). Passed over
+// a socketpair of its own, the same memfd arrives and reads back.
+func TestAgentPassingAMemfdOverItsAPISocketKeepsNothingInTheController(t *testing.T) {
 	requirePython(t)
 	r := newRig(t)
+	info, _ := startTrial(t, r, 1, makeProject(t, r))
 	name := "thermite-channel-" + ipcKey()
-	sent := filepath.Join(r.Cfg.ScratchDir(), "home", "lane-1", "sent")
+	sent := filepath.Join(r.Cfg.ScratchDir(), "home", "agent-1", "sent")
 	type answer struct {
 		got map[string]string
 		err string
@@ -337,10 +339,10 @@ func TestLanePassingAMemfdToTheAPIKeepsNothingInTheController(t *testing.T) {
 	answered := make(chan answer, 1)
 	go func() {
 		var a answer
-		a.got, a.err = pyRun(r, "lane-1", `
+		a.got, a.err = pyRun(r, "agent-1", `
 import array
 name = sys.argv[2]
-mfd = os.memfd_create(name); os.write(mfd, b"from lane-1")
+mfd = os.memfd_create(name); os.write(mfd, b"from agent-1")
 pfd = os.pidfd_open(os.getpid())
 fds = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [mfd, pfd]))]
 a, b = socket.socketpair()
@@ -348,7 +350,7 @@ a.sendmsg([b"x"], fds)
 msg, anc, _, _ = b.recvmsg(1, socket.CMSG_SPACE(8))
 got = array.array("i"); got.frombytes(anc[0][2])
 os.lseek(got[0], 0, 0)
-print("own socketpair", "ok" if os.read(got[0], 100) == b"from lane-1" else "lost", flush=True)
+print("own socketpair", "ok" if os.read(got[0], 100) == b"from agent-1" else "lost", flush=True)
 s = socket.socket(socket.AF_UNIX)
 def send():
     s.connect(sys.argv[1])
@@ -359,21 +361,21 @@ def send():
 try_("the API socket", send)
 open(os.environ["HOME"] + "/sent", "w").close()
 time.sleep(3)
-`, r.Cfg.APISocket(), name)
+`, info.APISocket, name)
 		answered <- a
 	}()
 	// While the lane still holds its connection and its memfd.
 	if waitFor(10*time.Second, func() bool { _, err := os.Stat(sent); return err == nil }) {
 		if held := heldMemfds(t, controllerPID(t, r), name); len(held) > 0 {
-			t.Errorf("the controller holds lane-1's memfd: %v", held)
+			t.Errorf("the controller holds agent-1's memfd: %v", held)
 		}
-		// The listing does see a memfd where one is held: the lane's own.
+		// The listing does see a memfd where one is held: the agent's own.
 		seen := false
-		for _, pid := range r.Procs("lane-1") {
+		for _, pid := range r.Procs("agent-1") {
 			seen = seen || len(heldMemfds(t, pid, name)) > 0
 		}
 		if !seen {
-			t.Error("no process of lane-1 shows its memfd, so the controller's listing proves nothing")
+			t.Error("no process of agent-1 shows its memfd, so the controller's listing proves nothing")
 		}
 	}
 	a := <-answered
@@ -381,6 +383,6 @@ time.sleep(3)
 		t.Fatal(a.err)
 	}
 	if got := a.got; got["own socketpair"] != "ok" || got["the API socket"] != "ok" {
-		t.Fatalf("lane-1 passing a memfd: %v, want both ok", got)
+		t.Fatalf("agent-1 passing a memfd: %v, want both ok", got)
 	}
 }
