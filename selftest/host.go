@@ -233,6 +233,66 @@ var HostChecks = []HostRow{
 			return "no turbo control", true, ""
 		},
 	},
+	{
+		Name: "other users' processes hidden in /proc", Severity: SevWarning, Want: "hidepid=invisible",
+		Why: "without hidepid, every role reads stat, status, schedstat and cmdline of the timing user's processes (file modes and Landlock guard only the ptrace-checked files): when the judge runs, what, and for how long",
+		Check: func(e HostEnv) (string, bool, string) {
+			fix := "mount -o remount,hidepid=invisible /proc (and hidepid=invisible in /etc/fstab, or ProtectProc=invisible in the rig's unit); the broker, root, still sees every process"
+			data, err := os.ReadFile(filepath.Join(e.ProcRoot, "self", "mountinfo"))
+			if err != nil {
+				return "unreadable: " + err.Error(), false, fix
+			}
+			opts, ok := procMountOptions(string(data))
+			if !ok {
+				return "no proc file system mounted at /proc", false, fix
+			}
+			if o := hidepidOf(opts); o != "" {
+				return o, true, ""
+			}
+			return "no hidepid (" + opts + ")", false, fix
+		},
+	},
+}
+
+// procMountOptions finds the proc file system mounted at /proc in a
+// mountinfo and returns its super options, where hidepid is. Of mounts
+// stacked on /proc the last is the one a path reaches.
+func procMountOptions(mountinfo string) (opts string, ok bool) {
+	for _, l := range strings.Split(mountinfo, "\n") {
+		pre, post, found := strings.Cut(l, " - ")
+		f, g := strings.Fields(pre), strings.Fields(post)
+		if found && len(f) >= 5 && f[4] == "/proc" {
+			opts, ok = "", false
+			if len(g) >= 3 && g[0] == "proc" {
+				opts, ok = g[2], true
+			}
+		}
+	}
+	return opts, ok
+}
+
+// hidepidOf is the hidepid option among a proc mount's options that hides
+// other users' processes, or "".
+func hidepidOf(opts string) string {
+	for _, o := range strings.Split(opts, ",") {
+		switch o {
+		case "hidepid=invisible", "hidepid=2", "hidepid=ptraceable", "hidepid=4":
+			return o
+		}
+	}
+	return ""
+}
+
+// ProcHidesOthers says whether the proc file system at /proc, as the
+// caller's mount namespace has it under procRoot, hides other users'
+// processes: a role then finds no /proc/PID of another role's process.
+func ProcHidesOthers(procRoot string) bool {
+	data, err := os.ReadFile(filepath.Join(procRoot, "self", "mountinfo"))
+	if err != nil {
+		return false
+	}
+	opts, ok := procMountOptions(string(data))
+	return ok && hidepidOf(opts) != ""
 }
 
 func readInt(p string) (int, error) {

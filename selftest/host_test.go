@@ -32,6 +32,7 @@ func newHostTree(t *testing.T) *hostTree {
 		"sys/kernel/perf_event_paranoid": "3", "sys/kernel/yama/ptrace_scope": "1",
 		"sys/user/max_user_namespaces": "0",
 		"swaps":                        "Filename\tType\tSize\tUsed\tPriority\n",
+		"self/mountinfo":               "22 1 0:21 / /proc rw,nosuid,nodev,noexec,relatime shared:12 - proc proc rw,hidepid=invisible",
 	} {
 		h.write("proc/"+k, v, 0o644)
 	}
@@ -132,6 +133,12 @@ func TestHostCheckNamesEachWeakness(t *testing.T) {
 		{"ondemand governor", func(h *hostTree) {
 			h.write("sys/devices/system/cpu/cpu2/cpufreq/scaling_governor", "ondemand", 0o644)
 		}, "CPU frequency governor of the judge CPUs", true, "echo performance | tee", "cpu2 ondemand", true},
+		{"other users' processes in /proc", func(h *hostTree) {
+			h.write("proc/self/mountinfo", "22 1 0:21 / /proc rw,nosuid,nodev,noexec,relatime shared:12 - proc proc rw\n23 22 0:22 / /proc/sys/fs/binfmt_misc rw - binfmt_misc binfmt_misc rw", 0o644)
+		}, "other users' processes hidden in /proc", true, "hidepid=invisible /proc", "no hidepid (rw)", true},
+		{"a proc without hidepid mounted over one with it", func(h *hostTree) {
+			h.write("proc/self/mountinfo", "22 1 0:21 / /proc rw - proc proc rw,hidepid=invisible\n66 22 0:40 / /proc rw - proc proc rw,hidepid=off", 0o644)
+		}, "other users' processes hidden in /proc", true, "hidepid=invisible /proc", "no hidepid (rw,hidepid=off)", true},
 		{"turbo on", func(h *hostTree) { h.write("sys/devices/system/cpu/intel_pstate/no_turbo", "0", 0o644) }, "turbo boost", true, "no_turbo", "no_turbo=0", true},
 	}
 	for _, c := range cases {
@@ -161,5 +168,21 @@ func TestHostCheckNamesEachWeakness(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The proc mount a path reaches is the last one stacked on /proc.
+func TestProcHidesOthersReadsTheTopMount(t *testing.T) {
+	h := newHostTree(t)
+	if !ProcHidesOthers(h.env.ProcRoot) {
+		t.Error("a careful host's /proc (hidepid=invisible) does not hide other users' processes")
+	}
+	h.write("proc/self/mountinfo", "22 1 0:21 / /proc rw - proc proc rw\n66 22 0:40 / /proc rw - proc proc rw,hidepid=2", 0o644)
+	if !ProcHidesOthers(h.env.ProcRoot) {
+		t.Error("hidepid=2 mounted over a plain /proc does not count")
+	}
+	h.write("proc/self/mountinfo", "22 1 0:21 / /proc rw - proc proc rw,hidepid=2\n66 22 0:40 / /proc rw - tmpfs none rw", 0o644)
+	if ProcHidesOthers(h.env.ProcRoot) {
+		t.Error("a tmpfs over a hidepid /proc counts as hiding")
 	}
 }

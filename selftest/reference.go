@@ -80,7 +80,9 @@ the rule.)
 `)
 	for i, row := range Policy {
 		want := strings.Join(row.Want, " or ")
-		if row.WantFor != nil {
+		if row.WantFor != nil && len(row.Want) > 0 {
+			want += ", or as the host says"
+		} else if row.WantFor != nil {
 			want = "as the layout and policy say for the role"
 		}
 		if row.Check != nil {

@@ -103,6 +103,7 @@ func Run(h Host) *rpc.SelftestResult {
 	}
 	c.GPU = h.GPULayout()
 	c.LandlockABI = h.LandlockABI()
+	c.ProcHidden = ProcHidesOthers("/proc")
 	if online, err := cpuset.Online(); err == nil {
 		c.Online = online.String()
 	}

@@ -61,6 +61,7 @@ type Context struct {
 	OtherLoopback      string            // ADDRESS:PORT of a canary on another loopback address at the API's port ("": no TCP API)
 	EgressOther        string            // ADDRESS:PORT of a canary on another loopback address at the egress proxy's port ("": no agent.egress)
 	LandlockABI        int               // the kernel's Landlock ABI, as the broker builds rule sets for it
+	ProcHidden         bool              // /proc hides other users' processes (hidepid)
 	Network            roleNetworks      // role name -> its network policy
 	Cgroup             map[string]string // role name -> its cgroup's path, "" without cgroups
 	ControlKeySHA      string            // the SHA-256 the launch named for control's key
@@ -182,6 +183,16 @@ type roleNetworks map[string]netpolicy.Network
 // (Landlock: not its proxy's port) or, where Landlock has no TCP rules
 // (ABI below 4), ECONNREFUSED (its namespace: nothing listens there but
 // its proxy), through for open.
+// otherProcWant is the right outcome of opening a file of another user's
+// /proc/PID: refused, or, where /proc hides other users' processes
+// (hidepid), not found, which is more than refused.
+func otherProcWant(c *Context, _ roles.Role) []string {
+	if c.ProcHidden {
+		return []string{"EACCES", "ENOENT"}
+	}
+	return refused
+}
+
 func tcpWant(c *Context, r roles.Role) []string {
 	switch n := c.Network[r.Name]; {
 	case n.AllowsInet():
@@ -232,8 +243,8 @@ var Policy = []Row{
 	{Who: Except(roles.Controller), Attempt: "read a kit", Make: at(OpRead, func(c *Context, _ roles.Role) string { return c.Kit }), Want: refused},
 	{Who: Every, Attempt: "read a secret file", Make: at(OpRead, func(c *Context, _ roles.Role) string { return c.Secret }), Want: refused},
 	{Who: Except(roles.Controller), Attempt: "connect to the broker socket", Make: at(OpConnect, func(c *Context, _ roles.Role) string { return c.Cfg.BrokerSocket() }), Want: refused},
-	{Who: Except(roles.Controller), Attempt: "open the controller's environ", Make: at(OpRead, func(c *Context, _ roles.Role) string { return procEnviron(c.ControllerPID) }), Want: refused},
-	{Who: Every, Attempt: "open the broker's environ", Make: at(OpRead, func(c *Context, _ roles.Role) string { return procEnviron(c.BrokerPID) }), Want: refused},
+	{Who: Except(roles.Controller), Attempt: "open the controller's environ", Make: at(OpRead, func(c *Context, _ roles.Role) string { return procEnviron(c.ControllerPID) }), Want: refused, WantFor: otherProcWant},
+	{Who: Every, Attempt: "open the broker's environ", Make: at(OpRead, func(c *Context, _ roles.Role) string { return procEnviron(c.BrokerPID) }), Want: refused, WantFor: otherProcWant},
 	{Who: Every, Attempt: "signal the broker", Make: pid(OpSignal, func(c *Context, _ roles.Role) int { return c.BrokerPID }), Want: notPerm},
 	{Who: Except(roles.Controller), Attempt: "signal the controller", Make: pid(OpSignal, func(c *Context, _ roles.Role) int { return c.ControllerPID }), Want: notPerm},
 	{Who: Every, Attempt: "signal another role's process", Make: pid(OpSignal, func(c *Context, r roles.Role) int { return c.OtherPID[r.Name] }), Want: notPerm},
