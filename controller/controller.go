@@ -225,6 +225,10 @@ func (c *Controller) apiMaxConns() int {
 	}
 	if c.cfg.API.MaxConnsPerPeer > n {
 		c.log.Warn("api.max_conns_per_peer is over the lowered api.max_conns", "max_conns_per_peer", c.cfg.API.MaxConnsPerPeer, "max_conns", n)
+	} else if peers := config.APIPeers(c.cfg.Lanes, len(c.cfg.Agent.Egress) > 0); n < peers*c.cfg.API.MaxConnsPerPeer {
+		// The configuration's check (config.APIPeers) held for max_conns
+		// as written, not as lowered.
+		c.log.Warn("the lowered api.max_conns is less than api.max_conns_per_peer for each of the API's peers: lanes holding their shares could leave another lane none", "max_conns", n, "max_conns_per_peer", c.cfg.API.MaxConnsPerPeer, "peers", peers)
 	}
 	return n
 }

@@ -297,3 +297,40 @@ for i in range(2000):
 		t.Errorf("the controller logged lane-2's 2001 refused connections on lane-1's socket in %d lines, want 1", n)
 	}
 }
+
+// TestAttackLaneAndItsAgentHoldingTheirSharesLeaveOtherLanesServed:
+// api.max_conns is one budget of every socket, and a lane holds
+// max_conns_per_peer on its own socket and as many again as its agent.
+// The configuration refuses a max_conns under a share for every peer
+// (config.APIPeers); at that least, lane 1's two roles idle at their
+// shares and lane 2's calls on its own socket are all answered.
+func TestAttackLaneAndItsAgentHoldingTheirSharesLeaveOtherLanesServed(t *testing.T) {
+	const share = 16
+	peers := config.APIPeers(2, false)
+	r := testrig.New(t, testrig.Options{APIExtra: fmt.Sprintf("max_conns = %d\nmax_conns_per_peer = %d\n", peers*share, share)})
+	p := makeProject(t, r)
+	startTrial(t, r, 1, p)
+	t2, _ := startTrial(t, r, 2, p)
+	for _, role := range []string{"lane-1", "agent-1"} {
+		idle := startAs(t, r, role, "idle", "ATTACK_SOCKET="+r.Cfg.RoleAPISocket(role), fmt.Sprintf("ATTACK_N=%d", share+8))
+		line := idle.expect("idle ", 20*time.Second)
+		t.Logf("%s: %s", role, line)
+		if alive := field(t, line, "alive"); alive != share {
+			t.Errorf("%s keeps %d idle connections, want its share of %d", role, alive, share)
+		}
+	}
+	lane2 := startAs(t, r, "lane-2", "calls", "ATTACK_SOCKET="+r.Cfg.RoleAPISocket("lane-2"), "ATTACK_TOKEN="+tokenOf(t, t2), "ATTACK_N=10", "ATTACK_FRESH=1")
+	line := lane2.expect("calls ", 30*time.Second)
+	t.Logf("lane-2 while lane 1's two roles hold their shares: %s", line)
+	if ok := field(t, line, "ok"); ok != 10 {
+		t.Errorf("lane-2's calls while lane 1's lane and agent hold their shares: %s, want all 10 answered", line)
+	}
+
+	// Under that least, the rig does not start.
+	bad := fmt.Sprintf("%s\n[api]\nmax_conns = %d\nmax_conns_per_peer = %d\n", "lanes = 2", 2*share, share)
+	path := filepath.Join(t.TempDir(), "rig.toml")
+	os.WriteFile(path, []byte(bad), 0o644)
+	if _, err := config.Load(path); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("api.max_conns: %d is less than api.max_conns_per_peer (%d) for each of the API's %d peers", 2*share, share, peers)) {
+		t.Errorf("config with max_conns %d, %d a peer, 2 lanes: %v, want refused naming the %d peers", 2*share, share, err, peers)
+	}
+}
