@@ -334,3 +334,41 @@ func TestAttackLaneAndItsAgentHoldingTheirSharesLeaveOtherLanesServed(t *testing
 		t.Errorf("config with max_conns %d, %d a peer, 2 lanes: %v, want refused naming the %d peers", 2*share, share, err, peers)
 	}
 }
+
+// TestAttackMoreMappedDeletedFilesThanTheMeasureStats: a lane keeping
+// more deleted files by mappings alone than one measure follows
+// (procs.MaxMappedStats, 16 384) ends its own trial as hiding its files,
+// and the broker goes on serving.
+func TestAttackMoreMappedDeletedFilesThanTheMeasureStats(t *testing.T) {
+	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+		t.Skip("needs /usr/bin/python3")
+	}
+	r := mappedRig(t, 1024, true)
+	info, a := startTrial(t, r, 1, makeProject(t, r))
+	script := `import ctypes, mmap, os, time
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+for i in range(16400):
+    fd = os.open("m", os.O_RDWR | os.O_CREAT, 0o600)
+    os.unlink("m")
+    os.write(fd, b"x")
+    libc.mmap(None, 4096, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+    os.close(fd)
+time.sleep(600)
+`
+	if code, _, raw := a.do("POST", "/v1/fs/write", map[string]any{"path": "many.py", "data": []byte(script)}); code != 200 {
+		t.Fatalf("fs/write: %d %s", code, raw)
+	}
+	if _, stderr, code := r.Thermite("trial", "exec", info.ID, "--", "sh", "-c", "setsid -f sh -c '/usr/bin/python3 many.py 2>many.err' </dev/null >/dev/null 2>&1"); code != 0 {
+		t.Fatalf("trial exec: %s", stderr)
+	}
+	s := waitTrial(t, r, info.ID, "the end of a trial past MaxMappedStats", func(s controller.TrialStatus) bool { return s.State != "open" })
+	t.Logf("end: %s", s.EndReason)
+	if !strings.Contains(s.EndReason, "keep more than 16384 deleted files by mappings alone") {
+		t.Errorf("end reason %q, want it to name the bound of mapped deleted files", s.EndReason)
+	}
+	if st := r.Status(); st == nil {
+		t.Errorf("the broker does not answer")
+	}
+}
