@@ -234,16 +234,28 @@ func (c *Controller) fsCall(w http.ResponseWriter, r *http.Request, rt *trialRT,
 	writeJSON(w, 200, res)
 }
 
-// record takes n bytes from the trial's recording budget: at most
-// max_step_bytes at once and max_trial_recorded in all.
-func (c *Controller) record(w http.ResponseWriter, rt *trialRT, n int64) bool {
+// What one record takes besides its text, counted against
+// max_trial_recorded with it: a step's ledger rows (its event and its
+// call's, about 1 KiB), a note's file (a block) and its event. Without
+// it an empty step or a one-byte note would count one byte, and the
+// 20 MiB budget would admit 20 million of them: 20 GiB of ledger, or
+// 80 GiB and 20 million files of notes, for one trial.
+const (
+	stepOverhead = 1 << 10
+	noteOverhead = 4 << 10
+)
+
+// record takes n bytes, and overhead for the record itself, from the
+// trial's recording budget: at most max_step_bytes of text at once and
+// max_trial_recorded in all.
+func (c *Controller) record(w http.ResponseWriter, rt *trialRT, n, overhead int64) bool {
 	if n > c.cfg.API.MaxStepBytes {
 		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("a recorded step is at most %d bytes; this one is %d", c.cfg.API.MaxStepBytes, n))
 		return false
 	}
-	if total := rt.recorded.Add(n); total > c.cfg.API.MaxTrialRecorded {
-		rt.recorded.Add(-n)
-		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the trial has recorded its limit of %d bytes", c.cfg.API.MaxTrialRecorded))
+	if total := rt.recorded.Add(n + overhead); total > c.cfg.API.MaxTrialRecorded {
+		rt.recorded.Add(-n - overhead)
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the trial has recorded its limit of %d bytes (each step counts %d bytes besides its text, each note %d, for its record)", c.cfg.API.MaxTrialRecorded, stepOverhead, noteOverhead))
 		return false
 	}
 	return true
@@ -258,7 +270,7 @@ func (c *Controller) apiStep(w http.ResponseWriter, r *http.Request, rt *trialRT
 		writeProblem(w, http.StatusBadRequest, CodeMissingField, "missing field kind")
 		return
 	}
-	if !c.record(w, rt, int64(len(req.Text)+len(req.Kind))) {
+	if !c.record(w, rt, int64(len(req.Text)+len(req.Kind)), stepOverhead) {
 		return
 	}
 	if !c.trialEvent(rt, "step", req) {
@@ -279,7 +291,7 @@ func (c *Controller) apiNote(w http.ResponseWriter, r *http.Request, rt *trialRT
 		writeProblem(w, http.StatusBadRequest, CodeMissingField, "missing field body")
 		return
 	}
-	if !c.record(w, rt, int64(len(req.Title)+len(req.Body))) {
+	if !c.record(w, rt, int64(len(req.Title)+len(req.Body)), noteOverhead) {
 		return
 	}
 	var p string

@@ -225,6 +225,10 @@ func (c *Controller) apiMaxConns() int {
 	}
 	if c.cfg.API.MaxConnsPerPeer > n {
 		c.log.Warn("api.max_conns_per_peer is over the lowered api.max_conns", "max_conns_per_peer", c.cfg.API.MaxConnsPerPeer, "max_conns", n)
+	} else if peers := config.APIPeers(c.cfg.Lanes, len(c.cfg.Agent.Egress) > 0); n < peers*c.cfg.API.MaxConnsPerPeer {
+		// The configuration's check (config.APIPeers) held for max_conns
+		// as written, not as lowered.
+		c.log.Warn("the lowered api.max_conns is less than api.max_conns_per_peer for each of the API's peers: lanes holding their shares could leave another lane none", "max_conns", n, "max_conns_per_peer", c.cfg.API.MaxConnsPerPeer, "peers", peers)
 	}
 	return n
 }
@@ -257,6 +261,27 @@ type peerListener struct {
 	allow func(*unix.Ucred) bool
 	log   *slog.Logger
 	name  string // the socket, as the log names it
+	// warned is when each refused uid was last logged, and refused how
+	// many were refused since: a role that reaches another's socket past
+	// its folder (an O_PATH descriptor through /proc/self/fd) and
+	// connects in a loop is one line every few seconds, not one per
+	// connection. Accept runs on one goroutine per listener.
+	warned  map[uint32]time.Time
+	refused map[uint32]int
+}
+
+// logRefused logs a refused peer, at most once every 5 seconds for each
+// uid, with how many were refused since the last line.
+func (l *peerListener) logRefused(cred *unix.Ucred) {
+	if l.warned == nil {
+		l.warned, l.refused = map[uint32]time.Time{}, map[uint32]int{}
+	}
+	l.refused[cred.Uid]++
+	if now := time.Now(); now.Sub(l.warned[cred.Uid]) > 5*time.Second {
+		l.log.Warn("refused a peer on "+l.name, "uid", cred.Uid, "pid", cred.Pid, "refused_since_last", l.refused[cred.Uid])
+		l.warned[cred.Uid] = now
+		l.refused[cred.Uid] = 0
+	}
 }
 
 func (l *peerListener) Accept() (net.Conn, error) {
@@ -273,7 +298,7 @@ func (l *peerListener) Accept() (net.Conn, error) {
 		cred, err := peercred.Of(uc)
 		if err != nil || !l.allow(cred) {
 			if cred != nil {
-				l.log.Warn("refused a peer on "+l.name, "uid", cred.Uid, "pid", cred.Pid)
+				l.logRefused(cred)
 			}
 			conn.Close()
 			continue

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"thermite/controller/ledger"
 )
@@ -22,15 +23,40 @@ import (
 // unrecorded. A variable so tests can lower it.
 var maxAgentEvents int64 = 50000
 
-// agentEvent records an event of that kind, within maxAgentEvents; the
-// first one past it is recorded as "events.unrecorded".
-func (c *Controller) agentEvent(rt *trialRT, kind string, data any) {
+// maxEventString bounds each string an agent chooses in one of its
+// events (a refused fetch's URL and error, a tunnel's target, up to the
+// 64 KiB of a request body or header): the cap counts events, and 50 000
+// refused fetches of a 60 kB URL would be 7.4 GiB of the ledger.
+const maxEventString = 512
+
+// agentEvent records an event of that kind, within maxAgentEvents, each
+// of its strings clipped to maxEventString; the first one past it is
+// recorded as "events.unrecorded".
+func (c *Controller) agentEvent(rt *trialRT, kind string, data map[string]any) {
 	switch n := rt.agentEvents.Add(1); {
 	case n <= maxAgentEvents:
+		for k, v := range data {
+			if s, ok := v.(string); ok {
+				data[k] = clipEventString(s)
+			}
+		}
 		c.trialEvent(rt, kind, data)
 	case n == maxAgentEvents+1:
 		c.trialEvent(rt, "events.unrecorded", map[string]any{"after": maxAgentEvents, "why": fmt.Sprintf("more than %d API calls and tunnels: the rest are counted, not recorded; the trial's end gives the count", maxAgentEvents)})
 	}
+}
+
+// clipEventString is s cut to at most maxEventString bytes at a rune's
+// start, saying how long it was.
+func clipEventString(s string) string {
+	if len(s) <= maxEventString {
+		return s
+	}
+	cut := maxEventString
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s… (%d bytes)", s[:cut], len(s))
 }
 
 // unrecordedEvents is how many of the trial's agent's events went

@@ -130,3 +130,16 @@ func TestTrialEventsRouteFollowsToTheEnd(t *testing.T) {
 		t.Errorf("after=x: %d, want 400", code)
 	}
 }
+
+// An agent's string in one of its events is clipped at a rune's start,
+// saying how long it was; a short one is kept whole.
+func TestClipEventString(t *testing.T) {
+	if got := clipEventString("short"); got != "short" {
+		t.Errorf("clipEventString(short) = %q", got)
+	}
+	long := strings.Repeat("a", maxEventString-1) + "é" + strings.Repeat("b", 100)
+	got := clipEventString(long)
+	if want := strings.Repeat("a", maxEventString-1) + fmt.Sprintf("… (%d bytes)", len(long)); got != want {
+		t.Errorf("clipEventString of %d bytes = %q, want %q", len(long), got, want)
+	}
+}

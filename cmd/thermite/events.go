@@ -64,8 +64,10 @@ func printEvents(w io.Writer, stream io.Reader, asJSON bool) error {
 			return fmt.Errorf("trial events: the controller sent an event that is not JSON: %w", err)
 		}
 		if asJSON {
+			// The agent's strings may hold C1 and bidi controls, which
+			// encoding/json leaves raw: escaped, the line is the same JSON.
 			b, _ := json.Marshal(e)
-			fmt.Fprintf(w, "%s\n", b)
+			fmt.Fprintf(w, "%s\n", termsafe.JSON(b))
 		} else {
 			fmt.Fprintln(w, eventLine(e))
 		}

@@ -80,7 +80,9 @@ type API struct {
 	FetchTimeout     Duration `toml:"fetch_timeout" json:"fetch_timeout"`
 	// The budgets the API enforces before it reads much, so that one peer
 	// cannot take the controller's descriptors or memory from the others.
-	// MaxConns bounds the API's open connections, all peers together.
+	// MaxConns bounds the API's open connections, all peers together: at
+	// least MaxConnsPerPeer for each of APIPeers, so that no lanes holding
+	// their shares together leave another lane none.
 	MaxConns int `toml:"max_conns" json:"max_conns"`
 	// MaxConnsPerPeer bounds one peer's: one uid on the unix socket, one
 	// remote address on TCP.
@@ -281,7 +283,7 @@ func Default() Config {
 			FetchMaxBytes:    5 << 20,
 			FetchTimeout:     Duration{20 * time.Second},
 
-			MaxConns:                 4096,
+			MaxConns:                 8192,
 			MaxConnsPerPeer:          64,
 			IdleTimeout:              Duration{30 * time.Second},
 			HeaderTimeout:            Duration{5 * time.Second},
@@ -349,6 +351,18 @@ func validPrefix(p string) bool {
 // clean, and without a NUL byte (which no system call takes).
 func cleanAbs(p string) bool {
 	return filepath.IsAbs(p) && filepath.Clean(p) == p && !strings.ContainsRune(p, 0)
+}
+
+// APIPeers is how many peers the API's connection budget serves, each up
+// to api.max_conns_per_peer: every lane's and agent's own socket (one uid
+// each), with agent.egress every lane's and agent's egress proxy too, and
+// root on the operator's socket and on TCP.
+func APIPeers(lanes int, egress bool) int {
+	n := 2*lanes + 2
+	if egress {
+		n += 2 * lanes
+	}
+	return n
 }
 
 // MaxLanes bounds lanes and timing users: each kind has 99 uids in the layout.
@@ -472,6 +486,9 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("api.max_inflight_bytes_per_token: %d must be at least api.max_body_bytes (%d), or the largest body could never be read", a.MaxInflightBytesPerToken, a.MaxBodyBytes)
 	case a.MaxInflightBytes < a.MaxInflightBytesPerToken:
 		return fmt.Errorf("api.max_inflight_bytes: %d must be at least api.max_inflight_bytes_per_token (%d)", a.MaxInflightBytes, a.MaxInflightBytesPerToken)
+	}
+	if peers := APIPeers(c.Lanes, len(c.Agent.Egress) > 0); a.MaxConns < peers*a.MaxConnsPerPeer {
+		return fmt.Errorf("api.max_conns: %d is less than api.max_conns_per_peer (%d) for each of the API's %d peers (%d lanes' and agents' sockets%s, root's socket and TCP): lanes holding their shares would leave another lane none; raise api.max_conns to %d or lower api.max_conns_per_peer", a.MaxConns, a.MaxConnsPerPeer, peers, c.Lanes, map[bool]string{true: " and egress proxies", false: ""}[len(c.Agent.Egress) > 0], peers*a.MaxConnsPerPeer)
 	}
 	if a.TCP != "" {
 		host, port, err := net.SplitHostPort(a.TCP)

@@ -56,6 +56,8 @@ func TestBadInputNamesTheKey(t *testing.T) {
 		"state_dir = \"/tmp/x\"\nclosed_tmp = [\"/tmp\"]\n":          "holds state_dir",
 		"[api]\nmax_conns_per_peer = 0\n":                            "api.max_conns_per_peer",
 		"[api]\nmax_conns = 8\nmax_conns_per_peer = 9\n":             "api.max_conns_per_peer: 9",
+		"lanes = 64\n":                                               "api.max_conns: 8192 is less than api.max_conns_per_peer (64) for each of the API's 130 peers",
+		"lanes = 32\n[agent]\negress = [\"a.example:443\"]\n":        "api.max_conns: 8192 is less than api.max_conns_per_peer (64) for each of the API's 130 peers (32 lanes' and agents' sockets and egress proxies",
 		"[api]\nidle_timeout = \"forever\"\n":                        "idle_timeout",
 		"[api]\nheader_timeout = \"0s\"\n":                           "api.header_timeout",
 		"[api]\nbody_timeout = \"-1s\"\n":                            "api.body_timeout",

@@ -28,9 +28,11 @@ func Escape(s string) string {
 			b.WriteRune(r)
 		case r < 0x20 || r == 0x7f:
 			fmt.Fprintf(&b, `\x%02x`, r)
-		case r >= 0x80 && r < 0xa0:
+		case reordering(r):
 			// C1 controls: CSI (U+009B) alone starts an escape sequence
-			// on many terminals.
+			// on many terminals. Bidi controls and line separators: a
+			// role's text must not show the operator its line reversed
+			// or broken ("moc.live" read as "evil.com").
 			fmt.Fprintf(&b, `\u%04x`, r)
 		default:
 			b.WriteString(s[i : i+n])
@@ -38,6 +40,43 @@ func Escape(s string) string {
 		i += n
 	}
 	return b.String()
+}
+
+// reordering reports whether r is a C1 control, a bidi control or a line
+// or paragraph separator: runes that change how the terminal shows the
+// text around them rather than showing themselves.
+func reordering(r rune) bool {
+	switch {
+	case r >= 0x80 && r < 0xa0:
+		return true
+	case r == 0x061c, r == 0x200e, r == 0x200f, r == 0x2028, r == 0x2029:
+		return true
+	case r >= 0x202a && r <= 0x202e, r >= 0x2066 && r <= 0x2069:
+		return true
+	}
+	return false
+}
+
+// JSON is one line of JSON as encoding/json writes it (control characters
+// below U+0020 already escaped) with the runes Escape writes as \uXXXX
+// written so too: still the same JSON, and safe on a terminal. Outside
+// its strings encoding/json writes only ASCII, so every such rune is in a
+// string, where \uXXXX is its escape.
+func JSON(b []byte) []byte {
+	if clean(string(b)) {
+		return b
+	}
+	var out []byte
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		if reordering(r) {
+			out = fmt.Appendf(out, `\u%04x`, r)
+		} else {
+			out = append(out, b[i:i+n]...)
+		}
+		i += n
+	}
+	return out
 }
 
 // clean reports whether s needs no escaping: the common case, checked
