@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"thermite/internal/rpc"
+	"thermite/internal/spawn"
 )
 
 // ControllerArg is the hidden subcommand the controller runs as.
@@ -33,7 +34,7 @@ func (b *Broker) startController() (int, int, <-chan exit, error) {
 		return 0, -1, nil, err
 	}
 	defer c.release()
-	c.inherit = []*os.File{bootR} // rpc.BootstrapFD
+	c.slots = []spawn.Slot{{Name: "bootstrap", FD: rpc.BootstrapFD, File: bootR}}
 	apiAddr := ""
 	if b.apiListener != nil {
 		lf, err := b.apiListener.File()
@@ -41,11 +42,11 @@ func (b *Broker) startController() (int, int, <-chan exit, error) {
 			return 0, -1, nil, fmt.Errorf("controller: api listener: %w", err)
 		}
 		defer lf.Close()
-		c.inherit = append(c.inherit, lf) // rpc.APIListenerFD
+		c.slots = append(c.slots, spawn.Slot{Name: "api-tcp", FD: rpc.APIListenerFD, File: lf})
 		apiAddr = b.apiListener.Addr().String()
 	}
-	egressFiles, egress := b.egressListeners(len(c.inherit))
-	c.inherit = append(c.inherit, egressFiles...)
+	egressSlots, egress := b.egressListeners()
+	c.slots = append(c.slots, egressSlots...)
 	ch, err := b.startCommand(c)
 	if err != nil {
 		return 0, -1, nil, fmt.Errorf("controller: start: %w", err)

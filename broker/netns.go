@@ -176,17 +176,18 @@ func listenLoopback(port int) (*os.File, error) {
 }
 
 // egressListeners hands the controller each role's proxy listener, as
-// descriptors from spawn.FDInherit+first on, and says which is whose.
-func (b *Broker) egressListeners(first int) ([]*os.File, []rpc.EgressListener) {
-	var files []*os.File
+// slots from rpc.EgressFirstFD on, and says which is whose.
+func (b *Broker) egressListeners() ([]spawn.Slot, []rpc.EgressListener) {
+	var slots []spawn.Slot
 	var out []rpc.EgressListener
 	for _, r := range b.table.Roles {
 		n := b.egressNets[r.Name]
 		if n == nil {
 			continue
 		}
-		out = append(out, rpc.EgressListener{Role: r.Name, FD: spawn.FDInherit + first + len(files), Addr: n.addr})
-		files = append(files, n.listener)
+		fd := rpc.EgressFirstFD + len(slots)
+		out = append(out, rpc.EgressListener{Role: r.Name, FD: fd, Addr: n.addr})
+		slots = append(slots, spawn.Slot{Name: "egress-" + r.Name, FD: fd, File: n.listener})
 	}
-	return files, out
+	return slots, out
 }

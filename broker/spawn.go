@@ -46,10 +46,10 @@ type command struct {
 	// netns is a network namespace the command joins, or nil: its own
 	// namespace of the one it was started from.
 	netns *os.File
-	// inherit are descriptors the command keeps, from spawn.FDInherit on
-	// (the controller's bootstrap and API listener).
-	inherit []*os.File
-	unhold  func() // a timed run's release of its CPUs and cards
+	// slots are the descriptors the command keeps beyond its stdio, by
+	// name (the controller's bootstrap, API and egress listeners).
+	slots  []spawn.Slot
+	unhold func() // a timed run's release of its CPUs and cards
 	// cardStops says which processes of other roles were stopped because
 	// they had a card this timed run holds open.
 	cardStops []string
@@ -119,7 +119,7 @@ func (b *Broker) spawnCommand(c *command) (*spawn.Command, error) {
 	sc := &spawn.Command{
 		Argv: c.argv, Env: c.env,
 		Stdin: c.stdio[0], Stdout: c.stdio[1], Stderr: c.stdio[2],
-		Inherit:  c.inherit,
+		Slots:    c.slots,
 		Dir:      c.cwd,
 		Landlock: c.landlock,
 		NetNS:    c.netns,
@@ -151,8 +151,13 @@ func (b *Broker) spawnCommand(c *command) (*spawn.Command, error) {
 	}
 	if weaken.Enabled {
 		if weaken.Has("leak-fd") && c.cwd != nil {
-			// The test build's leak: the working folder's descriptor.
-			sc.Inherit = append(append([]*os.File(nil), c.inherit...), c.cwd)
+			// The test build's leak: the working folder's descriptor,
+			// above stderr and the command's slots.
+			fd := 3
+			for _, sl := range c.slots {
+				fd = max(fd, sl.FD+1)
+			}
+			sc.Slots = append(append([]spawn.Slot(nil), c.slots...), spawn.Slot{Name: "leaked-cwd", FD: fd, File: c.cwd})
 		}
 		if weaken.Has("cap-amb") {
 			sc.Weakened.AmbientCaps = []int{unix.CAP_CHOWN}
@@ -199,8 +204,8 @@ func (b *Broker) startHelper(c *command, spec *spawn.Spec) (*child, error) {
 		Argv:  []string{b.exe, spawn.Arg},
 		Env:   []string{}, // the helper's own environment is empty
 		Stdin: c.stdio[0], Stdout: c.stdio[1], Stderr: c.stdio[2],
-		Inherit: []*os.File{specR, repW}, // spawn.FDSpec, spawn.FDReport
-		UID:     c.role.UID, GID: c.role.GID, Groups: c.groups,
+		Slots: []spawn.Slot{{Name: "spec", FD: spawn.FDSpec, File: specR}, {Name: "report", FD: spawn.FDReport, File: repW}},
+		UID:   c.role.UID, GID: c.role.GID, Groups: c.groups,
 		// A stop strikes first from the raw child: a process of the
 		// user that kills every newcomer in a loop would otherwise kill
 		// the helper before its runtime reaches its own kill(-1).
