@@ -193,7 +193,7 @@ func (b *Broker) Serve() (err error) {
 	}
 	// Inheritable served the broker's own exec; nothing it forks carries it.
 	// (A test build that hands roles an ambient capability needs it kept.)
-	if !(weaken.Enabled && weaken.Has("cap-amb")) {
+	if !(weaken.Enabled && weaken.Has(weaken.CapAmb)) {
 		if err := caps.ClearInheritable(); err != nil {
 			return fmt.Errorf("broker: %w", err)
 		}

@@ -553,7 +553,7 @@ func planConfinement(cfg *config.Config, r roles.Role, argv []string, l *fence.L
 			sc.Weakened = append(sc.Weakened, name)
 		}
 	}
-	if w[weakNoLandlock] {
+	if w[weaken.NoLandlock] {
 		return nil, nil
 	}
 	var gpu []string
@@ -574,7 +574,7 @@ func planConfinement(cfg *config.Config, r roles.Role, argv []string, l *fence.L
 	if w[weaken.APITCP] {
 		spec.APIPort = now.APIPort
 	}
-	if w[weakFenceOnly] {
+	if w[weaken.FenceOnly] {
 		return &landlock.RoleSpec{DenyGPU: l.Deny(cards), DevRoot: cfg.GPU.DevRoot, FenceOnly: true}, nil
 	}
 	return spec, sc
@@ -612,7 +612,7 @@ func writableFor(cfg *config.Config, r roles.Role, home string, handed []string)
 // planCgroup is a role's cgroup: memory (no swap) and pids limits over
 // everything its user runs, or nil where no writable tree exists.
 func planCgroup(cfg *config.Config, r roles.Role, tree bool, weakened map[string]bool) *CgroupPlan {
-	if !tree || weakened[weakFenceOnly] || weakened[weakNoLandlock] {
+	if !tree || weakened[weaken.FenceOnly] || weakened[weaken.NoLandlock] {
 		return nil
 	}
 	return &CgroupPlan{Name: r.Name, Limits: cgroup.Limits{MemoryBytes: cfg.Cgroup.MemoryMB << 20, Pids: cfg.Cgroup.Pids}}
@@ -632,7 +632,7 @@ func timedRunHold(cfg *config.Config, now *Snapshot) (advisory bool, err error) 
 // advisoryWeakened is true only in test builds: without role cgroups, or
 // the breakage test's, where judge CPUs are held by request alone.
 func advisoryWeakened(w map[string]bool) bool {
-	return w[weaken.AdvisoryCPUs] || w[weakFenceOnly] || w[weakNoLandlock]
+	return w[weaken.AdvisoryCPUs] || w[weaken.FenceOnly] || w[weaken.NoLandlock]
 }
 
 // controllerGroup is the controller daemon's cgroup, beside the roles'
@@ -723,16 +723,10 @@ func controllerCgroup(cfg *config.Config) *CgroupPlan {
 
 func ledgerPath(cfg *config.Config) string { return filepath.Join(cfg.ControllerDir(), "ledger.db") }
 
-// The switches of a thermite_weaken build that only the broker reads.
-const (
-	weakNoLandlock = "no-landlock"
-	weakFenceOnly  = "fence-only"
-)
-
 // policySwitches are every switch the policy reads.
 var policySwitches = []string{
 	seccomp.WeakenSysVIPC, seccomp.WeakenSetIDOpenat2, seccomp.WeakenAPITCP, seccomp.WeakenAIO, seccomp.WeakenStopSignals,
-	weaken.APITCP, weaken.AdvisoryCPUs, weaken.ControllerBare, weakNoLandlock, weakFenceOnly,
+	weaken.APITCP, weaken.AdvisoryCPUs, weaken.ControllerBare, weaken.NoLandlock, weaken.FenceOnly,
 	weaken.EgressOpen,
 }
 

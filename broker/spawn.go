@@ -150,7 +150,7 @@ func (b *Broker) spawnCommand(c *command) (*spawn.Command, error) {
 		}
 	}
 	if weaken.Enabled {
-		if weaken.Has("leak-fd") && c.cwd != nil {
+		if weaken.Has(weaken.LeakFD) && c.cwd != nil {
 			// The test build's leak: the working folder's descriptor,
 			// above stderr and the command's slots.
 			fd := 3
@@ -159,7 +159,7 @@ func (b *Broker) spawnCommand(c *command) (*spawn.Command, error) {
 			}
 			sc.Slots = append(append([]spawn.Slot(nil), c.slots...), spawn.Slot{Name: "leaked-cwd", FD: fd, File: c.cwd})
 		}
-		if weaken.Has("cap-amb") {
+		if weaken.Has(weaken.CapAmb) {
 			sc.Weakened.AmbientCaps = []int{unix.CAP_CHOWN}
 		}
 		// The clock's test build slows the timed runs' starts only: the

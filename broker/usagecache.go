@@ -189,7 +189,7 @@ func incrementalUsage(kernel hostpolicy.Host, weakened map[string]bool) (ok bool
 			return false, hostpolicy.LandlockFS + " lost: " + m.Why
 		}
 	}
-	for _, w := range []string{weakNoLandlock, weakFenceOnly} {
+	for _, w := range []string{weaken.NoLandlock, weaken.FenceOnly} {
 		if weakened[w] {
 			return false, "test build weakened: " + w
 		}
