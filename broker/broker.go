@@ -131,7 +131,7 @@ func New(cfg config.Config, log *slog.Logger) (*Broker, error) {
 	}
 	return &Broker{
 		cfg: cfg, table: table, log: log,
-		exe:       "/proc/self/exe",
+		exe:       ownExe,
 		stopCh:    make(chan struct{}),
 		stopFD:    stopFD,
 		userLocks: map[int]*sync.Mutex{},

@@ -21,11 +21,12 @@ import (
 // cgroup tree exists it runs without one, as role commands do, and the
 // status says so.
 func (b *Broker) confineController(argv []string, stdio [3]*os.File) (*command, error) {
-	p, err := PlanController(&b.cfg, b.table, argv, b.exe, resolverDirs(), b.cg != nil, weakenedNow())
+	now := &Snapshot{Cgroups: b.cg != nil, Kernel: b.kernel, Weakened: weakenedNow()}
+	p, err := PlanController(&b.cfg, b.table, argv, b.exe, resolverDirs(), now)
 	if err != nil {
 		return nil, err
 	}
-	c := &command{role: p.Role, argv: p.Argv, env: p.Env, stdio: stdio, groups: p.Groups}
+	c := &command{role: p.Role, uid: p.UID, gid: p.GID, argv: p.Argv, env: p.Env, stdio: stdio, groups: p.Groups, ownBinary: p.OwnBinary}
 	if c.cwd, err = os.OpenFile(p.Cwd, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0); err != nil {
 		return nil, fmt.Errorf("controller: its HOME: %w", err)
 	}
@@ -37,13 +38,11 @@ func (b *Broker) confineController(argv []string, stdio [3]*os.File) (*command, 
 		return nil, err
 	}
 	rules := landlock.ControllerPolicy(*p.Controller)
-	abi := landlock.PolicyABI
-	if k := b.kernel.ABI; k < abi {
-		// The start got past the kernel policy, so the operator accepted
-		// what this kernel lacks: the controller's rule set keeps what the
-		// kernel has, as the roles' do, and there is none without Landlock.
-		abi = k
-		rules.Fit(k)
+	abi := p.LandlockABI
+	if abi < landlock.PolicyABI {
+		// Less than the policy's, as planLandlockABI decided: the rule
+		// set keeps what the kernel has, and there is none at 0.
+		rules.Fit(abi)
 	}
 	if abi > 0 {
 		rs, err := rules.Build(abi)

@@ -81,11 +81,11 @@ func (b *Broker) refreshGPUs() {
 
 func (b *Broker) groupGID(name string) (int, bool) { return groupGIDIn(b.table, name) }
 
-// ruleSet returns the built rule set for a spec and a release the caller
-// calls once spawn.Start's child has exec'd (or will not start); see
-// landlock.Cache.
-func (b *Broker) ruleSet(spec landlock.RoleSpec) (*os.File, func(), error) {
-	return b.gpu.rules.Get(spec, b.kernel.ABI)
+// ruleSet returns the rule set for a spec built for abi (Plan.LandlockABI)
+// and a release the caller calls once spawn.Start's child has exec'd (or
+// will not start); see landlock.Cache.
+func (b *Broker) ruleSet(spec landlock.RoleSpec, abi int) (*os.File, func(), error) {
+	return b.gpu.rules.Get(spec, abi)
 }
 
 func (b *Broker) gpuStatus() *rpc.GPUStatus {

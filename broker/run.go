@@ -101,8 +101,9 @@ func (b *Broker) carryOut(p *Plan, stdio []*os.File) (*command, error) {
 		}
 	}
 	cmd := &command{
-		role: p.Role, argv: p.Argv, env: p.Env, cpus: p.CPUs, rlimits: p.Rlimits,
-		groups: p.Groups, seccomp: p.Seccomp,
+		role: p.Role, uid: p.UID, gid: p.GID, groups: p.Groups,
+		argv: p.Argv, env: p.Env, cpus: p.CPUs, rlimits: p.Rlimits,
+		seccomp: p.Seccomp, ownBinary: p.OwnBinary, stopsAfter: p.StopsAfter,
 	}
 	if len(stdio) == 3 {
 		copy(cmd.stdio[:], stdio)
@@ -112,7 +113,7 @@ func (b *Broker) carryOut(p *Plan, stdio []*os.File) (*command, error) {
 	if p.Landlock != nil {
 		spec := *p.Landlock
 		spec.Writable = existing(spec.Writable)
-		rs, release, err := b.ruleSet(spec)
+		rs, release, err := b.ruleSet(spec, p.LandlockABI)
 		if err != nil {
 			return nil, fmt.Errorf("%w: no command of %s can be confined", err, p.Role.Name)
 		}
@@ -181,19 +182,20 @@ func existing(paths []string) []string {
 // for every role, set-id bits go from the folders it owns in scratch.
 func (b *Broker) execute(cmd *command, timeout time.Duration, caller *rpc.Conn) (*rpc.RunResult, error) {
 	r := cmd.role
-	// A role whose leftovers are stopped after each command runs one
-	// command at a time, so one command's cleanup never kills another's.
-	if r.StopsAfterEachCommand() {
+	// A role whose leftovers are stopped after each command (Plan.StopsAfter)
+	// runs one command at a time, so one command's cleanup never kills
+	// another's; the failed stop is read under that lock.
+	if cmd.stopsAfter {
 		lk := b.userLock(r.UID)
 		lk.Lock()
 		defer lk.Unlock()
-	}
-	if err := b.leftoverRefusal(r); err != nil {
-		return nil, err
+		if err := b.leftoverRefusal(r); err != nil {
+			return nil, err
+		}
 	}
 	res, runErr := b.runCommand(cmd, timeout, caller)
 	if res != nil {
-		if r.StopsAfterEachCommand() {
+		if cmd.stopsAfter {
 			n, err := b.StopUser(r)
 			if err != nil {
 				return res, fmt.Errorf("run: cleanup: %w", err)

@@ -277,15 +277,13 @@ func (b *Broker) noteStop(uid int, err error) {
 	b.stopFailed[uid] = err
 }
 
-// leftoverRefusal decides whether a command of a role whose leftovers are
-// stopped after each command (the builder, the timing users, the agents)
-// may start while its user's last stop failed: what an earlier command
-// left (another lane's build or timed run, for the shared users) may still
-// run, and would run beside this one. It may once a stop now succeeds.
+// leftoverRefusal carries out Plan.StopsAfter before a command of a role
+// whose leftovers are stopped after each command (the builder, the timing
+// users, the agents): while its user's last stop failed, what an earlier
+// command left (another lane's build or timed run, for the shared users)
+// may still run, and would run beside this one; it may start once a stop
+// now succeeds. The caller holds the role's user lock.
 func (b *Broker) leftoverRefusal(r roles.Role) error {
-	if !r.StopsAfterEachCommand() {
-		return nil
-	}
 	b.mu.Lock()
 	_, failed := b.stopFailed[r.UID]
 	b.mu.Unlock()

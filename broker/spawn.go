@@ -30,7 +30,9 @@ const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 
 // command is a role command the broker is about to start.
 type command struct {
-	role     roles.Role
+	role roles.Role
+	// uid and gid are the credentials it runs with (Plan.UID, Plan.GID).
+	uid, gid int
 	argv     []string
 	env      []string
 	cwd      *os.File // O_PATH folder, opened beneath scratch
@@ -50,6 +52,11 @@ type command struct {
 	// name (the controller's bootstrap, API and egress listeners).
 	slots  []spawn.Slot
 	unhold func() // a timed run's release of its CPUs and cards
+	// ownBinary: thermite itself (Plan.OwnBinary), which the disk measure
+	// passes over while it runs.
+	ownBinary bool
+	// stopsAfter: the role's user is stopped after it (Plan.StopsAfter).
+	stopsAfter bool
 	// cardStops says which processes of other roles were stopped because
 	// they had a card this timed run holds open.
 	cardStops []string
@@ -123,7 +130,7 @@ func (b *Broker) spawnCommand(c *command) (*spawn.Command, error) {
 		Dir:      c.cwd,
 		Landlock: c.landlock,
 		NetNS:    c.netns,
-		UID:      c.role.UID, GID: c.role.GID, Groups: c.groups,
+		UID:      c.uid, GID: c.gid, Groups: c.groups,
 		Rlimits: c.rlimits,
 		CPUs:    c.cpus,
 	}
@@ -205,7 +212,7 @@ func (b *Broker) startHelper(c *command, spec *spawn.Spec) (*child, error) {
 		Env:   []string{}, // the helper's own environment is empty
 		Stdin: c.stdio[0], Stdout: c.stdio[1], Stderr: c.stdio[2],
 		Slots: []spawn.Slot{{Name: "spec", FD: spawn.FDSpec, File: specR}, {Name: "report", FD: spawn.FDReport, File: repW}},
-		UID:   c.role.UID, GID: c.role.GID, Groups: c.groups,
+		UID:   c.uid, GID: c.gid, Groups: c.groups,
 		// A stop strikes first from the raw child: a process of the
 		// user that kills every newcomer in a loop would otherwise kill
 		// the helper before its runtime reaches its own kill(-1).
@@ -348,7 +355,7 @@ func (b *Broker) runCommand(c *command, timeout time.Duration, caller *rpc.Conn)
 		return nil, err
 	}
 	defer ch.close()
-	if len(c.argv) > 0 && c.argv[0] == "/proc/self/exe" {
+	if c.ownBinary {
 		b.mu.Lock()
 		b.ownExec[ch.pid] = true
 		b.mu.Unlock()
@@ -558,7 +565,7 @@ func (b *Broker) stopHelper(r roles.Role) (int, error) {
 	defer lk.Unlock()
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
-		c := &command{role: r, stdio: [3]*os.File{b.devnull, b.devnull, b.devnull}}
+		c := &command{role: r, uid: r.UID, gid: r.GID, stdio: [3]*os.File{b.devnull, b.devnull, b.devnull}}
 		spec := &spawn.Spec{Mode: spawn.ModeStop, StopTimeoutMS: 10_000}
 		if weaken.Enabled {
 			spec.KeepIPC = weaken.Has(seccomp.WeakenSysVIPC)
