@@ -147,28 +147,6 @@ func New(cfg config.Config, log *slog.Logger) (*Broker, error) {
 	}, nil
 }
 
-func (b *Broker) stopLock(uid int) *sync.Mutex {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	lk := b.stopLocks[uid]
-	if lk == nil {
-		lk = &sync.Mutex{}
-		b.stopLocks[uid] = lk
-	}
-	return lk
-}
-
-func (b *Broker) userLock(uid int) *sync.Mutex {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	lk := b.userLocks[uid]
-	if lk == nil {
-		lk = &sync.Mutex{}
-		b.userLocks[uid] = lk
-	}
-	return lk
-}
-
 // Serve runs the broker's start-up, in order, each step failing closed,
 // then serves until SIGTERM or SIGINT. A refused start undoes what it did:
 // the closed places are opened again and the socket is removed.

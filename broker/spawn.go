@@ -6,21 +6,15 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"sort"
-	"strconv"
-	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
 
-	"thermite/internal/caps"
 	"thermite/internal/cgroup"
 	"thermite/internal/cpuset"
-	"thermite/internal/procs"
 	"thermite/internal/rpc"
 	"thermite/internal/seccomp"
 	"thermite/internal/spawn"
-	"thermite/internal/threadcred"
 	"thermite/internal/weaken"
 	"thermite/roles"
 )
@@ -318,31 +312,6 @@ func (c *child) kill() {
 	unix.Kill(-c.pid, unix.SIGKILL)
 }
 
-// heldCards is the cards a timed run holds now.
-func (b *Broker) heldCards() map[int]bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	out := map[int]bool{}
-	for _, cs := range b.cardHolds {
-		for _, c := range cs {
-			out[c] = true
-		}
-	}
-	return out
-}
-
-// heldCPUs is the judge CPUs a timed run holds now.
-func (b *Broker) heldCPUs() cpuset.Set {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out cpuset.Set
-	for _, s := range b.cpuHolds {
-		out = append(out, s...)
-	}
-	sort.Ints(out)
-	return out
-}
-
 // runCommand starts a command, waits for it under its timeout (or until
 // its caller, where there is one, sends a frame or goes away, or the
 // broker begins to stop), and fills in how it ended. The wait is one
@@ -446,146 +415,4 @@ func rlimitOf(rl []spawn.Rlimit, r int) uint64 {
 		}
 	}
 	return 0
-}
-
-// heldUnlinked sums what the role's processes keep in unlinked files
-// (procs.HeldUnlinkedOn), in the broker on a thread whose effective
-// uid and gid are the role's for the call (threadcred.As): reading another
-// user's descriptor tables and maps takes ptrace read access, which the
-// kernel grants on the file-system ids when the target is not more
-// capable, and otherwise only with CAP_SYS_PTRACE, which the broker does
-// not keep. A process that made itself not dumpable still refuses it and
-// counts as hidden (procs.ErrHidden). A deleted file on the role's file
-// systems that a mapping alone keeps counts its blocks, read through
-// /proc/PID/map_files with a capability raised for that stat
-// (statMapped); where the broker holds none, it counts as hidden too.
-// The thread runs off the CPUs a timed run holds, so the measure never
-// disturbs it. It holds the stop
-// lock, so it never measures while the role's processes are being ended.
-func (b *Broker) heldUnlinked(r roles.Role, skipDev uint64) (procs.Held, error) {
-	lk := b.stopLock(r.UID)
-	lk.Lock()
-	defer lk.Unlock()
-	var cpus unix.CPUSet
-	free := b.online.Minus(b.heldCPUs())
-	for _, c := range free {
-		cpus.Set(c)
-	}
-	// The broker's own commands and stop helpers hold nothing of the
-	// role's and are not dumpable.
-	skip := map[int]bool{}
-	b.mu.Lock()
-	for _, m := range []map[int]bool{b.ownExec, b.starting} {
-		for pid := range m {
-			skip[pid] = true
-		}
-	}
-	b.mu.Unlock()
-	// The file systems the role's folders lie on: a deleted file there
-	// that only a mapping keeps is measured by its blocks
-	// (procs.HeldUnlinkedOn).
-	disk := map[uint64]bool{}
-	b.eachOwnedFolder(r, func(top *os.File) {
-		var st unix.Stat_t
-		if unix.Fstat(int(top.Fd()), &st) == nil && st.Dev != skipDev {
-			disk[st.Dev] = true
-		}
-	}, func(error) {})
-	var h procs.Held
-	err := threadcred.As(r.UID, r.GID, func() error {
-		if len(free) > 0 {
-			// Affinity is per thread, and this thread ends with the call.
-			if err := unix.SchedSetaffinity(0, &cpus); err != nil {
-				return fmt.Errorf("affinity: %w", err)
-			}
-		}
-		var err error
-		h, err = procs.HeldUnlinkedOn("/proc", r.UID, skip, skipDev, disk, statMapped(caps.PermittedOf(caps.MapFiles)))
-		return err
-	})
-	if err != nil {
-		return h, fmt.Errorf("unlinked files of %s: %w", r.Name, err)
-	}
-	return h, nil
-}
-
-// statMapped follows a /proc/PID/map_files link for the disk measure on
-// the calling (locked) thread, with c (one of caps.MapFiles, which the
-// kernel wants for it) effective for that one stat and no longer: the rest
-// of the measure runs with no capability effective. c < 0: the broker
-// holds none of them, and the stat is refused as the kernel would.
-func statMapped(c int) procs.StatMapped {
-	return func(path string, st *unix.Stat_t) error {
-		if c < 0 {
-			return errNoMapFilesCapability
-		}
-		return caps.WithEffective(c, func() error { return unix.Stat(path, st) })
-	}
-}
-
-// errNoMapFilesCapability says the broker holds none of caps.MapFiles.
-var errNoMapFilesCapability = fmt.Errorf("%w (following map_files takes CAP_CHECKPOINT_RESTORE or CAP_SYS_ADMIN, which the broker does not hold: it keeps CAP_SYS_ADMIN where agent.egress is set)", unix.EPERM)
-
-// mapFilesReadable follows the map_files link of the broker's own first
-// mapping, with the capability the disk measure raises (which a thread of
-// the broker as root holds effective): it says whether the kernel lets
-// the broker read map_files at all (a user namespace other than the
-// initial one refuses even CAP_SYS_ADMIN), and with which capability.
-func mapFilesReadable() (int, error) {
-	c := caps.PermittedOf(caps.MapFiles)
-	if c < 0 {
-		return c, errNoMapFilesCapability
-	}
-	maps, err := os.ReadFile("/proc/self/maps")
-	if err != nil {
-		return c, err
-	}
-	lo, hi, ok := strings.Cut(strings.Fields(string(maps) + " -")[0], "-")
-	start, err1 := strconv.ParseUint(lo, 16, 64)
-	end, err2 := strconv.ParseUint(hi, 16, 64)
-	if !ok || err1 != nil || err2 != nil {
-		return c, fmt.Errorf("/proc/self/maps: no mapping in %.40q", maps)
-	}
-	entry := "/proc/self/map_files/" + strconv.FormatUint(start, 16) + "-" + strconv.FormatUint(end, 16)
-	var st unix.Stat_t
-	if err := unix.Stat(entry, &st); err != nil {
-		return c, fmt.Errorf("stat %s with %s: %w", entry, caps.Names(1<<uint(c)), err)
-	}
-	return c, nil
-}
-
-// stopHelper runs the Go helper in stop mode as the role's user: kill(-1,
-// SIGKILL) until no process of that user is left, then every SysV IPC
-// object the user owns or made is removed. It returns how many
-// processes the helper saw when it began.
-func (b *Broker) stopHelper(r roles.Role) (int, error) {
-	// One helper per user at a time: two would kill each other.
-	lk := b.stopLock(r.UID)
-	lk.Lock()
-	defer lk.Unlock()
-	var lastErr error
-	for attempt := 0; attempt < 5; attempt++ {
-		c := &command{role: r, uid: r.UID, gid: r.GID, stdio: [3]*os.File{b.devnull, b.devnull, b.devnull}}
-		spec := &spawn.Spec{Mode: spawn.ModeStop, StopTimeoutMS: 10_000}
-		if weaken.Enabled {
-			spec.KeepIPC = weaken.Has(seccomp.WeakenSysVIPC)
-		}
-		ch, err := b.startHelper(c, spec)
-		if err != nil {
-			// A process of the user may kill the raw child before its
-			// execve too: another round, as for a helper killed later.
-			lastErr = err
-			continue
-		}
-		e := <-ch.exited
-		ch.close()
-		var n int
-		if _, serr := fmt.Sscanf(ch.answer, "ok %d", &n); serr == nil && e.ws.Exited() && e.ws.ExitStatus() == 0 {
-			return n, nil
-		}
-		// Another process of the user may have killed the helper first;
-		// it is dead by now or dies in the next round.
-		lastErr = fmt.Errorf("stop %s: helper %s: %s", r.Name, describe(e.ws), ch.answer)
-	}
-	return 0, lastErr
 }
