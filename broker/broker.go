@@ -100,13 +100,9 @@ type Broker struct {
 	// starting are the stop helpers (startHelper) running as a role's
 	// user until they answer: thermite itself, not dumpable (the binary is
 	// 0711 and spawn.Main clears it), and holding nothing of the role's.
-	starting  map[int]bool
-	cpuHolds  map[string]cpuset.Set // judge CPUs held by timed runs
-	cardHolds map[string][]int      // cards held by timed runs
-	holdUIDs  map[string]int        // the timing user of each hold
-	// cpusetMu orders holds, their release and new role groups, so each
-	// group's CPUs are always those cpusetFor gives it.
-	cpusetMu   sync.Mutex
+	starting map[int]bool
+	// holds are the timed runs' CPUs and cards (holds.go).
+	holds      holdSet
 	ctlPID     int
 	ctlStarts  int
 	selftest   *rpc.SelftestResult
@@ -141,9 +137,7 @@ func New(cfg config.Config, log *slog.Logger) (*Broker, error) {
 		usage:     map[int]keptUsage{},
 		starting:  map[int]bool{},
 		handed:    map[int]map[string]bool{},
-		cpuHolds:  map[string]cpuset.Set{},
-		cardHolds: map[string][]int{},
-		holdUIDs:  map[string]int{},
+		holds:     newHoldSet(),
 	}, nil
 }
 

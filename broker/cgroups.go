@@ -48,8 +48,8 @@ func (b *Broker) groupFor(r roles.Role) (*cgroup.Group, error) {
 func (b *Broker) makeGroup(r roles.Role, p *CgroupPlan) (*cgroup.Group, error) {
 	// A new group gets the CPUs the holds leave its role before any task
 	// joins it, and no hold changes while it is made.
-	b.cpusetMu.Lock()
-	defer b.cpusetMu.Unlock()
+	b.holds.order.Lock()
+	defer b.holds.order.Unlock()
 	b.mu.Lock()
 	g := b.cgGroups[r.UID]
 	b.mu.Unlock()

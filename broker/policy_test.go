@@ -490,8 +490,7 @@ func TestSnapshotCopiesWhatIsHeld(t *testing.T) {
 	b := &Broker{
 		online:    cpuset.Set{0, 1, 2, 3},
 		judgeCPUs: cpuset.Set{2, 3},
-		cpuHolds:  map[string]cpuset.Set{"hold-2": {3}, "hold-1": {2}},
-		cardHolds: map[string][]int{"hold-1": {0}, "hold-2": nil},
+		holds:     holdSet{cpus: map[string]cpuset.Set{"hold-2": {3}, "hold-1": {2}}, cards: map[string][]int{"hold-1": {0}, "hold-2": nil}},
 		handed:    map[int]map[string]bool{20101: {scratch + "/trials/T1/workspace": true}},
 	}
 	s := b.snapshot()

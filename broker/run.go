@@ -75,8 +75,8 @@ func (b *Broker) snapshot() *Snapshot {
 		Online: b.online, JudgeCPUs: b.judgeCPUs, Handed: map[int][]string{},
 		Kernel: b.kernel, Cgroups: b.cg != nil, APIPort: b.apiPort, Weakened: weakenedNow(),
 	}
-	s.HeldCPUs = b.heldCPUs()
-	s.HeldCards = b.heldCards()
+	s.HeldCPUs = b.holds.heldCPUs()
+	s.HeldCards = b.holds.heldCards()
 	b.mu.Lock()
 	for uid, m := range b.handed {
 		for p := range m {
