@@ -23,6 +23,7 @@ import (
 	"thermite/internal/config"
 	"thermite/internal/cpuset"
 	"thermite/internal/hostpolicy"
+	"thermite/internal/landlock"
 	"thermite/internal/procs"
 	"thermite/internal/rpc"
 	"thermite/internal/weaken"
@@ -47,6 +48,9 @@ type Broker struct {
 	judgeCPUs cpuset.Set
 
 	gpu gpuState
+	// ruleSets are every role command's built Landlock rule sets; a
+	// command holds its own until spawn.Start's child has exec'd.
+	ruleSets landlock.Cache
 
 	// The harness API's TCP listener (for a supervisor outside the roles;
 	// lanes and agents use the unix socket), made here so its port is

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"thermite/internal/confined"
+	"thermite/internal/landlock"
 	"thermite/internal/rpc"
 	"thermite/roles"
 )
@@ -205,4 +206,11 @@ func (b *Broker) execute(cmd *command, timeout time.Duration, caller *rpc.Conn) 
 		res.SetID = b.ClearSetID(r)
 	}
 	return res, runErr
+}
+
+// ruleSet returns the rule set for a spec built for abi (Plan.LandlockABI)
+// and a release the caller calls once spawn.Start's child has exec'd (or
+// will not start); see landlock.Cache.
+func (b *Broker) ruleSet(spec landlock.RoleSpec, abi int) (*os.File, func(), error) {
+	return b.ruleSets.Get(spec, abi)
 }
