@@ -21,7 +21,7 @@ import (
 // cgroup tree exists it runs without one, as role commands do, and the
 // status says so.
 func (b *Broker) confineController(argv []string, stdio [3]*os.File) (*command, error) {
-	now := &Snapshot{Cgroups: b.cg != nil, Kernel: b.kernel, Weakened: weakenedNow()}
+	now := &Snapshot{Cgroups: b.cgroups.tree != nil, Kernel: b.kernel, Weakened: weakenedNow()}
 	p, err := PlanController(&b.cfg, b.table, argv, b.exe, resolverDirs(), now)
 	if err != nil {
 		return nil, err
@@ -127,19 +127,19 @@ func (b *Broker) ensureControllerFiles() error {
 // its restarts: nil where no writable tree exists (the status says why),
 // an error where the tree exists and the group cannot be made.
 func (b *Broker) controllerGroupFor() (*cgroup.Group, error) {
-	if b.cg == nil {
+	if b.cgroups.tree == nil {
 		return nil, nil
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.ctlGroup != nil {
-		return b.ctlGroup, nil
+	if b.cgroups.ctl != nil {
+		return b.cgroups.ctl, nil
 	}
 	p := controllerCgroup(&b.cfg)
-	g, err := b.cg.Create(p.Name, p.Limits)
+	g, err := b.cgroups.tree.Create(p.Name, p.Limits)
 	if err != nil {
 		return nil, fmt.Errorf("controller: cgroup %s (cgroup.controller_memory_mb, cgroup.controller_pids; cgroup.enabled = false runs without): %w", controllerGroup, err)
 	}
-	b.ctlGroup = g
+	b.cgroups.ctl = g
 	return g, nil
 }

@@ -36,7 +36,7 @@ func (b *Broker) initFence() error {
 			select {
 			case <-t.C:
 				b.refreshGPUs()
-			case <-b.stopCh:
+			case <-b.life.stopCh:
 				return
 			}
 		}

@@ -17,10 +17,10 @@ func advisoryCPUs() bool { return advisoryWeakened(weakenedNow()) }
 // they can.
 func (b *Broker) cpusetWhy() string {
 	switch {
-	case b.cg == nil:
-		return b.cgWhy
-	case !b.cg.HasCPUSet():
-		return b.cg.CPUSetWhy()
+	case b.cgroups.tree == nil:
+		return b.cgroups.why
+	case !b.cgroups.tree.HasCPUSet():
+		return b.cgroups.tree.CPUSetWhy()
 	}
 	return ""
 }
@@ -43,7 +43,7 @@ func (b *Broker) setGroupCPUs(r roles.Role, g *cgroup.Group) error {
 	if len(s) == 0 {
 		// cgroup v1 takes an empty cpuset for a group with no tasks (its
 		// commands are refused meanwhile: planCPUs finds no CPU free).
-		if procs, err := g.Procs(); err == nil && len(procs) == 0 && b.cg.Version == 1 {
+		if procs, err := g.Procs(); err == nil && len(procs) == 0 && b.cgroups.tree.Version == 1 {
 			return g.SetCPUs(nil)
 		}
 		return fmt.Errorf("cgroup %s: timed runs hold every CPU (%s) and %s still has processes; judge_cpus must leave other roles a CPU", g.Path(), b.online, r.Name)
@@ -57,12 +57,12 @@ func (b *Broker) setGroupCPUs(r roles.Role, g *cgroup.Group) error {
 // applyCPUSetsLocked puts every role group's CPUs where the holds say;
 // the caller holds b.holds.order. Narrowing a group moves its tasks at once.
 func (b *Broker) applyCPUSetsLocked() error {
-	if b.cg == nil || !b.cg.HasCPUSet() {
+	if b.cgroups.tree == nil || !b.cgroups.tree.HasCPUSet() {
 		return nil
 	}
 	b.mu.Lock()
-	groups := make(map[int]*cgroup.Group, len(b.cgGroups))
-	for uid, g := range b.cgGroups {
+	groups := make(map[int]*cgroup.Group, len(b.cgroups.groups))
+	for uid, g := range b.cgroups.groups {
 		groups[uid] = g
 	}
 	b.mu.Unlock()

@@ -14,6 +14,29 @@ import (
 	"thermite/roles"
 )
 
+// measureState is the disk measure's. Its maps and counters are under
+// b.mu.
+type measureState struct {
+	// ownExec are the running commands the broker started as thermite
+	// itself (/proc/self/exe: a lane's file helper, a probe): not
+	// dumpable where the binary is 0711, and holding no descriptor of
+	// the role's (spawn.Start's child closes all but its slots), so the
+	// unlinked-file measure passes over them.
+	ownExec map[int]bool
+	// starting are the stop helpers (startHelper) running as a role's
+	// user until they answer: thermite itself, not dumpable (the binary is
+	// 0711 and spawn.Main clears it), and holding nothing of the role's.
+	starting map[int]bool
+	// runGen counts each role's command starts, handGen the changes to
+	// the folders handed to roles, and usage keeps each role's last disk
+	// measure for reuse while neither moves (usagecache.go).
+	runGen  map[int]uint64
+	handGen uint64
+	usage   map[int]keptUsage
+	watch   *usageWatch // each folder's incremental disk measure (usagecache.go)
+	quota   *quotaState // how roles' disks are measured (quota.go)
+}
+
 // heldUnlinked sums what the role's processes keep in unlinked files
 // (procs.HeldUnlinkedOn), in the broker on a thread whose effective
 // uid and gid are the role's for the call (threadcred.As): reading another
@@ -41,7 +64,7 @@ func (b *Broker) heldUnlinked(r roles.Role, skipDev uint64) (procs.Held, error) 
 	// role's and are not dumpable.
 	skip := map[int]bool{}
 	b.mu.Lock()
-	for _, m := range []map[int]bool{b.ownExec, b.starting} {
+	for _, m := range []map[int]bool{b.measure.ownExec, b.measure.starting} {
 		for pid := range m {
 			skip[pid] = true
 		}

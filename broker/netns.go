@@ -59,7 +59,7 @@ func (b *Broker) makeEgressNets() error {
 		}
 		nets[r.Name] = n
 	}
-	b.egressNets = nets
+	b.listeners.egress = nets
 	b.log.Info("agent egress namespaces made", "roles", len(nets), "proxy", "127.0.0.1:"+fmt.Sprint(b.cfg.Agent.EgressPort))
 	return nil
 }
@@ -181,7 +181,7 @@ func (b *Broker) egressListeners() ([]spawn.Slot, []rpc.EgressListener) {
 	var slots []spawn.Slot
 	var out []rpc.EgressListener
 	for _, r := range b.table.Roles {
-		n := b.egressNets[r.Name]
+		n := b.listeners.egress[r.Name]
 		if n == nil {
 			continue
 		}

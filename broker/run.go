@@ -74,7 +74,7 @@ func (b *Broker) prepareRun(req *rpc.RunRequest, stdio []*os.File) (*command, ti
 func (b *Broker) snapshot() *Snapshot {
 	s := &Snapshot{
 		Online: b.online, JudgeCPUs: b.judgeCPUs, Handed: map[int][]string{},
-		Kernel: b.kernel, Cgroups: b.cg != nil, APIPort: b.apiPort, Weakened: weakenedNow(),
+		Kernel: b.kernel, Cgroups: b.cgroups.tree != nil, APIPort: b.listeners.apiPort, Weakened: weakenedNow(),
 	}
 	s.HeldCPUs = b.holds.heldCPUs()
 	s.HeldCards = b.holds.heldCards()
@@ -121,7 +121,7 @@ func (b *Broker) carryOut(p *Plan, stdio []*os.File) (*command, error) {
 		cmd.landlock, cmd.unland = rs, release
 	}
 	if p.Egress {
-		n := b.egressNets[p.Role.Name]
+		n := b.listeners.egress[p.Role.Name]
 		if n == nil {
 			cmd.release()
 			return nil, fmt.Errorf("egress: %s has no network namespace (agent.egress)", p.Role.Name)

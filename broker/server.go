@@ -51,7 +51,7 @@ func (b *Broker) serve(l *net.UnixListener) {
 	for {
 		c, err := l.AcceptUnix()
 		if err != nil {
-			if b.stopping.Load() {
+			if b.life.stopping.Load() {
 				return
 			}
 			b.log.Error("accept", "err", err)

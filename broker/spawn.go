@@ -245,11 +245,11 @@ func (b *Broker) startHelper(c *command, spec *spawn.Spec) (*child, error) {
 	ch := &child{pid: pid, pidfd: pidfd, started: started, exited: exited}
 	b.bumpRole(c.role.UID)
 	b.mu.Lock()
-	b.starting[pid] = true
+	b.measure.starting[pid] = true
 	b.mu.Unlock()
 	defer func() {
 		b.mu.Lock()
-		delete(b.starting, pid)
+		delete(b.measure.starting, pid)
 		b.mu.Unlock()
 	}()
 	data, _ := json.Marshal(spec)
@@ -326,11 +326,11 @@ func (b *Broker) runCommand(c *command, timeout time.Duration, caller *rpc.Conn)
 	defer ch.close()
 	if c.ownBinary {
 		b.mu.Lock()
-		b.ownExec[ch.pid] = true
+		b.measure.ownExec[ch.pid] = true
 		b.mu.Unlock()
 		defer func() {
 			b.mu.Lock()
-			delete(b.ownExec, ch.pid)
+			delete(b.measure.ownExec, ch.pid)
 			b.mu.Unlock()
 		}()
 	}

@@ -14,6 +14,16 @@ import (
 	"thermite/roles"
 )
 
+// stopState is the stop path's: one command at a time of a role whose
+// leftovers are stopped after each (userLocks), one stop of a user at a
+// time (stopLocks), and each user's last failed stop until one succeeds
+// (failed, leftoverRefusal). Its maps are under b.mu.
+type stopState struct {
+	userLocks map[int]*sync.Mutex
+	stopLocks map[int]*sync.Mutex
+	failed    map[int]error
+}
+
 // StopUser ends every process of the role's user and says how many there
 // were when it began: first its cgroup at once (cgroup.kill on v2, which
 // takes forks in flight too), then the helper's kill(-1) loop, which
@@ -42,13 +52,13 @@ func (b *Broker) noteStop(uid int, err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err == nil {
-		delete(b.stopFailed, uid)
+		delete(b.stops.failed, uid)
 		return
 	}
-	if b.stopFailed == nil {
-		b.stopFailed = map[int]error{}
+	if b.stops.failed == nil {
+		b.stops.failed = map[int]error{}
 	}
-	b.stopFailed[uid] = err
+	b.stops.failed[uid] = err
 }
 
 // leftoverRefusal carries out Plan.StopsAfter before a command of a role
@@ -59,7 +69,7 @@ func (b *Broker) noteStop(uid int, err error) {
 // now succeeds. The caller holds the role's user lock.
 func (b *Broker) leftoverRefusal(r roles.Role) error {
 	b.mu.Lock()
-	_, failed := b.stopFailed[r.UID]
+	_, failed := b.stops.failed[r.UID]
 	b.mu.Unlock()
 	if !failed {
 		return nil
@@ -159,10 +169,10 @@ func (b *Broker) stopHelper(r roles.Role) (int, error) {
 func (b *Broker) stopLock(uid int) *sync.Mutex {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	lk := b.stopLocks[uid]
+	lk := b.stops.stopLocks[uid]
 	if lk == nil {
 		lk = &sync.Mutex{}
-		b.stopLocks[uid] = lk
+		b.stops.stopLocks[uid] = lk
 	}
 	return lk
 }
@@ -170,10 +180,10 @@ func (b *Broker) stopLock(uid int) *sync.Mutex {
 func (b *Broker) userLock(uid int) *sync.Mutex {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	lk := b.userLocks[uid]
+	lk := b.stops.userLocks[uid]
 	if lk == nil {
 		lk = &sync.Mutex{}
-		b.userLocks[uid] = lk
+		b.stops.userLocks[uid] = lk
 	}
 	return lk
 }
