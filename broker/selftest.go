@@ -156,7 +156,7 @@ func (b *Broker) RunEgressProbe(r roles.Role, gpus []int, stdin []byte) ([]byte,
 
 func (b *Broker) runProbe(r roles.Role, gpus []int, stdin []byte, egress bool) ([]byte, []byte, *rpc.RunResult, error) {
 	return probeWith(stdin, func(stdio []*os.File) (*rpc.RunResult, error) {
-		req := &rpc.RunRequest{Role: r.Name, Argv: []string{"/proc/self/exe", "__probe"}, GPUs: gpus, Egress: egress}
+		req := &rpc.RunRequest{Role: r.Name, Argv: []string{ownExe, "__probe"}, GPUs: gpus, Egress: egress}
 		cmd, timeout, err := b.prepareRun(req, stdio)
 		if err != nil {
 			return nil, err
@@ -171,7 +171,7 @@ func (b *Broker) runProbe(r roles.Role, gpus []int, stdin []byte, egress bool) (
 // cgroup), with the plan on stdin, and returns what it wrote.
 func (b *Broker) RunControllerProbe(stdin []byte) ([]byte, []byte, *rpc.RunResult, error) {
 	return probeWith(stdin, func(stdio []*os.File) (*rpc.RunResult, error) {
-		cmd, err := b.confineController([]string{"/proc/self/exe", "__probe"}, [3]*os.File{stdio[0], stdio[1], stdio[2]})
+		cmd, err := b.confineController([]string{ownExe, "__probe"}, [3]*os.File{stdio[0], stdio[1], stdio[2]})
 		if err != nil {
 			return nil, err
 		}
@@ -222,7 +222,7 @@ func (b *Broker) StartCanary(r roles.Role, gpus []int) (int, func(), error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	req := &rpc.RunRequest{Role: r.Name, Argv: []string{"/proc/self/exe", "__probe", "canary"}, GPUs: gpus}
+	req := &rpc.RunRequest{Role: r.Name, Argv: []string{ownExe, "__probe", "canary"}, GPUs: gpus}
 	cmd, _, err := b.prepareRun(req, []*os.File{inR, b.devnull, b.devnull})
 	if err != nil {
 		inR.Close()
