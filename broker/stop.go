@@ -187,3 +187,20 @@ func (b *Broker) userLock(uid int) *sync.Mutex {
 	}
 	return lk
 }
+
+// stopGroup kills every process in the role's cgroup, where it has one, and
+// says how many there were. A failure is logged, not returned: the helper
+// that runs next ends every process of the user either way.
+func (b *Broker) stopGroup(r roles.Role) int {
+	b.mu.Lock()
+	g := b.cgroups.groups[r.UID]
+	b.mu.Unlock()
+	if g == nil {
+		return 0
+	}
+	pids, _ := g.Procs()
+	if err := g.Kill(); err != nil {
+		b.log.Warn("stop a role's cgroup", "role", r.Name, "group", g.Path(), "err", err)
+	}
+	return len(pids)
+}
