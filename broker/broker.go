@@ -19,10 +19,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	"thermite/internal/caps"
-	"thermite/internal/cgroup"
 	"thermite/internal/config"
 	"thermite/internal/cpuset"
 	"thermite/internal/hostpolicy"
+	"thermite/internal/landlock"
 	"thermite/internal/procs"
 	"thermite/internal/rpc"
 	"thermite/internal/weaken"
@@ -33,7 +33,11 @@ import (
 // capabilities are reduced.
 const Arg = "__broker"
 
-// Broker is the running broker.
+// Broker is the running broker. It keeps what ties its rooms together;
+// each room's state is a sub-object beside that room's code: the holds
+// (holds.go), the stop path (stop.go), the disk measure (measure.go), the
+// cgroups (cgroups.go), the controller's supervision (controller.go), the
+// self-test (selftest.go), the closed places (state.go).
 type Broker struct {
 	cfg     config.Config
 	table   *roles.Table
@@ -45,78 +49,54 @@ type Broker struct {
 
 	online    cpuset.Set
 	judgeCPUs cpuset.Set
-
-	gpu gpuState
-
-	// The harness API's TCP listener (for a supervisor outside the roles;
-	// lanes and agents use the unix socket), made here so its port is
-	// known for the self-test, and handed to every controller.
-	apiListener *net.TCPListener
-	apiPort     int
-	// egressNets are the network namespaces of the roles that may get
-	// egress, by role name (netns.go); none without agent.egress.
-	egressNets map[string]*egressNet
-
-	ctlKeyPath, ctlKeySHA string // control\'s key, when the launch names one
-
-	cg       *cgroup.Tree // nil where no writable tree exists
-	cgWhy    string       // why there is none
-	cgGroups map[int]*cgroup.Group
-	ctlGroup *cgroup.Group // the controller daemon's own group, once made
-
 	// kernel is what the kernel and the cgroup tree give (internal/hostpolicy).
 	kernel hostpolicy.Host
 
+	gpu gpuState
+	// ruleSets are every role command's built Landlock rule sets; a
+	// command holds its own until spawn.Start's child has exec'd.
+	ruleSets  landlock.Cache
+	listeners listenerSet
+	cgroups   cgroupState
+	ctl       ctlState
+	life      lifeState
+	closed    closedState
+
+	// mu guards handed, notes, and each sub-object's fields that say
+	// they are under b.mu.
+	mu     sync.Mutex
+	handed map[int]map[string]bool // folders handed to each role's uid
+	notes  []string
+
+	measure measureState
+	holds   holdSet
+	stops   stopState
+	self    selftestState
+}
+
+// listenerSet is what the broker listens on for others.
+type listenerSet struct {
+	// api is the harness API's TCP listener (for a supervisor outside the
+	// roles; lanes and agents use the unix socket), made here so its port
+	// is known for the self-test, and handed to every controller.
+	api     *net.TCPListener
+	apiPort int
+	// egress are the network namespaces of the roles that may get egress,
+	// by role name (netns.go); none without agent.egress.
+	egress map[string]*egressNet
+}
+
+// lifeState is where the broker is in its life: starting, serving,
+// stopping.
+type lifeState struct {
 	stopping atomic.Bool
 	stopCh   chan struct{}
 	// stopFD is an eventfd that becomes readable, for good, when stopCh
 	// closes: what a command's wait (awaitEnd) polls beside its pidfd.
 	stopFD   int
-	phase    string // rpc.Phase…, under mu
+	phase    string // rpc.Phase…, under b.mu
 	phaseWhy string
 	started  time.Time
-	closed   []closedTmp
-	// closedRecorded: the record of closed places is on disk for b.closed.
-	closedRecorded bool
-
-	mu        sync.Mutex
-	userLocks map[int]*sync.Mutex
-	stopLocks map[int]*sync.Mutex
-	handed    map[int]map[string]bool // folders handed to each role's uid
-	// ownExec are the running commands the broker started as thermite
-	// itself (/proc/self/exe: a lane's file helper, a probe): not
-	// dumpable where the binary is 0711, and holding no descriptor of
-	// the role's (spawn.Start's child closes all but its slots), so the
-	// unlinked-file measure passes over them.
-	ownExec map[int]bool
-	// runGen counts each role's command starts, handGen the changes to
-	// the folders handed to roles, and usage keeps each role's last disk
-	// measure for reuse while neither moves (usagecache.go).
-	runGen  map[int]uint64
-	handGen uint64
-	usage   map[int]keptUsage
-	watch   *usageWatch // each folder's incremental disk measure (usagecache.go)
-	quota   *quotaState // how roles' disks are measured (quota.go)
-	// starting are the stop helpers (startHelper) running as a role's
-	// user until they answer: thermite itself, not dumpable (the binary is
-	// 0711 and spawn.Main clears it), and holding nothing of the role's.
-	starting  map[int]bool
-	cpuHolds  map[string]cpuset.Set // judge CPUs held by timed runs
-	cardHolds map[string][]int      // cards held by timed runs
-	holdUIDs  map[string]int        // the timing user of each hold
-	// cpusetMu orders holds, their release and new role groups, so each
-	// group's CPUs are always those cpusetFor gives it.
-	cpusetMu   sync.Mutex
-	ctlPID     int
-	ctlStarts  int
-	selftest   *rpc.SelftestResult
-	selftestFn SelftestFunc
-	selftestMu sync.Mutex
-	notes      []string
-
-	// stopFailed is each user's last failed stop, until one succeeds
-	// (leftoverRefusal); under mu.
-	stopFailed map[int]error
 }
 
 // New prepares a broker for cfg; Serve runs it.
@@ -131,49 +111,20 @@ func New(cfg config.Config, log *slog.Logger) (*Broker, error) {
 	}
 	return &Broker{
 		cfg: cfg, table: table, log: log,
-		exe:       "/proc/self/exe",
-		stopCh:    make(chan struct{}),
-		stopFD:    stopFD,
-		userLocks: map[int]*sync.Mutex{},
-		stopLocks: map[int]*sync.Mutex{},
-		ownExec:   map[int]bool{},
-		runGen:    map[int]uint64{},
-		usage:     map[int]keptUsage{},
-		starting:  map[int]bool{},
-		handed:    map[int]map[string]bool{},
-		cpuHolds:  map[string]cpuset.Set{},
-		cardHolds: map[string][]int{},
-		holdUIDs:  map[string]int{},
+		exe:     ownExe,
+		life:    lifeState{stopCh: make(chan struct{}), stopFD: stopFD},
+		stops:   stopState{userLocks: map[int]*sync.Mutex{}, stopLocks: map[int]*sync.Mutex{}},
+		measure: measureState{ownExec: map[int]bool{}, runGen: map[int]uint64{}, usage: map[int]keptUsage{}, starting: map[int]bool{}},
+		handed:  map[int]map[string]bool{},
+		holds:   newHoldSet(),
 	}, nil
-}
-
-func (b *Broker) stopLock(uid int) *sync.Mutex {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	lk := b.stopLocks[uid]
-	if lk == nil {
-		lk = &sync.Mutex{}
-		b.stopLocks[uid] = lk
-	}
-	return lk
-}
-
-func (b *Broker) userLock(uid int) *sync.Mutex {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	lk := b.userLocks[uid]
-	if lk == nil {
-		lk = &sync.Mutex{}
-		b.userLocks[uid] = lk
-	}
-	return lk
 }
 
 // Serve runs the broker's start-up, in order, each step failing closed,
 // then serves until SIGTERM or SIGINT. A refused start undoes what it did:
 // the closed places are opened again and the socket is removed.
 func (b *Broker) Serve() (err error) {
-	b.started = time.Now()
+	b.life.started = time.Now()
 	b.setPhase(rpc.PhaseStarting, "")
 	unix.Umask(0o077)
 	notify := newNotifier(b.log)
@@ -193,7 +144,7 @@ func (b *Broker) Serve() (err error) {
 	}
 	// Inheritable served the broker's own exec; nothing it forks carries it.
 	// (A test build that hands roles an ambient capability needs it kept.)
-	if !(weaken.Enabled && weaken.Has("cap-amb")) {
+	if !(weaken.Enabled && weaken.Has(weaken.CapAmb)) {
 		if err := caps.ClearInheritable(); err != nil {
 			return fmt.Errorf("broker: %w", err)
 		}
@@ -295,9 +246,9 @@ func (b *Broker) Serve() (err error) {
 	b.log.Info("stopping", "signal", s.String())
 	b.setPhase(rpc.PhaseStopping, "signal "+s.String())
 	notify.send("STOPPING=1")
-	b.stopping.Store(true)
-	close(b.stopCh)
-	unix.Write(b.stopFD, []byte{1, 0, 0, 0, 0, 0, 0, 0})
+	b.life.stopping.Store(true)
+	close(b.life.stopCh)
+	unix.Write(b.life.stopFD, []byte{1, 0, 0, 0, 0, 0, 0, 0})
 	<-ctlDone
 	b.shutdown(l)
 	b.log.Info("stopped")
@@ -305,7 +256,7 @@ func (b *Broker) Serve() (err error) {
 }
 
 func (b *Broker) shutdown(l *net.UnixListener) {
-	b.stopping.Store(true)
+	b.life.stopping.Store(true)
 	l.Close()
 	if err := b.stopAllRoles(); err != nil {
 		b.log.Error("stop roles", "err", err)
@@ -318,7 +269,7 @@ func (b *Broker) shutdown(l *net.UnixListener) {
 // serves role commands only once it is past the self-test.
 func (b *Broker) setPhase(p, why string) {
 	b.mu.Lock()
-	b.phase, b.phaseWhy = p, why
+	b.life.phase, b.life.phaseWhy = p, why
 	b.mu.Unlock()
 }
 
@@ -327,7 +278,7 @@ func (b *Broker) setPhase(p, why string) {
 // while stopping.
 func (b *Broker) servingRoles() error {
 	b.mu.Lock()
-	p, why := b.phase, b.phaseWhy
+	p, why := b.life.phase, b.life.phaseWhy
 	b.mu.Unlock()
 	switch p {
 	case rpc.PhaseStarting, rpc.PhaseSelftest:
@@ -345,7 +296,7 @@ func (b *Broker) servingRoles() error {
 func (b *Broker) announceReady(n *notifier) {
 	for {
 		select {
-		case <-b.stopCh:
+		case <-b.life.stopCh:
 			return
 		case <-time.After(25 * time.Millisecond):
 		}
@@ -354,8 +305,8 @@ func (b *Broker) announceReady(n *notifier) {
 		}
 		b.mu.Lock()
 		sentence := ""
-		if b.selftest != nil {
-			sentence = b.selftest.Sentence
+		if b.self.result != nil {
+			sentence = b.self.result.Sentence
 		}
 		b.mu.Unlock()
 		b.setPhase(rpc.PhaseReady, "")
@@ -390,8 +341,8 @@ func (b *Broker) listenAPI() error {
 	if err != nil {
 		return fmt.Errorf("api.tcp %s: %w", b.cfg.API.TCP, err)
 	}
-	b.apiListener = l
-	b.apiPort = l.Addr().(*net.TCPAddr).Port
+	b.listeners.api = l
+	b.listeners.apiPort = l.Addr().(*net.TCPAddr).Port
 	return nil
 }
 
@@ -438,10 +389,10 @@ func (b *Broker) note(s string) {
 func (b *Broker) status() *rpc.Status {
 	b.mu.Lock()
 	st := &rpc.Status{
-		Phase:     b.phase,
-		PhaseWhy:  b.phaseWhy,
+		Phase:     b.life.phase,
+		PhaseWhy:  b.life.phaseWhy,
 		BrokerPID: os.Getpid(),
-		StartedAt: b.started.UTC().Format(time.RFC3339),
+		StartedAt: b.life.started.UTC().Format(time.RFC3339),
 		StateDir:  b.cfg.StateDir,
 		Socket:    b.cfg.BrokerSocket(),
 	}
@@ -454,11 +405,11 @@ func (b *Broker) status() *rpc.Status {
 		st.Roles = append(st.Roles, rpc.RoleStatus{Name: r.Name, User: r.User, UID: r.UID, Processes: len(counts[r.UID])})
 	}
 	b.mu.Lock()
-	st.ControllerPID = b.ctlPID
-	st.ControllerRuns = b.ctlStarts
-	if b.selftest != nil {
+	st.ControllerPID = b.ctl.pid
+	st.ControllerRuns = b.ctl.starts
+	if b.self.result != nil {
 		// The verdict without its rows: `selftest isolation --json` has them.
-		sum := *b.selftest
+		sum := *b.self.result
 		sum.Probes = nil
 		st.Selftest = &sum
 	}

@@ -33,22 +33,18 @@ func (b *Broker) heldCardWants(l *fence.Layout, wants []fence.Want) []fence.Want
 		// card.
 		return wants
 	}
-	b.mu.Lock()
 	gidOf := map[string]int{}
-	for key, cards := range b.cardHolds {
-		r, ok := b.table.ByUID(b.holdUIDs[key])
+	for i, uid := range b.holds.cardHolders() {
+		r, ok := b.table.ByUID(uid)
 		if !ok {
 			continue
 		}
-		for _, i := range cards {
-			for _, c := range l.Cards {
-				if c.Index == i {
-					gidOf[c.Path] = r.GID
-				}
+		for _, c := range l.Cards {
+			if c.Index == i {
+				gidOf[c.Path] = r.GID
 			}
 		}
 	}
-	b.mu.Unlock()
 	out := make([]fence.Want, len(wants))
 	for i, w := range wants {
 		if gid, ok := gidOf[w.Path]; ok && l.Refused == "" {

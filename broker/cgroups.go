@@ -10,14 +10,22 @@ import (
 	"thermite/roles"
 )
 
+// cgroupState is the cgroup tree and the groups made in it.
+type cgroupState struct {
+	tree   *cgroup.Tree          // nil where no writable tree exists
+	why    string                // why there is none
+	groups map[int]*cgroup.Group // each role's, by uid; under b.mu
+	ctl    *cgroup.Group         // the controller daemon's own group, once made; under b.mu
+}
+
 // initCgroups finds a writable cgroup tree and makes the broker's parent
 // group in it. Where there is none, commands run under their rlimits
 // alone, and the status and the self-test say why.
 func (b *Broker) initCgroups() {
-	b.cgGroups = map[int]*cgroup.Group{}
+	b.cgroups.groups = map[int]*cgroup.Group{}
 	if !b.cfg.Cgroup.Enabled {
-		b.cgWhy = "cgroups are off in the configuration (cgroup.enabled = false)"
-		b.note("no per-role cgroups: " + b.cgWhy + "; rlimits are the floor")
+		b.cgroups.why = "cgroups are off in the configuration (cgroup.enabled = false)"
+		b.note("no per-role cgroups: " + b.cgroups.why + "; rlimits are the floor")
 		return
 	}
 	parent := "thermite"
@@ -26,18 +34,18 @@ func (b *Broker) initCgroups() {
 	}
 	t, err := cgroup.Detect("/sys/fs/cgroup", parent)
 	if err != nil {
-		b.cgWhy = "no writable cgroup tree: " + err.Error()
-		b.note("no per-role cgroups: " + b.cgWhy + "; rlimits are the floor")
+		b.cgroups.why = "no writable cgroup tree: " + err.Error()
+		b.note("no per-role cgroups: " + b.cgroups.why + "; rlimits are the floor")
 		return
 	}
-	b.cg = t
+	b.cgroups.tree = t
 	b.log.Info("cgroups", "tree", t.String())
 }
 
 // groupFor is the cgroup every command of a role runs in, as the policy
 // plans it (planCgroup): nil when there is no writable tree.
 func (b *Broker) groupFor(r roles.Role) (*cgroup.Group, error) {
-	p := planCgroup(&b.cfg, r, b.cg != nil, weakenedNow())
+	p := planCgroup(&b.cfg, r, b.cgroups.tree != nil, weakenedNow())
 	if p == nil {
 		return nil, nil
 	}
@@ -48,26 +56,26 @@ func (b *Broker) groupFor(r roles.Role) (*cgroup.Group, error) {
 func (b *Broker) makeGroup(r roles.Role, p *CgroupPlan) (*cgroup.Group, error) {
 	// A new group gets the CPUs the holds leave its role before any task
 	// joins it, and no hold changes while it is made.
-	b.cpusetMu.Lock()
-	defer b.cpusetMu.Unlock()
+	b.holds.order.Lock()
+	defer b.holds.order.Unlock()
 	b.mu.Lock()
-	g := b.cgGroups[r.UID]
+	g := b.cgroups.groups[r.UID]
 	b.mu.Unlock()
 	if g != nil {
 		return g, nil
 	}
-	g, err := b.cg.Create(p.Name, p.Limits)
+	g, err := b.cgroups.tree.Create(p.Name, p.Limits)
 	if err != nil {
 		return nil, fmt.Errorf("cgroup for %s: %w", r.Name, err)
 	}
-	if b.cg.HasCPUSet() && !advisoryCPUs() {
+	if b.cgroups.tree.HasCPUSet() && !advisoryCPUs() {
 		if err := b.setGroupCPUs(r, g); err != nil {
 			g.Remove()
 			return nil, err
 		}
 	}
 	b.mu.Lock()
-	b.cgGroups[r.UID] = g
+	b.cgroups.groups[r.UID] = g
 	b.mu.Unlock()
 	return g, nil
 }
@@ -81,32 +89,32 @@ func oomKills(g *cgroup.Group) int64 {
 }
 
 func (b *Broker) closeCgroups() {
-	if b.cg == nil {
+	if b.cgroups.tree == nil {
 		return
 	}
 	b.mu.Lock()
-	for _, g := range b.cgGroups {
+	for _, g := range b.cgroups.groups {
 		g.Remove()
 	}
-	b.cgGroups = map[int]*cgroup.Group{}
-	if b.ctlGroup != nil {
-		b.ctlGroup.Remove()
-		b.ctlGroup = nil
+	b.cgroups.groups = map[int]*cgroup.Group{}
+	if b.cgroups.ctl != nil {
+		b.cgroups.ctl.Remove()
+		b.cgroups.ctl = nil
 	}
 	b.mu.Unlock()
-	b.cg.Close()
+	b.cgroups.tree.Close()
 }
 
 func (b *Broker) cgroupStatus() string {
-	if b.cg == nil {
-		return "none: " + b.cgWhy + " (rlimits only; timed runs refused: judge CPUs cannot be held in the kernel)"
+	if b.cgroups.tree == nil {
+		return "none: " + b.cgroups.why + " (rlimits only; timed runs refused: judge CPUs cannot be held in the kernel)"
 	}
 	judge := "judge CPUs held in the kernel (cpuset)"
 	if why := b.cpusetWhy(); why != "" {
 		judge = "judge CPUs cannot be held in the kernel, so timed runs are refused: " + why
 	}
 	return fmt.Sprintf("%s; per role: memory %d MiB (no swap), %d tasks; controller: memory %d MiB, %d tasks; %s",
-		b.cg.String(), b.cfg.Cgroup.MemoryMB, b.cfg.Cgroup.Pids, b.cfg.Cgroup.ControllerMemoryMB, b.cfg.Cgroup.ControllerPids, judge)
+		b.cgroups.tree.String(), b.cfg.Cgroup.MemoryMB, b.cfg.Cgroup.Pids, b.cfg.Cgroup.ControllerMemoryMB, b.cfg.Cgroup.ControllerPids, judge)
 }
 
 // decideKernelPolicy applies the kernel policy (internal/hostpolicy) to
@@ -114,8 +122,8 @@ func (b *Broker) cgroupStatus() string {
 // and not named in host.accept_lost refuses the start.
 func (b *Broker) decideKernelPolicy() error {
 	b.kernel = hostpolicy.Host{ABI: landlockABI(), FenceABI: b.cfg.GPU.FenceMinABI, CgroupsOff: !b.cfg.Cgroup.Enabled}
-	if b.cg == nil {
-		b.kernel.Cgroups = b.cgWhy
+	if b.cgroups.tree == nil {
+		b.kernel.Cgroups = b.cgroups.why
 	}
 	b.kernel.CPUSet = b.cpusetWhy()
 	if err := hostpolicy.Decide(b.kernel, b.cfg.Host.AcceptLost); err != nil {
@@ -135,21 +143,4 @@ func (b *Broker) decideKernelPolicy() error {
 // operator: for the status and the self-test's verdict.
 func (b *Broker) Without() []string {
 	return hostpolicy.Without(b.kernel, b.cfg.Host.AcceptLost)
-}
-
-// stopGroup kills every process in the role's cgroup, where it has one, and
-// says how many there were. A failure is logged, not returned: the helper
-// that runs next ends every process of the user either way.
-func (b *Broker) stopGroup(r roles.Role) int {
-	b.mu.Lock()
-	g := b.cgGroups[r.UID]
-	b.mu.Unlock()
-	if g == nil {
-		return 0
-	}
-	pids, _ := g.Procs()
-	if err := g.Kill(); err != nil {
-		b.log.Warn("stop a role's cgroup", "role", r.Name, "group", g.Path(), "err", err)
-	}
-	return len(pids)
 }

@@ -34,20 +34,20 @@ func CheckControlKey(path, want string) ([]byte, error) {
 
 // SetControlKey has the broker install control's key at start.
 func (b *Broker) SetControlKey(path, sha string) {
-	b.ctlKeyPath, b.ctlKeySHA = path, strings.ToLower(sha)
+	b.ctl.keyPath, b.ctl.keySHA = path, strings.ToLower(sha)
 }
 
 // ControlKeySHA256 is the SHA-256 the launch named, or "".
-func (b *Broker) ControlKeySHA256() string { return b.ctlKeySHA }
+func (b *Broker) ControlKeySHA256() string { return b.ctl.keySHA }
 
 // installControlKey checks control's key again and installs a copy that
 // only root can write, readable by the controller's group: root:thermite
 // 0640 in a root:thermite 0750 folder.
 func (b *Broker) installControlKey() error {
-	if b.ctlKeyPath == "" {
+	if b.ctl.keyPath == "" {
 		return nil
 	}
-	data, err := CheckControlKey(b.ctlKeyPath, b.ctlKeySHA)
+	data, err := CheckControlKey(b.ctl.keyPath, b.ctl.keySHA)
 	if err != nil {
 		return err
 	}
@@ -70,6 +70,6 @@ func (b *Broker) installControlKey() error {
 	if err := os.Rename(tmp, dst); err != nil {
 		return fmt.Errorf("control key: %w", err)
 	}
-	b.log.Info("control key installed", "path", dst, "sha256", b.ctlKeySHA)
+	b.log.Info("control key installed", "path", dst, "sha256", b.ctl.keySHA)
 	return nil
 }

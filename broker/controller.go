@@ -12,7 +12,16 @@ import (
 	"golang.org/x/sys/unix"
 
 	"thermite/internal/rpc"
+	"thermite/internal/spawn"
 )
+
+// ctlState is the controller daemon's supervision.
+type ctlState struct {
+	pid    int // the running controller's, 0 when none; under b.mu
+	starts int // how many times it was started; under b.mu
+	// keyPath and keySHA are control's key, when the launch names one.
+	keyPath, keySHA string
+}
 
 // ControllerArg is the hidden subcommand the controller runs as.
 const ControllerArg = "__controller"
@@ -33,19 +42,19 @@ func (b *Broker) startController() (int, int, <-chan exit, error) {
 		return 0, -1, nil, err
 	}
 	defer c.release()
-	c.inherit = []*os.File{bootR} // rpc.BootstrapFD
+	c.slots = []spawn.Slot{{Name: "bootstrap", FD: rpc.BootstrapFD, File: bootR}}
 	apiAddr := ""
-	if b.apiListener != nil {
-		lf, err := b.apiListener.File()
+	if b.listeners.api != nil {
+		lf, err := b.listeners.api.File()
 		if err != nil {
 			return 0, -1, nil, fmt.Errorf("controller: api listener: %w", err)
 		}
 		defer lf.Close()
-		c.inherit = append(c.inherit, lf) // rpc.APIListenerFD
-		apiAddr = b.apiListener.Addr().String()
+		c.slots = append(c.slots, spawn.Slot{Name: "api-tcp", FD: rpc.APIListenerFD, File: lf})
+		apiAddr = b.listeners.api.Addr().String()
 	}
-	egressFiles, egress := b.egressListeners(len(c.inherit))
-	c.inherit = append(c.inherit, egressFiles...)
+	egressSlots, egress := b.egressListeners()
+	c.slots = append(c.slots, egressSlots...)
 	ch, err := b.startCommand(c)
 	if err != nil {
 		return 0, -1, nil, fmt.Errorf("controller: start: %w", err)
@@ -78,20 +87,20 @@ func (b *Broker) superviseController() {
 			b.log.Error("controller did not start", "err", err)
 		} else {
 			b.mu.Lock()
-			b.ctlPID = pid
-			b.ctlStarts++
+			b.ctl.pid = pid
+			b.ctl.starts++
 			b.mu.Unlock()
 			b.log.Info("controller started", "pid", pid)
 			began := time.Now()
 			var e exit
 			select {
 			case e = <-exited:
-			case <-b.stopCh:
+			case <-b.life.stopCh:
 				e = stopGently(pidfd, exited)
 			}
 			unix.Close(pidfd)
 			b.mu.Lock()
-			b.ctlPID = 0
+			b.ctl.pid = 0
 			b.mu.Unlock()
 			b.log.Info("controller exited", "pid", pid, "status", describe(e.ws))
 			if time.Since(began) > time.Minute {
@@ -102,12 +111,12 @@ func (b *Broker) superviseController() {
 		if err := b.stopAllRoles(); err != nil {
 			b.log.Error("stop roles after controller exit", "err", err)
 		}
-		if b.stopping.Load() {
+		if b.life.stopping.Load() {
 			return
 		}
 		select {
 		case <-time.After(backoff):
-		case <-b.stopCh:
+		case <-b.life.stopCh:
 			return
 		}
 		if backoff < 30*time.Second {

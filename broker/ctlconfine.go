@@ -21,11 +21,12 @@ import (
 // cgroup tree exists it runs without one, as role commands do, and the
 // status says so.
 func (b *Broker) confineController(argv []string, stdio [3]*os.File) (*command, error) {
-	p, err := PlanController(&b.cfg, b.table, argv, b.exe, resolverDirs(), b.cg != nil, weakenedNow())
+	now := &Snapshot{Cgroups: b.cgroups.tree != nil, Kernel: b.kernel, Weakened: weakenedNow()}
+	p, err := PlanController(&b.cfg, b.table, argv, b.exe, resolverDirs(), now)
 	if err != nil {
 		return nil, err
 	}
-	c := &command{role: p.Role, argv: p.Argv, env: p.Env, stdio: stdio, groups: p.Groups}
+	c := &command{role: p.Role, uid: p.UID, gid: p.GID, argv: p.Argv, env: p.Env, stdio: stdio, groups: p.Groups, ownBinary: p.OwnBinary}
 	if c.cwd, err = os.OpenFile(p.Cwd, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0); err != nil {
 		return nil, fmt.Errorf("controller: its HOME: %w", err)
 	}
@@ -37,13 +38,11 @@ func (b *Broker) confineController(argv []string, stdio [3]*os.File) (*command, 
 		return nil, err
 	}
 	rules := landlock.ControllerPolicy(*p.Controller)
-	abi := landlock.PolicyABI
-	if k := b.kernel.ABI; k < abi {
-		// The start got past the kernel policy, so the operator accepted
-		// what this kernel lacks: the controller's rule set keeps what the
-		// kernel has, as the roles' do, and there is none without Landlock.
-		abi = k
-		rules.Fit(k)
+	abi := p.LandlockABI
+	if abi < landlock.PolicyABI {
+		// Less than the policy's, as planLandlockABI decided: the rule
+		// set keeps what the kernel has, and there is none at 0.
+		rules.Fit(abi)
 	}
 	if abi > 0 {
 		rs, err := rules.Build(abi)
@@ -128,19 +127,19 @@ func (b *Broker) ensureControllerFiles() error {
 // its restarts: nil where no writable tree exists (the status says why),
 // an error where the tree exists and the group cannot be made.
 func (b *Broker) controllerGroupFor() (*cgroup.Group, error) {
-	if b.cg == nil {
+	if b.cgroups.tree == nil {
 		return nil, nil
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.ctlGroup != nil {
-		return b.ctlGroup, nil
+	if b.cgroups.ctl != nil {
+		return b.cgroups.ctl, nil
 	}
 	p := controllerCgroup(&b.cfg)
-	g, err := b.cg.Create(p.Name, p.Limits)
+	g, err := b.cgroups.tree.Create(p.Name, p.Limits)
 	if err != nil {
 		return nil, fmt.Errorf("controller: cgroup %s (cgroup.controller_memory_mb, cgroup.controller_pids; cgroup.enabled = false runs without): %w", controllerGroup, err)
 	}
-	b.ctlGroup = g
+	b.cgroups.ctl = g
 	return g, nil
 }

@@ -44,7 +44,7 @@ func (b *Broker) awaitEnd(ch *child, conn *rpc.Conn, timeout time.Duration) (end
 	if err := watch(ch.pidfd, unix.EPOLLIN, endExited); err != nil {
 		return 0, err
 	}
-	if err := watch(b.stopFD, unix.EPOLLIN, endStopping); err != nil {
+	if err := watch(b.life.stopFD, unix.EPOLLIN, endStopping); err != nil {
 		return 0, err
 	}
 	if conn != nil {

@@ -209,36 +209,3 @@ func (b *Broker) ClearSetID(r roles.Role) *rpc.SetIDReport {
 	}
 	return rep
 }
-
-// DiskUsage measures a role's HOME, TMPDIR and the folders handed to it,
-// and what its processes keep in unlinked files.
-func (b *Broker) DiskUsage(r roles.Role, helperIdle bool) (*rpc.DiskUsage, error) {
-	// Where scratch's file system keeps user quotas, one quotactl
-	// (quota.go); elsewhere, and while the quota cannot say, the walk.
-	if fs := b.quotaFS(); fs != nil {
-		if u, ok, err := b.quotaUsage(r, fs); ok {
-			return u, err
-		}
-	}
-	gen, idle := b.roleGen(r.UID), b.roleIdle(r.UID)
-	if u, ok := b.reusableUsage(r.UID, gen, helperIdle && idle); ok {
-		return u, nil
-	}
-	u := &rpc.DiskUsage{}
-	errs := b.measureFolders(r, 0, u)
-	// Space in files unlinked but kept open or mapped by the role's
-	// processes: no walk sees it, and the disk holds it all the same.
-	h, err := b.heldUnlinked(r, 0)
-	u.Bytes += h.Bytes
-	u.Unlinked, u.UnlinkedFiles = h.Bytes, h.Files
-	if err != nil {
-		errs = append(errs, err)
-	}
-	// Kept for reuse only when nothing of the role could change its files
-	// while they were walked: idle before and after, no command started.
-	keep := len(errs) == 0 && idle && b.roleIdle(r.UID) && b.roleGen(r.UID) == gen
-	b.keepUsage(r.UID, gen, u, keep)
-	// A walk that could not finish counts as too much: a tree built to
-	// defeat the measure is over every cap.
-	return u, errors.Join(errs...)
-}

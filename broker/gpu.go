@@ -1,7 +1,6 @@
 package broker
 
 import (
-	"os"
 	"sort"
 	"sync"
 	"time"
@@ -21,9 +20,6 @@ type gpuState struct {
 	abiErr     error // the kernel lacks the Landlock rights the fence needs
 	permsFixed bool
 	permsNote  string
-	// rules are the built rule sets; a command holds its own until
-	// spawn.Start's child has exec'd.
-	rules landlock.Cache
 }
 
 // initFence discovers the GPUs, places them in the layout, fixes their
@@ -40,7 +36,7 @@ func (b *Broker) initFence() error {
 			select {
 			case <-t.C:
 				b.refreshGPUs()
-			case <-b.stopCh:
+			case <-b.life.stopCh:
 				return
 			}
 		}
@@ -80,13 +76,6 @@ func (b *Broker) refreshGPUs() {
 }
 
 func (b *Broker) groupGID(name string) (int, bool) { return groupGIDIn(b.table, name) }
-
-// ruleSet returns the built rule set for a spec and a release the caller
-// calls once spawn.Start's child has exec'd (or will not start); see
-// landlock.Cache.
-func (b *Broker) ruleSet(spec landlock.RoleSpec) (*os.File, func(), error) {
-	return b.gpu.rules.Get(spec, b.kernel.ABI)
-}
 
 func (b *Broker) gpuStatus() *rpc.GPUStatus {
 	b.gpu.mu.Lock()

@@ -59,7 +59,7 @@ func (b *Broker) makeEgressNets() error {
 		}
 		nets[r.Name] = n
 	}
-	b.egressNets = nets
+	b.listeners.egress = nets
 	b.log.Info("agent egress namespaces made", "roles", len(nets), "proxy", "127.0.0.1:"+fmt.Sprint(b.cfg.Agent.EgressPort))
 	return nil
 }
@@ -176,17 +176,18 @@ func listenLoopback(port int) (*os.File, error) {
 }
 
 // egressListeners hands the controller each role's proxy listener, as
-// descriptors from spawn.FDInherit+first on, and says which is whose.
-func (b *Broker) egressListeners(first int) ([]*os.File, []rpc.EgressListener) {
-	var files []*os.File
+// slots from rpc.EgressFirstFD on, and says which is whose.
+func (b *Broker) egressListeners() ([]spawn.Slot, []rpc.EgressListener) {
+	var slots []spawn.Slot
 	var out []rpc.EgressListener
 	for _, r := range b.table.Roles {
-		n := b.egressNets[r.Name]
+		n := b.listeners.egress[r.Name]
 		if n == nil {
 			continue
 		}
-		out = append(out, rpc.EgressListener{Role: r.Name, FD: spawn.FDInherit + first + len(files), Addr: n.addr})
-		files = append(files, n.listener)
+		fd := rpc.EgressFirstFD + len(slots)
+		out = append(out, rpc.EgressListener{Role: r.Name, FD: fd, Addr: n.addr})
+		slots = append(slots, spawn.Slot{Name: "egress-" + r.Name, FD: fd, File: n.listener})
 	}
-	return files, out
+	return slots, out
 }

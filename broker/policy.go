@@ -84,6 +84,10 @@ type Plan struct {
 	// Landlock is the rule set's spec (carryOut drops writable places
 	// that do not exist); nil only in a weakened test build.
 	Landlock *landlock.RoleSpec
+	// LandlockABI is the ABI the rule set (Landlock or Controller) is
+	// built for: the policy's, or less where the kernel has less and the
+	// operator accepted the loss; 0 builds none (planLandlockABI).
+	LandlockABI int
 	// Controller is the controller daemon's rule set's spec, in place of
 	// Landlock; nil for every role command.
 	Controller *landlock.ControllerSpec
@@ -93,6 +97,13 @@ type Plan struct {
 	// Egress: the command starts in its role's egress network namespace
 	// (netns.go), whose only listener is the controller's egress proxy.
 	Egress bool
+	// OwnBinary: the command is thermite itself (ownBinary), which holds
+	// nothing of its role's: the disk measure passes over it.
+	OwnBinary bool
+	// StopsAfter: the role's user is stopped after the command, and its
+	// commands run one at a time; while its last stop failed, a command
+	// starts only once a new stop succeeds (leftoverRefusal).
+	StopsAfter bool
 }
 
 // Hold is what a timed run holds while it runs.
@@ -146,7 +157,7 @@ func PlanRun(cfg *config.Config, table *roles.Table, req *rpc.RunRequest, now *S
 	if err := checkArgv(req.Argv); err != nil {
 		return nil, err
 	}
-	p := &Plan{Role: r, Argv: req.Argv, UID: r.UID, GID: r.GID}
+	p := &Plan{Role: r, Argv: req.Argv, UID: r.UID, GID: r.GID, OwnBinary: ownBinary(req.Argv), StopsAfter: r.StopsAfterEachCommand()}
 	var err error
 	if p.Home, p.HomeOwned, err = planHome(cfg, table, r, req.Home, now); err != nil {
 		return nil, err
@@ -183,6 +194,9 @@ func PlanRun(cfg *config.Config, table *roles.Table, req *rpc.RunRequest, now *S
 	}
 	p.Network = pol.Network
 	p.Landlock, p.Seccomp = planConfinement(cfg, r, req.Argv, l, p.Cards, p.Home, pol, now)
+	if p.Landlock != nil {
+		p.LandlockABI = planLandlockABI(now.Kernel.ABI, p.Landlock.FenceOnly)
+	}
 	p.Cgroup = planCgroup(cfg, r, now.Cgroups, now.Weakened)
 	if p.Cwd, err = planCwd(cfg, table, r, req.Cwd, p.Home, now); err != nil {
 		return nil, err
@@ -553,7 +567,7 @@ func planConfinement(cfg *config.Config, r roles.Role, argv []string, l *fence.L
 			sc.Weakened = append(sc.Weakened, name)
 		}
 	}
-	if w[weakNoLandlock] {
+	if w[weaken.NoLandlock] {
 		return nil, nil
 	}
 	var gpu []string
@@ -574,7 +588,7 @@ func planConfinement(cfg *config.Config, r roles.Role, argv []string, l *fence.L
 	if w[weaken.APITCP] {
 		spec.APIPort = now.APIPort
 	}
-	if w[weakFenceOnly] {
+	if w[weaken.FenceOnly] {
 		return &landlock.RoleSpec{DenyGPU: l.Deny(cards), DevRoot: cfg.GPU.DevRoot, FenceOnly: true}, nil
 	}
 	return spec, sc
@@ -588,7 +602,27 @@ func planConfinement(cfg *config.Config, r roles.Role, argv []string, l *fence.L
 // binary, and the helper refuses any mode beyond 0777 itself. Only the
 // controller asks for commands, so no lane can dress its own up as one.
 func fileHelper(r roles.Role, argv []string) bool {
-	return r.Kind == roles.Lane && len(argv) >= 2 && argv[0] == "/proc/self/exe" && argv[1] == lanefs.Arg
+	return r.Kind == roles.Lane && len(argv) >= 2 && ownBinary(argv) && argv[1] == lanefs.Arg
+}
+
+// ownExe is thermite's own binary as spawn.Start's child execs it.
+const ownExe = "/proc/self/exe"
+
+// ownBinary says whether argv runs thermite itself (a lane's file helper,
+// the self-test's probes), which spawn.Start's child finds as ownExe.
+func ownBinary(argv []string) bool { return len(argv) > 0 && argv[0] == ownExe }
+
+// planLandlockABI is the ABI a rule set is built for on a kernel with
+// kernelABI: the policy's (landlock.PolicyABI), or the kernel's where it
+// has less, for the start got past the kernel policy only where the
+// operator accepted what it lacks (a rule set then keeps what the kernel
+// has, and there is none without Landlock). The GPU fence alone is built
+// for landlock.FenceABI, which the start demands whatever was accepted.
+func planLandlockABI(kernelABI int, fenceOnly bool) int {
+	if fenceOnly {
+		return landlock.FenceABI
+	}
+	return min(landlock.PolicyABI, kernelABI)
 }
 
 // writableFor is where a role's command may write: its HOME, its TMPDIR
@@ -612,7 +646,7 @@ func writableFor(cfg *config.Config, r roles.Role, home string, handed []string)
 // planCgroup is a role's cgroup: memory (no swap) and pids limits over
 // everything its user runs, or nil where no writable tree exists.
 func planCgroup(cfg *config.Config, r roles.Role, tree bool, weakened map[string]bool) *CgroupPlan {
-	if !tree || weakened[weakFenceOnly] || weakened[weakNoLandlock] {
+	if !tree || weakened[weaken.FenceOnly] || weakened[weaken.NoLandlock] {
 		return nil
 	}
 	return &CgroupPlan{Name: r.Name, Limits: cgroup.Limits{MemoryBytes: cfg.Cgroup.MemoryMB << 20, Pids: cfg.Cgroup.Pids}}
@@ -632,7 +666,7 @@ func timedRunHold(cfg *config.Config, now *Snapshot) (advisory bool, err error) 
 // advisoryWeakened is true only in test builds: without role cgroups, or
 // the breakage test's, where judge CPUs are held by request alone.
 func advisoryWeakened(w map[string]bool) bool {
-	return w[weaken.AdvisoryCPUs] || w[weakFenceOnly] || w[weakNoLandlock]
+	return w[weaken.AdvisoryCPUs] || w[weaken.FenceOnly] || w[weaken.NoLandlock]
 }
 
 // controllerGroup is the controller daemon's cgroup, beside the roles'
@@ -655,21 +689,23 @@ var systemReadable = []string{"/etc", "/proc", "/sys"}
 // (seccomp.ControllerOptions) and its own cgroup (controllerCgroup).
 // resolved are the folders of the resolver files that are symlinks out
 // of /etc, which the broker looks up (their rules need the real folder).
-func PlanController(cfg *config.Config, table *roles.Table, argv []string, exe string, resolved []string, hasTree bool, weakened map[string]bool) (*Plan, error) {
+// Of now it reads the cgroup tree, the kernel and the weakened switches.
+func PlanController(cfg *config.Config, table *roles.Table, argv []string, exe string, resolved []string, now *Snapshot) (*Plan, error) {
 	ctl := table.Controller()
 	home := roleHome(cfg, ctl)
 	env, err := planEnv(cfg, ctl, home, nil, nil)
 	if err != nil {
 		return nil, err
 	}
-	p := &Plan{Role: ctl, Argv: argv, Env: env, Cwd: home, Home: home, UID: ctl.UID, GID: ctl.GID, Groups: ctl.Groups}
-	if weakened[weaken.ControllerBare] {
+	p := &Plan{Role: ctl, Argv: argv, Env: env, Cwd: home, Home: home, UID: ctl.UID, GID: ctl.GID, Groups: ctl.Groups, OwnBinary: ownBinary(argv)}
+	if now.Weakened[weaken.ControllerBare] {
 		return p, nil
 	}
 	spec := controllerSpec(cfg, ctl, exe, resolved)
 	o := seccomp.ControllerOptions()
 	p.Controller, p.Seccomp = &spec, &o
-	if hasTree {
+	p.LandlockABI = planLandlockABI(now.Kernel.ABI, false)
+	if now.Cgroups {
 		p.Cgroup = controllerCgroup(cfg)
 	}
 	return p, nil
@@ -723,16 +759,10 @@ func controllerCgroup(cfg *config.Config) *CgroupPlan {
 
 func ledgerPath(cfg *config.Config) string { return filepath.Join(cfg.ControllerDir(), "ledger.db") }
 
-// The switches of a thermite_weaken build that only the broker reads.
-const (
-	weakNoLandlock = "no-landlock"
-	weakFenceOnly  = "fence-only"
-)
-
 // policySwitches are every switch the policy reads.
 var policySwitches = []string{
 	seccomp.WeakenSysVIPC, seccomp.WeakenSetIDOpenat2, seccomp.WeakenAPITCP, seccomp.WeakenAIO, seccomp.WeakenStopSignals,
-	weaken.APITCP, weaken.AdvisoryCPUs, weaken.ControllerBare, weakNoLandlock, weakFenceOnly,
+	weaken.APITCP, weaken.AdvisoryCPUs, weaken.ControllerBare, weaken.NoLandlock, weaken.FenceOnly,
 	weaken.EgressOpen,
 }
 

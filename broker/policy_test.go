@@ -20,6 +20,7 @@ import (
 	"thermite/internal/rpc"
 	"thermite/internal/seccomp"
 	"thermite/internal/spawn"
+	"thermite/internal/weaken"
 	"thermite/roles"
 )
 
@@ -426,7 +427,7 @@ func samePlan(t *testing.T, got, want *Plan) {
 func TestPlanController(t *testing.T) {
 	cfg, table := rig(t)
 	argv := []string{"/proc/self/exe", ControllerArg}
-	p, err := PlanController(cfg, table, argv, "/proc/self/exe", []string{"/run/systemd/resolve"}, true, nil)
+	p, err := PlanController(cfg, table, argv, "/proc/self/exe", []string{"/run/systemd/resolve"}, &Snapshot{Cgroups: true, Kernel: hostpolicy.Host{ABI: 7}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -459,7 +460,7 @@ func TestPlanController(t *testing.T) {
 	if s.Read[len(s.Read)-1] != "/run/systemd/resolve" || !reflect.DeepEqual(s.Files, []string{"/srv/rig/controller/ledger.db"}) {
 		t.Errorf("read %v files %v", s.Read, s.Files)
 	}
-	if p, _ := PlanController(cfg, table, argv, "/proc/self/exe", nil, false, nil); p.Cgroup != nil {
+	if p, _ := PlanController(cfg, table, argv, "/proc/self/exe", nil, &Snapshot{}); p.Cgroup != nil {
 		t.Errorf("no cgroup tree: cgroup %+v", p.Cgroup)
 	}
 }
@@ -489,8 +490,7 @@ func TestSnapshotCopiesWhatIsHeld(t *testing.T) {
 	b := &Broker{
 		online:    cpuset.Set{0, 1, 2, 3},
 		judgeCPUs: cpuset.Set{2, 3},
-		cpuHolds:  map[string]cpuset.Set{"hold-2": {3}, "hold-1": {2}},
-		cardHolds: map[string][]int{"hold-1": {0}, "hold-2": nil},
+		holds:     holdSet{cpus: map[string]cpuset.Set{"hold-2": {3}, "hold-1": {2}}, cards: map[string][]int{"hold-1": {0}, "hold-2": nil}},
 		handed:    map[int]map[string]bool{20101: {scratch + "/trials/T1/workspace": true}},
 	}
 	s := b.snapshot()
@@ -540,5 +540,76 @@ func TestPlanEgressOnlyWhereTheRigGivesIt(t *testing.T) {
 	}
 	if p, err := PlanRun(cfg, table, &rpc.RunRequest{Role: "agent-1", Argv: []string{"true"}}, held(t, table)); err != nil || p.Egress || p.Network != netpolicy.API {
 		t.Errorf("agent without agent.egress: %+v %v", p, err)
+	}
+}
+
+// Each case is an attack on what the carry-out does with a plan: the plan
+// decides it (its credentials, the rule set's ABI, whether the command is
+// thermite's own, whether the user is stopped after it), and the carry-out
+// only reads it.
+func TestPlanDecidesWhatTheCarryOutDoes(t *testing.T) {
+	cfg, table := rig(t)
+	type want struct {
+		uid, gid, abi     int
+		own, stopsAfter   bool
+		fenceOnly, noRule bool
+	}
+	as := func(name string) want {
+		r := role(t, table, name)
+		return want{uid: r.UID, gid: r.GID, abi: landlock.PolicyABI, stopsAfter: r.StopsAfterEachCommand()}
+	}
+	with := func(w want, edit func(*want)) want { edit(&w); return w }
+	cases := []struct {
+		name string
+		req  *rpc.RunRequest
+		snap func(*Snapshot)
+		want want
+	}{
+		{"LaneRunsAsItsOwnUser", &rpc.RunRequest{Role: "lane-1", Argv: []string{"/bin/id"}}, nil, as("lane-1")},
+		{"AgentRunsAsItsOwnUserAndIsStoppedAfter", &rpc.RunRequest{Role: "agent-1", Argv: []string{"/bin/id"}}, nil, with(as("agent-1"), func(w *want) { w.stopsAfter = true })},
+		{"BuilderIsStoppedAfter", &rpc.RunRequest{Role: "builder", Argv: []string{"make"}}, nil, with(as("builder"), func(w *want) { w.stopsAfter = true })},
+		{"TimedRunIsStoppedAfter", &rpc.RunRequest{Role: "run", Argv: []string{"./bench"}, Cwd: "runs/R1"}, nil, with(as("run"), func(w *want) { w.stopsAfter = true })},
+		{"LaneIsNotStoppedAfterEachCommand", &rpc.RunRequest{Role: "lane-2", Argv: []string{"sleep", "1"}}, nil, with(as("lane-2"), func(w *want) { w.stopsAfter = false })},
+		{"ThermiteItselfPassesAsOwn", &rpc.RunRequest{Role: "lane-1", Argv: []string{"/proc/self/exe", lanefs.Arg}}, nil, with(as("lane-1"), func(w *want) { w.own = true })},
+		// The disk measure passes over thermite's own commands: a lane's
+		// program named by another spelling of the path is measured.
+		{"DottedSelfExeIsNotOwn", &rpc.RunRequest{Role: "lane-1", Argv: []string{"/proc/self/./exe"}}, nil, as("lane-1")},
+		{"DoubleSlashSelfExeIsNotOwn", &rpc.RunRequest{Role: "lane-1", Argv: []string{"/proc//self/exe"}}, nil, as("lane-1")},
+		{"SelfExeAsAnArgumentIsNotOwn", &rpc.RunRequest{Role: "lane-1", Argv: []string{"/bin/sh", "/proc/self/exe"}}, nil, as("lane-1")},
+		{"OlderKernelAcceptedGetsItsABI", &rpc.RunRequest{Role: "lane-1", Argv: []string{"/bin/id"}}, func(s *Snapshot) { s.Kernel.ABI = 4 }, with(as("lane-1"), func(w *want) { w.abi = 4 })},
+		{"NewerKernelGetsThePolicyABI", &rpc.RunRequest{Role: "lane-1", Argv: []string{"/bin/id"}}, func(s *Snapshot) { s.Kernel.ABI = landlock.PolicyABI + 3 }, as("lane-1")},
+		{"NoLandlockAcceptedBuildsNone", &rpc.RunRequest{Role: "lane-1", Argv: []string{"/bin/id"}}, func(s *Snapshot) { s.Kernel.ABI = 0 }, with(as("lane-1"), func(w *want) { w.abi = 0 })},
+		{"FenceOnlyIsBuiltForTheFenceABI", &rpc.RunRequest{Role: "lane-1", Argv: []string{"/bin/id"}}, func(s *Snapshot) { s.Weakened = map[string]bool{weaken.FenceOnly: true} }, with(as("lane-1"), func(w *want) { w.abi, w.fenceOnly = landlock.FenceABI, true })},
+		{"NoRuleSetHasNoABI", &rpc.RunRequest{Role: "lane-1", Argv: []string{"/bin/id"}}, func(s *Snapshot) { s.Weakened = map[string]bool{weaken.NoLandlock: true} }, with(as("lane-1"), func(w *want) { w.abi, w.noRule = 0, true })},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			now := held(t, table)
+			now.Kernel.ABI = landlock.PolicyABI
+			if c.snap != nil {
+				c.snap(now)
+			}
+			p, err := PlanRun(cfg, table, c.req, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := want{uid: p.UID, gid: p.GID, abi: p.LandlockABI, own: p.OwnBinary, stopsAfter: p.StopsAfter, noRule: p.Landlock == nil}
+			if p.Landlock != nil {
+				got.fenceOnly = p.Landlock.FenceOnly
+			}
+			if got != c.want {
+				t.Errorf("plan %+v, want %+v", got, c.want)
+			}
+		})
+	}
+	ctl := table.Controller()
+	for _, k := range []struct{ kernel, want int }{{landlock.PolicyABI + 1, landlock.PolicyABI}, {4, 4}, {0, 0}} {
+		p, err := PlanController(cfg, table, []string{"/proc/self/exe", ControllerArg}, "/proc/self/exe", nil, &Snapshot{Kernel: hostpolicy.Host{ABI: k.kernel}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.LandlockABI != k.want || p.UID != ctl.UID || p.GID != ctl.GID || !p.OwnBinary || p.StopsAfter {
+			t.Errorf("controller on ABI %d: abi %d uid %d gid %d own %v stops after %v, want abi %d uid %d gid %d, own, not stopped after", k.kernel, p.LandlockABI, p.UID, p.GID, p.OwnBinary, p.StopsAfter, k.want, ctl.UID, ctl.GID)
+		}
 	}
 }

@@ -78,14 +78,14 @@ func (b *Broker) probeQuota() {
 		}
 	}
 	b.mu.Lock()
-	b.quota = q
+	b.measure.quota = q
 	b.mu.Unlock()
 }
 
 // DiskCheckMethod is the status line's word on how disks are measured.
 func (b *Broker) DiskCheckMethod() string {
 	b.mu.Lock()
-	q := b.quota
+	q := b.measure.quota
 	b.mu.Unlock()
 	switch {
 	case q == nil:
@@ -103,10 +103,10 @@ func (b *Broker) DiskCheckMethod() string {
 func (b *Broker) quotaFS() *quota.FS {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.quota == nil {
+	if b.measure.quota == nil {
 		return nil
 	}
-	return b.quota.fs
+	return b.measure.quota.fs
 }
 
 // quotaUsage measures a role by its quota: what its user owns on scratch's
@@ -119,7 +119,7 @@ func (b *Broker) quotaUsage(r roles.Role, fs *quota.FS) (u *rpc.DiskUsage, ok bo
 	var q quota.Usage
 	for try := 0; ; try++ {
 		b.mu.Lock()
-		gen, removing, charged := b.quota.gen, b.quota.removing[r.UID], b.quota.charged[r.UID]
+		gen, removing, charged := b.measure.quota.gen, b.measure.quota.removing[r.UID], b.measure.quota.charged[r.UID]
 		b.mu.Unlock()
 		if removing > 0 || try == 3 {
 			return nil, false, nil
@@ -129,7 +129,7 @@ func (b *Broker) quotaUsage(r roles.Role, fs *quota.FS) (u *rpc.DiskUsage, ok bo
 			return &rpc.DiskUsage{Quota: true}, true, err
 		}
 		b.mu.Lock()
-		same := b.quota.gen == gen
+		same := b.measure.quota.gen == gen
 		b.mu.Unlock()
 		if same {
 			q = all.Sub(charged)
@@ -185,17 +185,17 @@ func (b *Broker) chargeRetired(path string, uids []int) {
 			rest = rest.Add(quota.Usage{Bytes: n, Inodes: e})
 		}, func(error) {})
 		b.mu.Lock()
-		share := all.Sub(b.quota.charged[uid]).Sub(rest)
+		share := all.Sub(b.measure.quota.charged[uid]).Sub(rest)
 		if share.Bytes > 0 || share.Inodes > 0 {
 			shares[uid] = quota.Usage{Bytes: max(share.Bytes, 0), Inodes: max(share.Inodes, 0)}
-			b.quota.charged[uid] = b.quota.charged[uid].Add(shares[uid])
-			b.quota.gen++
+			b.measure.quota.charged[uid] = b.measure.quota.charged[uid].Add(shares[uid])
+			b.measure.quota.gen++
 		}
 		b.mu.Unlock()
 	}
 	if len(shares) > 0 {
 		b.mu.Lock()
-		b.quota.retired[path] = shares
+		b.measure.quota.retired[path] = shares
 		b.mu.Unlock()
 	}
 }
@@ -206,24 +206,24 @@ func (b *Broker) chargeRetired(path string, uids []int) {
 func (b *Broker) removingRetired(path string) (done func()) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.quota == nil || b.quota.retired[path] == nil {
+	if b.measure.quota == nil || b.measure.quota.retired[path] == nil {
 		return func() {}
 	}
-	shares := b.quota.retired[path]
+	shares := b.measure.quota.retired[path]
 	for uid := range shares {
-		b.quota.removing[uid]++
+		b.measure.quota.removing[uid]++
 	}
-	b.quota.gen++
+	b.measure.quota.gen++
 	return func() {
 		b.mu.Lock()
 		defer b.mu.Unlock()
 		for uid, s := range shares {
-			b.quota.charged[uid] = b.quota.charged[uid].Sub(s)
-			if b.quota.removing[uid]--; b.quota.removing[uid] == 0 {
-				delete(b.quota.removing, uid)
+			b.measure.quota.charged[uid] = b.measure.quota.charged[uid].Sub(s)
+			if b.measure.quota.removing[uid]--; b.measure.quota.removing[uid] == 0 {
+				delete(b.measure.quota.removing, uid)
 			}
 		}
-		delete(b.quota.retired, path)
-		b.quota.gen++
+		delete(b.measure.quota.retired, path)
+		b.measure.quota.gen++
 	}
 }

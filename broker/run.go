@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"thermite/internal/confined"
+	"thermite/internal/landlock"
 	"thermite/internal/rpc"
 	"thermite/roles"
 )
@@ -73,10 +74,10 @@ func (b *Broker) prepareRun(req *rpc.RunRequest, stdio []*os.File) (*command, ti
 func (b *Broker) snapshot() *Snapshot {
 	s := &Snapshot{
 		Online: b.online, JudgeCPUs: b.judgeCPUs, Handed: map[int][]string{},
-		Kernel: b.kernel, Cgroups: b.cg != nil, APIPort: b.apiPort, Weakened: weakenedNow(),
+		Kernel: b.kernel, Cgroups: b.cgroups.tree != nil, APIPort: b.listeners.apiPort, Weakened: weakenedNow(),
 	}
-	s.HeldCPUs = b.heldCPUs()
-	s.HeldCards = b.heldCards()
+	s.HeldCPUs = b.holds.heldCPUs()
+	s.HeldCards = b.holds.heldCards()
 	b.mu.Lock()
 	for uid, m := range b.handed {
 		for p := range m {
@@ -101,8 +102,9 @@ func (b *Broker) carryOut(p *Plan, stdio []*os.File) (*command, error) {
 		}
 	}
 	cmd := &command{
-		role: p.Role, argv: p.Argv, env: p.Env, cpus: p.CPUs, rlimits: p.Rlimits,
-		groups: p.Groups, seccomp: p.Seccomp,
+		role: p.Role, uid: p.UID, gid: p.GID, groups: p.Groups,
+		argv: p.Argv, env: p.Env, cpus: p.CPUs, rlimits: p.Rlimits,
+		seccomp: p.Seccomp, ownBinary: p.OwnBinary, stopsAfter: p.StopsAfter,
 	}
 	if len(stdio) == 3 {
 		copy(cmd.stdio[:], stdio)
@@ -112,14 +114,14 @@ func (b *Broker) carryOut(p *Plan, stdio []*os.File) (*command, error) {
 	if p.Landlock != nil {
 		spec := *p.Landlock
 		spec.Writable = existing(spec.Writable)
-		rs, release, err := b.ruleSet(spec)
+		rs, release, err := b.ruleSet(spec, p.LandlockABI)
 		if err != nil {
 			return nil, fmt.Errorf("%w: no command of %s can be confined", err, p.Role.Name)
 		}
 		cmd.landlock, cmd.unland = rs, release
 	}
 	if p.Egress {
-		n := b.egressNets[p.Role.Name]
+		n := b.listeners.egress[p.Role.Name]
 		if n == nil {
 			cmd.release()
 			return nil, fmt.Errorf("egress: %s has no network namespace (agent.egress)", p.Role.Name)
@@ -181,19 +183,20 @@ func existing(paths []string) []string {
 // for every role, set-id bits go from the folders it owns in scratch.
 func (b *Broker) execute(cmd *command, timeout time.Duration, caller *rpc.Conn) (*rpc.RunResult, error) {
 	r := cmd.role
-	// A role whose leftovers are stopped after each command runs one
-	// command at a time, so one command's cleanup never kills another's.
-	if r.StopsAfterEachCommand() {
+	// A role whose leftovers are stopped after each command (Plan.StopsAfter)
+	// runs one command at a time, so one command's cleanup never kills
+	// another's; the failed stop is read under that lock.
+	if cmd.stopsAfter {
 		lk := b.userLock(r.UID)
 		lk.Lock()
 		defer lk.Unlock()
-	}
-	if err := b.leftoverRefusal(r); err != nil {
-		return nil, err
+		if err := b.leftoverRefusal(r); err != nil {
+			return nil, err
+		}
 	}
 	res, runErr := b.runCommand(cmd, timeout, caller)
 	if res != nil {
-		if r.StopsAfterEachCommand() {
+		if cmd.stopsAfter {
 			n, err := b.StopUser(r)
 			if err != nil {
 				return res, fmt.Errorf("run: cleanup: %w", err)
@@ -203,4 +206,11 @@ func (b *Broker) execute(cmd *command, timeout time.Duration, caller *rpc.Conn) 
 		res.SetID = b.ClearSetID(r)
 	}
 	return res, runErr
+}
+
+// ruleSet returns the rule set for a spec built for abi (Plan.LandlockABI)
+// and a release the caller calls once spawn.Start's child has exec'd (or
+// will not start); see landlock.Cache.
+func (b *Broker) ruleSet(spec landlock.RoleSpec, abi int) (*os.File, func(), error) {
+	return b.ruleSets.Get(spec, abi)
 }

@@ -21,13 +21,21 @@ import (
 	"thermite/roles"
 )
 
+// selftestState is the self-test's: its last result, the function that
+// runs it, and the lock that runs one at a time.
+type selftestState struct {
+	result *rpc.SelftestResult
+	fn     SelftestFunc
+	mu     sync.Mutex
+}
+
 // SelftestFunc runs the isolation self-test against this broker. The
 // command wires the selftest package in, so that the broker does not
 // import it: the self-test sees the broker only through its Host methods.
 type SelftestFunc func() *rpc.SelftestResult
 
 // SetSelftest installs the self-test.
-func (b *Broker) SetSelftest(f SelftestFunc) { b.selftestFn = f }
+func (b *Broker) SetSelftest(f SelftestFunc) { b.self.fn = f }
 
 // Selftest runs the isolation self-test. It refuses a busy rig unless
 // forced, because each probe stops its role's processes. The controller's
@@ -35,24 +43,24 @@ func (b *Broker) SetSelftest(f SelftestFunc) { b.selftestFn = f }
 // refuses that user while a controller runs), so a self-test on a live rig
 // keeps the controller, and the result says so.
 func (b *Broker) Selftest(force, startup bool) (*rpc.SelftestResult, error) {
-	if b.selftestFn == nil {
+	if b.self.fn == nil {
 		return nil, fmt.Errorf("selftest: this broker has no self-test")
 	}
-	b.selftestMu.Lock()
-	defer b.selftestMu.Unlock()
+	b.self.mu.Lock()
+	defer b.self.mu.Unlock()
 	if !force {
 		if why := b.busy(); why != "" {
 			return nil, fmt.Errorf("selftest: the rig is busy: %s (--force runs it anyway: each probe stops its role's processes)", why)
 		}
 	}
 	ctl := b.ControllerPID()
-	res := b.selftestFn()
+	res := b.self.fn()
 	res.Background = startup
 	if ctl != 0 {
 		res.Controller = fmt.Sprintf("the controller (pid %d) was left running: the probe as its user stops nothing", ctl)
 	}
 	b.mu.Lock()
-	b.selftest = res
+	b.self.result = res
 	b.mu.Unlock()
 	b.log.Info("isolation self-test", "holds", res.Holds, "sentence", res.Sentence, "wall_ms", res.WallMS, "controller", res.Controller)
 	return res, nil
@@ -118,7 +126,7 @@ func (b *Broker) BrokerPID() int { return os.Getpid() }
 func (b *Broker) ControllerPID() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.ctlPID
+	return b.ctl.pid
 }
 
 // SecretValues are the secrets the broker read.
@@ -148,7 +156,7 @@ func (b *Broker) RunEgressProbe(r roles.Role, gpus []int, stdin []byte) ([]byte,
 
 func (b *Broker) runProbe(r roles.Role, gpus []int, stdin []byte, egress bool) ([]byte, []byte, *rpc.RunResult, error) {
 	return probeWith(stdin, func(stdio []*os.File) (*rpc.RunResult, error) {
-		req := &rpc.RunRequest{Role: r.Name, Argv: []string{"/proc/self/exe", "__probe"}, GPUs: gpus, Egress: egress}
+		req := &rpc.RunRequest{Role: r.Name, Argv: []string{ownExe, "__probe"}, GPUs: gpus, Egress: egress}
 		cmd, timeout, err := b.prepareRun(req, stdio)
 		if err != nil {
 			return nil, err
@@ -163,7 +171,7 @@ func (b *Broker) runProbe(r roles.Role, gpus []int, stdin []byte, egress bool) (
 // cgroup), with the plan on stdin, and returns what it wrote.
 func (b *Broker) RunControllerProbe(stdin []byte) ([]byte, []byte, *rpc.RunResult, error) {
 	return probeWith(stdin, func(stdio []*os.File) (*rpc.RunResult, error) {
-		cmd, err := b.confineController([]string{"/proc/self/exe", "__probe"}, [3]*os.File{stdio[0], stdio[1], stdio[2]})
+		cmd, err := b.confineController([]string{ownExe, "__probe"}, [3]*os.File{stdio[0], stdio[1], stdio[2]})
 		if err != nil {
 			return nil, err
 		}
@@ -214,7 +222,7 @@ func (b *Broker) StartCanary(r roles.Role, gpus []int) (int, func(), error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	req := &rpc.RunRequest{Role: r.Name, Argv: []string{"/proc/self/exe", "__probe", "canary"}, GPUs: gpus}
+	req := &rpc.RunRequest{Role: r.Name, Argv: []string{ownExe, "__probe", "canary"}, GPUs: gpus}
 	cmd, _, err := b.prepareRun(req, []*os.File{inR, b.devnull, b.devnull})
 	if err != nil {
 		inR.Close()
@@ -235,14 +243,14 @@ func (b *Broker) StartCanary(r roles.Role, gpus []int) (int, func(), error) {
 		return 0, nil, fmt.Errorf("canary as %s: %s", r.Name, ch.execErr)
 	}
 	b.mu.Lock()
-	b.ownExec[ch.pid] = true
+	b.measure.ownExec[ch.pid] = true
 	b.mu.Unlock()
 	stop := func() {
 		inW.Close()
 		unix.PidfdSendSignal(ch.pidfd, unix.SIGKILL, nil, 0)
 		<-ch.exited
 		b.mu.Lock()
-		delete(b.ownExec, ch.pid)
+		delete(b.measure.ownExec, ch.pid)
 		b.mu.Unlock()
 		ch.close()
 	}
@@ -250,7 +258,7 @@ func (b *Broker) StartCanary(r roles.Role, gpus []int) (int, func(), error) {
 }
 
 // APIPort is the harness API's TCP port, 0 without one.
-func (b *Broker) APIPort() int { return b.apiPort }
+func (b *Broker) APIPort() int { return b.listeners.apiPort }
 
 // CgroupOf is the end of a role's cgroup path ("<parent>/<role>") as
 // /proc/<pid>/cgroup shows it, or "" without cgroups.

@@ -9,9 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"thermite/internal/procs"
 	"thermite/internal/rpc"
-	"thermite/internal/sysvipc"
 	"thermite/roles"
 )
 
@@ -53,7 +51,7 @@ func (b *Broker) serve(l *net.UnixListener) {
 	for {
 		c, err := l.AcceptUnix()
 		if err != nil {
-			if b.stopping.Load() {
+			if b.life.stopping.Load() {
 				return
 			}
 			b.log.Error("accept", "err", err)
@@ -238,112 +236,4 @@ func (b *Broker) role(name string) (roles.Role, error) {
 		return roles.Role{}, fmt.Errorf("role %q is not in the role table", name)
 	}
 	return r, nil
-}
-
-// StopUser ends every process of the role's user and says how many there
-// were when it began: first its cgroup at once (cgroup.kill on v2, which
-// takes forks in flight too), then the helper's kill(-1) loop, which
-// nothing of the user escapes and which removes its SysV IPC objects.
-func (b *Broker) StopUser(r roles.Role) (int, error) {
-	// Stopping empties its HOME and TMPDIR: its last disk measure is old.
-	defer b.bumpRole(r.UID)
-	// The controller's user is the running controller: stopping it would
-	// end the controller (its supervisor would start another after
-	// stopping every role). Only the broker's own stop of the rig does that.
-	if r.Kind == roles.Controller && b.ControllerPID() != 0 {
-		return 0, fmt.Errorf("stop: %s is the controller's user and the controller runs: stop the rig instead", r.Name)
-	}
-	k := b.stopGroup(r)
-	n, err := b.stopHelper(r)
-	b.noteStop(r.UID, err)
-	if err != nil {
-		return max(n, k), err
-	}
-	b.resetOwnFolders(r)
-	return max(n, k), nil
-}
-
-// noteStop keeps each user's last failed stop until a stop succeeds.
-func (b *Broker) noteStop(uid int, err error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if err == nil {
-		delete(b.stopFailed, uid)
-		return
-	}
-	if b.stopFailed == nil {
-		b.stopFailed = map[int]error{}
-	}
-	b.stopFailed[uid] = err
-}
-
-// leftoverRefusal decides whether a command of a role whose leftovers are
-// stopped after each command (the builder, the timing users, the agents)
-// may start while its user's last stop failed: what an earlier command
-// left (another lane's build or timed run, for the shared users) may still
-// run, and would run beside this one. It may once a stop now succeeds.
-func (b *Broker) leftoverRefusal(r roles.Role) error {
-	if !r.StopsAfterEachCommand() {
-		return nil
-	}
-	b.mu.Lock()
-	_, failed := b.stopFailed[r.UID]
-	b.mu.Unlock()
-	if !failed {
-		return nil
-	}
-	if _, err := b.StopUser(r); err != nil {
-		return fmt.Errorf("run: %s still runs what its last stop could not end (%w): end its processes, then run again", r.Name, err)
-	}
-	return nil
-}
-
-// resetOwnFolders empties a role's HOME and TMPDIR once nothing of its user
-// runs: no build, timed run or trial finds what an earlier one left there
-// (a poisoned build tool's configuration, a cached answer). The controller's
-// own are left alone.
-func (b *Broker) resetOwnFolders(r roles.Role) {
-	if r.Kind == roles.Controller {
-		return
-	}
-	for _, d := range []string{b.homeOf(r), b.tmpOf(r)} {
-		if err := clearFolder(d); err != nil {
-			b.log.Warn("reset a role's folder", "role", r.Name, "path", d, "err", err)
-		}
-	}
-}
-
-// stopAllRoles stops every role's user, the controller's included. It is
-// used only when no controller runs, so a user with no process now cannot
-// get one (only the broker starts them) and may be skipped, unless it still
-// owns SysV IPC objects, which only its stop removes.
-func (b *Broker) stopAllRoles() error {
-	var errs []error
-	counts, _ := procs.CountByUID("/proc", b.uidSet())
-	ipcOwners := map[int]bool{}
-	objs, err := sysvipc.List("/proc")
-	if err != nil {
-		errs = append(errs, err)
-	}
-	for _, o := range objs {
-		ipcOwners[o.UID], ipcOwners[o.CUID] = true, true
-	}
-	for _, r := range b.table.Roles {
-		if len(counts[r.UID]) == 0 && !ipcOwners[r.UID] {
-			continue
-		}
-		b.stopGroup(r)
-		if _, err := b.stopHelper(r); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
-}
-
-func (b *Broker) uidSet() map[int]bool {
-	m := map[int]bool{}
-	for _, u := range b.table.UIDs() {
-		m[u] = true
-	}
-	return m
 }

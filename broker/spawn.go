@@ -6,21 +6,15 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"sort"
-	"strconv"
-	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
 
-	"thermite/internal/caps"
 	"thermite/internal/cgroup"
 	"thermite/internal/cpuset"
-	"thermite/internal/procs"
 	"thermite/internal/rpc"
 	"thermite/internal/seccomp"
 	"thermite/internal/spawn"
-	"thermite/internal/threadcred"
 	"thermite/internal/weaken"
 	"thermite/roles"
 )
@@ -30,7 +24,9 @@ const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 
 // command is a role command the broker is about to start.
 type command struct {
-	role     roles.Role
+	role roles.Role
+	// uid and gid are the credentials it runs with (Plan.UID, Plan.GID).
+	uid, gid int
 	argv     []string
 	env      []string
 	cwd      *os.File // O_PATH folder, opened beneath scratch
@@ -46,10 +42,15 @@ type command struct {
 	// netns is a network namespace the command joins, or nil: its own
 	// namespace of the one it was started from.
 	netns *os.File
-	// inherit are descriptors the command keeps, from spawn.FDInherit on
-	// (the controller's bootstrap and API listener).
-	inherit []*os.File
-	unhold  func() // a timed run's release of its CPUs and cards
+	// slots are the descriptors the command keeps beyond its stdio, by
+	// name (the controller's bootstrap, API and egress listeners).
+	slots  []spawn.Slot
+	unhold func() // a timed run's release of its CPUs and cards
+	// ownBinary: thermite itself (Plan.OwnBinary), which the disk measure
+	// passes over while it runs.
+	ownBinary bool
+	// stopsAfter: the role's user is stopped after it (Plan.StopsAfter).
+	stopsAfter bool
 	// cardStops says which processes of other roles were stopped because
 	// they had a card this timed run holds open.
 	cardStops []string
@@ -119,11 +120,11 @@ func (b *Broker) spawnCommand(c *command) (*spawn.Command, error) {
 	sc := &spawn.Command{
 		Argv: c.argv, Env: c.env,
 		Stdin: c.stdio[0], Stdout: c.stdio[1], Stderr: c.stdio[2],
-		Inherit:  c.inherit,
+		Slots:    c.slots,
 		Dir:      c.cwd,
 		Landlock: c.landlock,
 		NetNS:    c.netns,
-		UID:      c.role.UID, GID: c.role.GID, Groups: c.groups,
+		UID:      c.uid, GID: c.gid, Groups: c.groups,
 		Rlimits: c.rlimits,
 		CPUs:    c.cpus,
 	}
@@ -150,11 +151,16 @@ func (b *Broker) spawnCommand(c *command) (*spawn.Command, error) {
 		}
 	}
 	if weaken.Enabled {
-		if weaken.Has("leak-fd") && c.cwd != nil {
-			// The test build's leak: the working folder's descriptor.
-			sc.Inherit = append(append([]*os.File(nil), c.inherit...), c.cwd)
+		if weaken.Has(weaken.LeakFD) && c.cwd != nil {
+			// The test build's leak: the working folder's descriptor,
+			// above stderr and the command's slots.
+			fd := 3
+			for _, sl := range c.slots {
+				fd = max(fd, sl.FD+1)
+			}
+			sc.Slots = append(append([]spawn.Slot(nil), c.slots...), spawn.Slot{Name: "leaked-cwd", FD: fd, File: c.cwd})
 		}
-		if weaken.Has("cap-amb") {
+		if weaken.Has(weaken.CapAmb) {
 			sc.Weakened.AmbientCaps = []int{unix.CAP_CHOWN}
 		}
 		// The clock's test build slows the timed runs' starts only: the
@@ -199,8 +205,8 @@ func (b *Broker) startHelper(c *command, spec *spawn.Spec) (*child, error) {
 		Argv:  []string{b.exe, spawn.Arg},
 		Env:   []string{}, // the helper's own environment is empty
 		Stdin: c.stdio[0], Stdout: c.stdio[1], Stderr: c.stdio[2],
-		Inherit: []*os.File{specR, repW}, // spawn.FDSpec, spawn.FDReport
-		UID:     c.role.UID, GID: c.role.GID, Groups: c.groups,
+		Slots: []spawn.Slot{{Name: "spec", FD: spawn.FDSpec, File: specR}, {Name: "report", FD: spawn.FDReport, File: repW}},
+		UID:   c.uid, GID: c.gid, Groups: c.groups,
 		// A stop strikes first from the raw child: a process of the
 		// user that kills every newcomer in a loop would otherwise kill
 		// the helper before its runtime reaches its own kill(-1).
@@ -239,11 +245,11 @@ func (b *Broker) startHelper(c *command, spec *spawn.Spec) (*child, error) {
 	ch := &child{pid: pid, pidfd: pidfd, started: started, exited: exited}
 	b.bumpRole(c.role.UID)
 	b.mu.Lock()
-	b.starting[pid] = true
+	b.measure.starting[pid] = true
 	b.mu.Unlock()
 	defer func() {
 		b.mu.Lock()
-		delete(b.starting, pid)
+		delete(b.measure.starting, pid)
 		b.mu.Unlock()
 	}()
 	data, _ := json.Marshal(spec)
@@ -306,31 +312,6 @@ func (c *child) kill() {
 	unix.Kill(-c.pid, unix.SIGKILL)
 }
 
-// heldCards is the cards a timed run holds now.
-func (b *Broker) heldCards() map[int]bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	out := map[int]bool{}
-	for _, cs := range b.cardHolds {
-		for _, c := range cs {
-			out[c] = true
-		}
-	}
-	return out
-}
-
-// heldCPUs is the judge CPUs a timed run holds now.
-func (b *Broker) heldCPUs() cpuset.Set {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out cpuset.Set
-	for _, s := range b.cpuHolds {
-		out = append(out, s...)
-	}
-	sort.Ints(out)
-	return out
-}
-
 // runCommand starts a command, waits for it under its timeout (or until
 // its caller, where there is one, sends a frame or goes away, or the
 // broker begins to stop), and fills in how it ended. The wait is one
@@ -343,13 +324,13 @@ func (b *Broker) runCommand(c *command, timeout time.Duration, caller *rpc.Conn)
 		return nil, err
 	}
 	defer ch.close()
-	if len(c.argv) > 0 && c.argv[0] == "/proc/self/exe" {
+	if c.ownBinary {
 		b.mu.Lock()
-		b.ownExec[ch.pid] = true
+		b.measure.ownExec[ch.pid] = true
 		b.mu.Unlock()
 		defer func() {
 			b.mu.Lock()
-			delete(b.ownExec, ch.pid)
+			delete(b.measure.ownExec, ch.pid)
 			b.mu.Unlock()
 		}()
 	}
@@ -434,146 +415,4 @@ func rlimitOf(rl []spawn.Rlimit, r int) uint64 {
 		}
 	}
 	return 0
-}
-
-// heldUnlinked sums what the role's processes keep in unlinked files
-// (procs.HeldUnlinkedOn), in the broker on a thread whose effective
-// uid and gid are the role's for the call (threadcred.As): reading another
-// user's descriptor tables and maps takes ptrace read access, which the
-// kernel grants on the file-system ids when the target is not more
-// capable, and otherwise only with CAP_SYS_PTRACE, which the broker does
-// not keep. A process that made itself not dumpable still refuses it and
-// counts as hidden (procs.ErrHidden). A deleted file on the role's file
-// systems that a mapping alone keeps counts its blocks, read through
-// /proc/PID/map_files with a capability raised for that stat
-// (statMapped); where the broker holds none, it counts as hidden too.
-// The thread runs off the CPUs a timed run holds, so the measure never
-// disturbs it. It holds the stop
-// lock, so it never measures while the role's processes are being ended.
-func (b *Broker) heldUnlinked(r roles.Role, skipDev uint64) (procs.Held, error) {
-	lk := b.stopLock(r.UID)
-	lk.Lock()
-	defer lk.Unlock()
-	var cpus unix.CPUSet
-	free := b.online.Minus(b.heldCPUs())
-	for _, c := range free {
-		cpus.Set(c)
-	}
-	// The broker's own commands and stop helpers hold nothing of the
-	// role's and are not dumpable.
-	skip := map[int]bool{}
-	b.mu.Lock()
-	for _, m := range []map[int]bool{b.ownExec, b.starting} {
-		for pid := range m {
-			skip[pid] = true
-		}
-	}
-	b.mu.Unlock()
-	// The file systems the role's folders lie on: a deleted file there
-	// that only a mapping keeps is measured by its blocks
-	// (procs.HeldUnlinkedOn).
-	disk := map[uint64]bool{}
-	b.eachOwnedFolder(r, func(top *os.File) {
-		var st unix.Stat_t
-		if unix.Fstat(int(top.Fd()), &st) == nil && st.Dev != skipDev {
-			disk[st.Dev] = true
-		}
-	}, func(error) {})
-	var h procs.Held
-	err := threadcred.As(r.UID, r.GID, func() error {
-		if len(free) > 0 {
-			// Affinity is per thread, and this thread ends with the call.
-			if err := unix.SchedSetaffinity(0, &cpus); err != nil {
-				return fmt.Errorf("affinity: %w", err)
-			}
-		}
-		var err error
-		h, err = procs.HeldUnlinkedOn("/proc", r.UID, skip, skipDev, disk, statMapped(caps.PermittedOf(caps.MapFiles)))
-		return err
-	})
-	if err != nil {
-		return h, fmt.Errorf("unlinked files of %s: %w", r.Name, err)
-	}
-	return h, nil
-}
-
-// statMapped follows a /proc/PID/map_files link for the disk measure on
-// the calling (locked) thread, with c (one of caps.MapFiles, which the
-// kernel wants for it) effective for that one stat and no longer: the rest
-// of the measure runs with no capability effective. c < 0: the broker
-// holds none of them, and the stat is refused as the kernel would.
-func statMapped(c int) procs.StatMapped {
-	return func(path string, st *unix.Stat_t) error {
-		if c < 0 {
-			return errNoMapFilesCapability
-		}
-		return caps.WithEffective(c, func() error { return unix.Stat(path, st) })
-	}
-}
-
-// errNoMapFilesCapability says the broker holds none of caps.MapFiles.
-var errNoMapFilesCapability = fmt.Errorf("%w (following map_files takes CAP_CHECKPOINT_RESTORE or CAP_SYS_ADMIN, which the broker does not hold: it keeps CAP_SYS_ADMIN where agent.egress is set)", unix.EPERM)
-
-// mapFilesReadable follows the map_files link of the broker's own first
-// mapping, with the capability the disk measure raises (which a thread of
-// the broker as root holds effective): it says whether the kernel lets
-// the broker read map_files at all (a user namespace other than the
-// initial one refuses even CAP_SYS_ADMIN), and with which capability.
-func mapFilesReadable() (int, error) {
-	c := caps.PermittedOf(caps.MapFiles)
-	if c < 0 {
-		return c, errNoMapFilesCapability
-	}
-	maps, err := os.ReadFile("/proc/self/maps")
-	if err != nil {
-		return c, err
-	}
-	lo, hi, ok := strings.Cut(strings.Fields(string(maps) + " -")[0], "-")
-	start, err1 := strconv.ParseUint(lo, 16, 64)
-	end, err2 := strconv.ParseUint(hi, 16, 64)
-	if !ok || err1 != nil || err2 != nil {
-		return c, fmt.Errorf("/proc/self/maps: no mapping in %.40q", maps)
-	}
-	entry := "/proc/self/map_files/" + strconv.FormatUint(start, 16) + "-" + strconv.FormatUint(end, 16)
-	var st unix.Stat_t
-	if err := unix.Stat(entry, &st); err != nil {
-		return c, fmt.Errorf("stat %s with %s: %w", entry, caps.Names(1<<uint(c)), err)
-	}
-	return c, nil
-}
-
-// stopHelper runs the Go helper in stop mode as the role's user: kill(-1,
-// SIGKILL) until no process of that user is left, then every SysV IPC
-// object the user owns or made is removed. It returns how many
-// processes the helper saw when it began.
-func (b *Broker) stopHelper(r roles.Role) (int, error) {
-	// One helper per user at a time: two would kill each other.
-	lk := b.stopLock(r.UID)
-	lk.Lock()
-	defer lk.Unlock()
-	var lastErr error
-	for attempt := 0; attempt < 5; attempt++ {
-		c := &command{role: r, stdio: [3]*os.File{b.devnull, b.devnull, b.devnull}}
-		spec := &spawn.Spec{Mode: spawn.ModeStop, StopTimeoutMS: 10_000}
-		if weaken.Enabled {
-			spec.KeepIPC = weaken.Has(seccomp.WeakenSysVIPC)
-		}
-		ch, err := b.startHelper(c, spec)
-		if err != nil {
-			// A process of the user may kill the raw child before its
-			// execve too: another round, as for a helper killed later.
-			lastErr = err
-			continue
-		}
-		e := <-ch.exited
-		ch.close()
-		var n int
-		if _, serr := fmt.Sscanf(ch.answer, "ok %d", &n); serr == nil && e.ws.Exited() && e.ws.ExitStatus() == 0 {
-			return n, nil
-		}
-		// Another process of the user may have killed the helper first;
-		// it is dead by now or dies in the next round.
-		lastErr = fmt.Errorf("stop %s: helper %s: %s", r.Name, describe(e.ws), ch.answer)
-	}
-	return 0, lastErr
 }

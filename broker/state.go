@@ -15,6 +15,13 @@ import (
 	"thermite/roles"
 )
 
+// closedState is the places closed while the rig runs.
+type closedState struct {
+	places []closedTmp
+	// recorded: the record of closed places is on disk for places.
+	recorded bool
+}
+
 // folder is one row of the state dir's table in README.md ("The broker's
 // start, in order", step 5).
 type folder struct {
@@ -211,7 +218,7 @@ func (b *Broker) closeTmp() error {
 	if err := writeFileSynced(b.closedTmpRecord(), found); err != nil {
 		return fmt.Errorf("closed_tmp: record the modes: %w", err)
 	}
-	b.closed, b.closedRecorded = found, true
+	b.closed.places, b.closed.recorded = found, true
 	for _, c := range found {
 		if err := ensureFolder(folder{c.Path, 0, 0, 0o700}); err != nil {
 			return fmt.Errorf("closed_tmp: %w", err)
@@ -223,11 +230,11 @@ func (b *Broker) closeTmp() error {
 // reopenTmp puts the shared temporary places back as they were, then
 // forgets the record. It says whether every place is back.
 func (b *Broker) reopenTmp() bool {
-	if !b.closedRecorded {
+	if !b.closed.recorded {
 		return true
 	}
 	ok := true
-	for _, c := range b.closed {
+	for _, c := range b.closed.places {
 		if err := ensureFolder(folder{c.Path, c.UID, c.GID, os.FileMode(c.Mode)}); err != nil {
 			ok = false
 			b.log.Warn("could not reopen closed_tmp folder", "path", c.Path, "err", err)
@@ -236,7 +243,7 @@ func (b *Broker) reopenTmp() bool {
 	if !ok {
 		return false // the record stays for the next start
 	}
-	b.closed, b.closedRecorded = nil, false
+	b.closed.places, b.closed.recorded = nil, false
 	if err := os.Remove(b.closedTmpRecord()); err != nil && !errors.Is(err, os.ErrNotExist) {
 		b.log.Warn("closed_tmp record", "err", err)
 	}
@@ -268,7 +275,7 @@ func (b *Broker) restoreClosedTmp() error {
 		return fmt.Errorf("closed_tmp: %s: %w", f.Name(), err)
 	}
 	b.log.Warn("an earlier broker left the shared temporary places closed; restoring their modes", "record", f.Name(), "places", len(rec))
-	b.closed, b.closedRecorded = rec, true
+	b.closed.places, b.closed.recorded = rec, true
 	if !b.reopenTmp() {
 		return fmt.Errorf("closed_tmp: could not restore the places recorded in %s", f.Name())
 	}

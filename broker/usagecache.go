@@ -37,23 +37,23 @@ type keptUsage struct {
 // bumpRole moves a role's generation on: a command of it starts or stops.
 func (b *Broker) bumpRole(uid int) {
 	b.mu.Lock()
-	b.runGen[uid]++
-	delete(b.usage, uid)
+	b.measure.runGen[uid]++
+	delete(b.measure.usage, uid)
 	b.mu.Unlock()
 }
 
 // bumpAllLocked moves every role's generation on (b.mu held): the folders
 // handed to roles changed.
 func (b *Broker) bumpAllLocked() {
-	b.handGen++
-	clear(b.usage)
+	b.measure.handGen++
+	clear(b.measure.usage)
 }
 
 // roleGen is a role's generation: its own starts and the handed folders'.
 func (b *Broker) roleGen(uid int) usageGen {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return usageGen{b.runGen[uid], b.handGen}
+	return usageGen{b.measure.runGen[uid], b.measure.handGen}
 }
 
 // roleIdle says whether no process of the role runs but the broker's own
@@ -63,7 +63,7 @@ func (b *Broker) roleIdle(uid int) bool {
 	// command exists, and no role can leave it): one read there instead of
 	// a walk of /proc, where the role has a group.
 	b.mu.Lock()
-	g := b.cgGroups[uid]
+	g := b.cgroups.groups[uid]
 	b.mu.Unlock()
 	var pids []int
 	var err error
@@ -78,7 +78,7 @@ func (b *Broker) roleIdle(uid int) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, pid := range pids {
-		if !b.ownExec[pid] {
+		if !b.measure.ownExec[pid] {
 			return false
 		}
 	}
@@ -93,7 +93,7 @@ func (b *Broker) reusableUsage(uid int, gen usageGen, idle bool) (*rpc.DiskUsage
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	k, ok := b.usage[uid]
+	k, ok := b.measure.usage[uid]
 	if !ok || k.gen != gen {
 		return nil, false
 	}
@@ -107,9 +107,9 @@ func (b *Broker) keepUsage(uid int, gen usageGen, u *rpc.DiskUsage, keep bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if keep {
-		b.usage[uid] = keptUsage{gen: gen, u: *u}
+		b.measure.usage[uid] = keptUsage{gen: gen, u: *u}
 	} else {
-		delete(b.usage, uid)
+		delete(b.measure.usage, uid)
 	}
 }
 
@@ -189,7 +189,7 @@ func incrementalUsage(kernel hostpolicy.Host, weakened map[string]bool) (ok bool
 			return false, hostpolicy.LandlockFS + " lost: " + m.Why
 		}
 	}
-	for _, w := range []string{weakNoLandlock, weakFenceOnly} {
+	for _, w := range []string{weaken.NoLandlock, weaken.FenceOnly} {
 		if weakened[w] {
 			return false, "test build weakened: " + w
 		}
@@ -200,12 +200,12 @@ func incrementalUsage(kernel hostpolicy.Host, weakened map[string]bool) (ok bool
 func (b *Broker) watchState() *usageWatch {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.watch == nil {
+	if b.measure.watch == nil {
 		total, perRole := watchBudget()
-		b.watch = &usageWatch{trees: map[watchKey]*watchedTree{}, links: map[int]*roleLinks{},
+		b.measure.watch = &usageWatch{trees: map[watchKey]*watchedTree{}, links: map[int]*roleLinks{},
 			budget: confined.NewWatchBudget(total), perRole: perRole}
 	}
-	return b.watch
+	return b.measure.watch
 }
 
 // tree is the cache of one folder of a role, made on first use.
@@ -234,7 +234,7 @@ func (s *usageWatch) tree(uid int, path string) *watchedTree {
 // retired or handed on. Closing waits for a measure under way, so it is
 // done aside; callers may hold b.mu.
 func (b *Broker) dropWatchedLocked(drop func(uid int, path string) bool) {
-	s := b.watch
+	s := b.measure.watch
 	if s == nil {
 		return
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"thermite/internal/hostpolicy"
+	"thermite/internal/weaken"
 )
 
 // A role measured incrementally could grow a measured file through a hard
@@ -21,8 +22,8 @@ func TestDiskCheckWalksWholeWithoutLandlockFileRules(t *testing.T) {
 		{"landlock ABI 7", hostpolicy.Host{ABI: 7}, nil, true, ""},
 		{"landlock ABI 1 (links across folders refused)", hostpolicy.Host{ABI: 1}, nil, true, ""},
 		{"no landlock, loss accepted", hostpolicy.Host{ABI: 0}, nil, false, "landlock-fs lost: no Landlock"},
-		{"weakened build without rule sets", hostpolicy.Host{ABI: 7}, map[string]bool{weakNoLandlock: true}, false, "no-landlock"},
-		{"weakened build with the GPU fence alone", hostpolicy.Host{ABI: 7}, map[string]bool{weakFenceOnly: true}, false, "fence-only"},
+		{"weakened build without rule sets", hostpolicy.Host{ABI: 7}, map[string]bool{weaken.NoLandlock: true}, false, "no-landlock"},
+		{"weakened build with the GPU fence alone", hostpolicy.Host{ABI: 7}, map[string]bool{weaken.FenceOnly: true}, false, "fence-only"},
 	} {
 		ok, why := incrementalUsage(c.kernel, c.weakened)
 		if ok != c.want || !strings.Contains(why, c.why) {

@@ -265,7 +265,7 @@ func TestCheckNameRefuses(t *testing.T) {
 			t.Errorf("checkName(%q) = %q, %v: want a problem", span, problem, ok)
 		}
 	}
-	for _, span := range []string{"spawn.Start", "broker.Broker.Run", "PlanRun", "internal/spawn", "broker/policy.go", "procs.HeldUnlinkedOn", "rpc.BootstrapFD", "spawn.Command.Inherit"} {
+	for _, span := range []string{"spawn.Start", "broker.Broker.Run", "PlanRun", "internal/spawn", "broker/policy.go", "procs.HeldUnlinkedOn", "rpc.BootstrapFD", "spawn.Command.Slots"} {
 		if problem, ok := checkName(ix, span); !ok || problem != "" {
 			t.Errorf("checkName(%q) = %q, %v: want it found", span, problem, ok)
 		}

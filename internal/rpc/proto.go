@@ -351,14 +351,19 @@ type EgressListener struct {
 	Addr string `json:"addr"`
 }
 
-// APIListenerFD is the controller's descriptor for the API's TCP listener.
-// The controller starts through spawn.Start like every role command: its
-// inherited descriptors are spawn.FDInherit (7) on, the bootstrap first,
-// then this listener, then the egress listeners (EgressListener.FD).
-const APIListenerFD = 8
-
-// BootstrapFD is the controller's descriptor for its Bootstrap.
-const BootstrapFD = 7
+// The controller's descriptors, declared here once for both ends: the
+// broker hands each as a named slot (spawn.Slot) and the controller opens
+// it by the same constant. Each has its number whatever else the
+// configuration gives: with no API listener, descriptor 8 is simply closed.
+const (
+	// BootstrapFD is the controller's descriptor for its Bootstrap.
+	BootstrapFD = 7
+	// APIListenerFD is the API's TCP listener (Bootstrap.APITCP).
+	APIListenerFD = 8
+	// EgressFirstFD is the first egress listener's; the others follow it,
+	// and each EgressListener.FD says which is whose.
+	EgressFirstFD = 9
+)
 
 // ControllerPing is the controller's liveness route on its socket.
 const ControllerPing = "/v1/ping"

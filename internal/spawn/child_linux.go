@@ -246,6 +246,13 @@ func forkExec(p *prepared, pidfd *int32) (pid uintptr, errno syscall.Errno) {
 		}
 		spare++
 	}
+	// Nothing else survives the exec, whatever the broker had open, with
+	// or without close-on-exec: everything above stderr is marked
+	// close-on-exec here, and each slot is cleared of it below as it is
+	// filled, so the slots may be any numbers, with gaps between them.
+	if _, _, err1 = syscall.RawSyscall(unix.SYS_CLOSE_RANGE, 3, ^uintptr(0), unix.CLOSE_RANGE_CLOEXEC); err1 != 0 {
+		childFail(report, StageDescriptors, err1, 0)
+	}
 	for i = 0; i < len(p.from); i++ {
 		fd = p.from[i]
 		to = p.slotTo[i]
@@ -258,19 +265,6 @@ func forkExec(p *prepared, pidfd *int32) (pid uintptr, errno syscall.Errno) {
 		if err1 != 0 {
 			childFail(report, StageDescriptors, err1, to)
 		}
-	}
-	// Nothing else survives the exec, whatever the broker had open, with
-	// or without close-on-exec: the inherited slots are left out.
-	if p.keepHi >= p.keepLo {
-		_, _, err1 = syscall.RawSyscall(unix.SYS_CLOSE_RANGE, 3, uintptr(p.keepLo-1), unix.CLOSE_RANGE_CLOEXEC)
-		if err1 == 0 {
-			_, _, err1 = syscall.RawSyscall(unix.SYS_CLOSE_RANGE, uintptr(p.keepHi+1), ^uintptr(0), unix.CLOSE_RANGE_CLOEXEC)
-		}
-	} else {
-		_, _, err1 = syscall.RawSyscall(unix.SYS_CLOSE_RANGE, 3, ^uintptr(0), unix.CLOSE_RANGE_CLOEXEC)
-	}
-	if err1 != 0 {
-		childFail(report, StageDescriptors, err1, 0)
 	}
 
 	for i = 0; i < len(p.rlimits); i++ {

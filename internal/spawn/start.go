@@ -30,9 +30,10 @@ type Command struct {
 
 	// Stdin, Stdout and Stderr become descriptors 0, 1 and 2.
 	Stdin, Stdout, Stderr *os.File
-	// Inherit become FDInherit, FDInherit+1, ... and stay open across the
-	// exec. Nothing else the caller holds does.
-	Inherit []*os.File
+	// Slots are the other descriptors the command keeps: each slot's File
+	// becomes its FD and stays open across the exec. Nothing else the
+	// caller holds does.
+	Slots []Slot
 	// Dir is the working folder (an O_PATH descriptor is enough); nil
 	// keeps the caller's.
 	Dir *os.File
@@ -70,6 +71,16 @@ type Command struct {
 	// Weakened switches protections off; only a thermite_weaken test
 	// build honours it, for the self-test's breakage tests.
 	Weakened Weakening
+}
+
+// Slot is one descriptor a command keeps across its exec, by name: File
+// becomes descriptor FD in the command. The number is declared once, where
+// both ends read it (rpc.BootstrapFD, FDSpec), never by position.
+type Slot struct {
+	// Name says what the descriptor is, in refusals.
+	Name string
+	FD   int
+	File *os.File
 }
 
 // Weakening is what a thermite_weaken test build may leave out of a start.
@@ -147,11 +158,9 @@ type prepared struct {
 	landlock    int
 	cwd         int
 
-	// from[i] is the descriptor that becomes slotTo[i].
+	// from[i] is the descriptor that becomes slotTo[i]: stdin, stdout and
+	// stderr first, then the command's Slots.
 	from, slotTo []int
-	// keepLo..keepHi are the inherited slots, left open; keepHi < keepLo
-	// when there are none.
-	keepLo, keepHi int
 	// spare is above every descriptor named here: a slot's source that
 	// another slot would overwrite is moved there first.
 	spare int
@@ -442,15 +451,13 @@ func prepare(c *Command) (*prepared, error) {
 		p.from = append(p.from, use(f))
 		p.slotTo = append(p.slotTo, i)
 	}
-	p.keepLo, p.keepHi = FDInherit, FDInherit-1
-	for i, f := range c.Inherit {
-		if f == nil {
-			return nil, fmt.Errorf("spawn: inherited descriptor %d is nil", i)
-		}
-		p.from = append(p.from, use(f))
-		p.slotTo = append(p.slotTo, FDInherit+i)
-		p.keepHi = FDInherit + i
-		highest = max(highest, FDInherit+i)
+	if err := checkSlots(c.Slots); err != nil {
+		return nil, err
+	}
+	for _, sl := range c.Slots {
+		p.from = append(p.from, use(sl.File))
+		p.slotTo = append(p.slotTo, sl.FD)
+		highest = max(highest, sl.FD)
 	}
 	p.spare = highest + 1
 	if len(c.CPUs) > 0 {
@@ -508,6 +515,32 @@ func prepare(c *Command) (*prepared, error) {
 		p.clone3.cgroup = uint64(c.CgroupDir)
 	}
 	return p, nil
+}
+
+// checkSlots refuses slots that would not give the command what their
+// names say: a missing file, a number of stdin, stdout or stderr (or
+// below), two slots on one number (the second would silently replace the
+// first), or one name twice.
+func checkSlots(slots []Slot) error {
+	fds := map[int]string{}
+	names := map[string]bool{}
+	for _, sl := range slots {
+		switch {
+		case sl.Name == "":
+			return fmt.Errorf("spawn: the slot for descriptor %d has no name", sl.FD)
+		case sl.File == nil:
+			return fmt.Errorf("spawn: slot %s (descriptor %d) has no file", sl.Name, sl.FD)
+		case sl.FD < 3:
+			return fmt.Errorf("spawn: slot %s: descriptor %d is stdin, stdout or stderr, or below", sl.Name, sl.FD)
+		case fds[sl.FD] != "":
+			return fmt.Errorf("spawn: slots %s and %s both want descriptor %d", fds[sl.FD], sl.Name, sl.FD)
+		case names[sl.Name]:
+			return fmt.Errorf("spawn: two slots are named %s", sl.Name)
+		}
+		fds[sl.FD] = sl.Name
+		names[sl.Name] = true
+	}
+	return nil
 }
 
 // candidates are the paths execve is tried on, in order: name itself if

@@ -321,37 +321,40 @@ func TestBrokerDescriptorsAreNotInherited(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer given.Close()
-	out := r.run(r.commandInherit("fds", []*os.File{given}, strconv.Itoa(leak), "300", strconv.Itoa(FDInherit+1)))
+	c := r.command("fds", strconv.Itoa(leak), "300", strconv.Itoa(slotFD+1))
+	c.Slots = []Slot{{Name: "given", FD: slotFD, File: given}}
+	out := r.run(c)
 	if strings.Contains(out, leaked) {
 		t.Errorf("a descriptor the broker opened without close-on-exec reached the command:\n%s", out)
 	}
 	for _, want := range []string{
-		fmt.Sprintf("open %d /etc/passwd", FDInherit),
+		fmt.Sprintf("open %d /etc/passwd", slotFD),
 		"fd 300: EBADF",
-		fmt.Sprintf("fd %d: EBADF", FDInherit+1),
+		fmt.Sprintf("fd %d: EBADF", slotFD+1),
 	} {
 		if !strings.Contains(out, want+"\n") {
 			t.Errorf("want %q in:\n%s", want, out)
 		}
 	}
-	if leak != FDInherit && !strings.Contains(out, fmt.Sprintf("fd %d: EBADF\n", leak)) && !strings.Contains(out, fmt.Sprintf("fd %d: open", leak)) {
+	if leak != slotFD && !strings.Contains(out, fmt.Sprintf("fd %d: EBADF\n", leak)) && !strings.Contains(out, fmt.Sprintf("fd %d: open", leak)) {
 		t.Errorf("no answer for fd %d:\n%s", leak, out)
 	}
 }
 
-func (r *rig) commandInherit(what string, inherit []*os.File, args ...string) *Command {
-	c := r.command(what, args...)
-	c.Inherit = inherit
-	return c
-}
+// slotFD is the number the descriptor tests hand a slot at: the
+// controller's first, as it would be in a broker.
+const slotFD = 7
 
 // TestInheritedSlotsSurviveCollisions: sources that sit on each other's
-// slot numbers land where they belong: stdin's file is what FDInherit
+// slot numbers land where they belong: stdin's file is what collideFD
 // must not get, and the other way round.
 func TestInheritedSlotsSurviveCollisions(t *testing.T) {
 	r := newRig(t)
-	// /etc/passwd sits at FDInherit and goes to stdin and FDInherit+1;
-	// /etc/group sits at FDInherit+1 and goes to FDInherit. Both are
+	// Numbers well above what a test process holds, so that the test
+	// runs rather than skips: slots may be any number above stderr.
+	const collideFD = 40
+	// /etc/passwd sits at collideFD and goes to stdin and collideFD+1;
+	// /etc/group sits at collideFD+1 and goes to collideFD. Both are
 	// opened high first, so that neither lands on the other's number.
 	for i, name := range []string{"/etc/passwd", "/etc/group"} {
 		fd, err := unix.Open(name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
@@ -363,27 +366,27 @@ func TestInheritedSlotsSurviveCollisions(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := unix.FcntlInt(uintptr(FDInherit+i), unix.F_GETFD, 0); err == nil {
+		if _, err := unix.FcntlInt(uintptr(collideFD+i), unix.F_GETFD, 0); err == nil {
 			unix.Close(high)
-			t.Skipf("descriptor %d is this test process's own", FDInherit+i)
+			t.Skipf("descriptor %d is this test process's own", collideFD+i)
 		}
-		if err := unix.Dup3(high, FDInherit+i, unix.O_CLOEXEC); err != nil {
+		if err := unix.Dup3(high, collideFD+i, unix.O_CLOEXEC); err != nil {
 			t.Fatal(err)
 		}
 		unix.Close(high)
 	}
-	atSlot := os.NewFile(FDInherit, "passwd-at-slot")
+	atSlot := os.NewFile(collideFD, "passwd-at-slot")
 	defer atSlot.Close()
-	atNext := os.NewFile(FDInherit+1, "group-at-next")
+	atNext := os.NewFile(collideFD+1, "group-at-next")
 	defer atNext.Close()
 	c := r.command("fds")
 	c.Stdin = atSlot
-	c.Inherit = []*os.File{atNext, atSlot}
+	c.Slots = []Slot{{Name: "group", FD: collideFD, File: atNext}, {Name: "passwd", FD: collideFD + 1, File: atSlot}}
 	out := r.run(c)
 	for _, want := range []string{
 		"open 0 /etc/passwd",
-		fmt.Sprintf("open %d /etc/group", FDInherit),
-		fmt.Sprintf("open %d /etc/passwd", FDInherit+1),
+		fmt.Sprintf("open %d /etc/group", collideFD),
+		fmt.Sprintf("open %d /etc/passwd", collideFD+1),
 	} {
 		if !strings.Contains(out, want+"\n") {
 			t.Errorf("want %q in:\n%s", want, out)

@@ -30,15 +30,12 @@ import (
 // Arg is the hidden subcommand that runs the Go helper.
 const Arg = "__spawn"
 
-// The descriptors the helper inherits, after stdin, stdout and stderr.
+// The descriptors the helper is started with (Command.Slots), after stdin,
+// stdout and stderr; declared here once, for the broker that hands them
+// and for Main that reads them.
 const (
-	// FDInherit is the first descriptor a command may be handed to keep
-	// (Command.Inherit): the controller's bootstrap and API listener.
-	FDInherit = 7
-	// The helper is started like any command (Start), its two pipes its
-	// first inherited slots.
-	FDSpec   = FDInherit     // the spec, JSON, on a pipe the broker closes after writing
-	FDReport = FDInherit + 1 // the helper writes its answer or why it failed here
+	FDSpec   = 7 // the spec, JSON, on a pipe the broker closes after writing
+	FDReport = 8 // the helper writes its answer or why it failed here
 )
 
 // Rlimit is one resource limit to set.

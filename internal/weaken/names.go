@@ -1,8 +1,9 @@
 package weaken
 
-// Switches named by more than one package: each turns one of issue 12's
-// or 13's protections off in a thermite_weaken build, for the self-test's
-// breakage tests.
+// Every switch a thermite_weaken build reads, declared once: each turns
+// one protection off, for the self-test's breakage tests. The code names
+// them by these constants only (TestSwitchesByConstant), and a test that
+// sets THERMITE_WEAKEN names only switches declared here.
 const (
 	// SysVIPC drops the filter's SysV IPC rules and the stop helper's
 	// removal of a stopped user's IPC objects.
@@ -54,6 +55,18 @@ const (
 	// DiskSymlinks makes the disk measure pass over symlinks again: a
 	// long target's block of its own goes uncounted.
 	DiskSymlinks = "disk-symlinks"
+	// LeakFD leaves the working folder's descriptor open into every role
+	// command, above its stdio and slots.
+	LeakFD = "leak-fd"
+	// CapAmb keeps CAP_CHOWN in the broker's inheritable set and raises it
+	// into every role command's ambient set.
+	CapAmb = "cap-amb"
+	// NoLandlock starts every role command with neither its Landlock rule
+	// set nor its system-call filter.
+	NoLandlock = "no-landlock"
+	// FenceOnly leaves a role command's rule set at the GPU fence alone,
+	// without the file-system rules.
+	FenceOnly = "fence-only"
 	// LandlockABIPrefix, followed by a number, pretends the kernel has that
 	// Landlock ABI (when lower than its own).
 	LandlockABIPrefix = "landlock-abi-"
