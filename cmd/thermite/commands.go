@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"os"
 	"sort"
 	"strings"
@@ -93,43 +92,6 @@ func runServe() error {
 		keep = caps.BrokerFor(true)
 	}
 	return caps.ReduceAndExec(keep, argv, stripEnv(os.Environ(), cfg.StripEnvPrefixes))
-}
-
-func brokerCmd() *cobra.Command {
-	c := &cobra.Command{
-		Use:    broker.Arg,
-		Hidden: true,
-		Args:   cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, err := loadConfig()
-			if err != nil {
-				return err
-			}
-			log := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("proc", "broker")
-			b, err := broker.New(cfg, log)
-			if err != nil {
-				return err
-			}
-			b.SetControlKey(controlKey, controlKeySHA)
-			b.SetSelftest(func() *rpc.SelftestResult { return selftest.Run(b) })
-			if err := b.Serve(); err != nil {
-				log.Error("broker refused to start", "err", err.Error())
-				return err
-			}
-			return nil
-		},
-	}
-	serveFlags(c)
-	return c
-}
-
-func controllerCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:    broker.ControllerArg,
-		Hidden: true,
-		Args:   cobra.NoArgs,
-		RunE:   func(cmd *cobra.Command, args []string) error { return controller.Main() },
-	}
 }
 
 func rolesCmd() *cobra.Command {
@@ -257,23 +219,26 @@ func runAsCmd() *cobra.Command {
 	}
 }
 
+// stopCmd is `thermite stop ROLE`, through the broker.
 func stopCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "stop ROLE",
 		Short: "Stop every process a role's user runs (root)",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, err := rootConfig("stop")
-			if err != nil {
-				return err
-			}
-			resp, err := rpc.Call(cfg.BrokerSocket(), &rpc.Request{Op: rpc.OpStopUser, StopUser: &rpc.StopUserRequest{Role: args[0]}})
-			if err != nil {
-				return fmt.Errorf("stop: %w", err)
-			}
-			fmt.Printf("stopped %d processes of %s\n", resp.StopUser.Stopped, args[0])
-			return nil
-		},
+		RunE: askAndPrint[*rpc.StopUserResult]{
+			what: "stop",
+			ask: func(q asked) (*rpc.StopUserResult, error) {
+				resp, err := rpc.Call(q.cfg.BrokerSocket(), &rpc.Request{Op: rpc.OpStopUser, StopUser: &rpc.StopUserRequest{Role: q.args[0]}})
+				if err != nil {
+					return nil, err
+				}
+				return resp.StopUser, nil
+			},
+			show: func(q asked, r *rpc.StopUserResult) error {
+				fmt.Printf("stopped %d processes of %s\n", r.Stopped, q.args[0])
+				return nil
+			},
+		}.runE,
 	}
 }
 

@@ -20,31 +20,25 @@ func selftestCmd() *cobra.Command {
 		Use:   "isolation",
 		Short: "Run a probe as every role that tries what the role must not do; one sentence says whether isolation holds (root)",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, err := rootConfig("selftest isolation")
-			if err != nil {
-				return err
-			}
-			resp, err := rpc.Call(cfg.BrokerSocket(), &rpc.Request{Op: rpc.OpSelftest, Selftest: &rpc.SelftestRequest{Force: force}})
-			if err != nil {
-				return fmt.Errorf("selftest isolation: %w", err)
-			}
-			res := resp.Selftest
-			if asJSON {
-				if err := printJSON(res); err != nil {
-					return err
+		RunE: askAndPrint[*rpc.SelftestResult]{
+			what:   "selftest isolation",
+			asJSON: &asJSON,
+			ask: func(q asked) (*rpc.SelftestResult, error) {
+				resp, err := rpc.Call(q.cfg.BrokerSocket(), &rpc.Request{Op: rpc.OpSelftest, Selftest: &rpc.SelftestRequest{Force: force}})
+				if err != nil {
+					return nil, err
 				}
-			} else {
+				return resp.Selftest, nil
+			},
+			show: func(_ asked, res *rpc.SelftestResult) error {
 				fmt.Println(res.Sentence)
 				if res.Controller != "" {
 					fmt.Fprintln(os.Stderr, "selftest: "+res.Controller)
 				}
-			}
-			if !res.Holds {
-				return &exitError{code: 1}
-			}
-			return nil
-		},
+				return nil
+			},
+			exit: func(res *rpc.SelftestResult) error { return failsWith1(res.Holds) },
+		}.runE,
 	}
 	iso.Flags().BoolVar(&asJSON, "json", false, "print every probe's row as JSON")
 	iso.Flags().BoolVar(&force, "force", false, "run on a busy rig: each probe stops its role's processes")
