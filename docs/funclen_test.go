@@ -30,10 +30,10 @@ var longFuncAllowed = map[string]string{
 
 	// Issue 28: in areas that other engineers were reworking while this
 	// test landed; the next landing cuts them and removes the entries.
-	"broker Broker.Serve":           "issue 28: the broker's rooms",
-	"selftest Run":                  "issue 28: the self-test's rework",
-	"selftest placeCanaries":        "issue 28: the self-test's rework (canaries as a table)",
-	"selftest startsUnderStopper":   "issue 28: the self-test's rework",
+	"broker Broker.Serve":         "issue 28: the broker's rooms",
+	"selftest Run":                "issue 28: the self-test's rework",
+	"selftest placeCanaries":      "issue 28: the self-test's rework (canaries as a table)",
+	"selftest startsUnderStopper": "issue 28: the self-test's rework",
 }
 
 // TestNoLongFunctions fails when a function that is not a test's is over
@@ -68,28 +68,10 @@ func longFunctions(t *testing.T) map[string]int {
 	t.Helper()
 	fset := token.NewFileSet()
 	long := map[string]int{}
-	err := filepath.WalkDir(moduleRoot, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if path != moduleRoot && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata" || d.Name() == "node_modules") {
-				return filepath.SkipDir
-			}
+	err := eachGoFile(fset, func(path, dir string, f *ast.File) error {
+		if strings.HasSuffix(path, "_test.go") {
 			return nil
 		}
-		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-			return nil
-		}
-		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(moduleRoot, filepath.Dir(path))
-		if err != nil {
-			return err
-		}
-		dir := filepath.ToSlash(rel)
 		for _, decl := range f.Decls {
 			fn, ok := decl.(*ast.FuncDecl)
 			if !ok || fn.Body == nil {
@@ -114,4 +96,33 @@ func longFunctions(t *testing.T) map[string]int {
 		t.Fatal("no function over the limit at all, not even forkExec: is moduleRoot right?")
 	}
 	return long
+}
+
+// eachGoFile parses every Go file of the module (tests too, less
+// testdata, node_modules and hidden folders) and hands each to visit with
+// its folder, slash-separated from the module root.
+func eachGoFile(fset *token.FileSet, visit func(path, dir string, f *ast.File) error) error {
+	return filepath.WalkDir(moduleRoot, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if path != moduleRoot && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata" || d.Name() == "node_modules") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(moduleRoot, filepath.Dir(path))
+		if err != nil {
+			return err
+		}
+		return visit(path, filepath.ToSlash(rel), f)
+	})
 }

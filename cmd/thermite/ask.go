@@ -6,13 +6,16 @@ import (
 	"github.com/spf13/cobra"
 
 	"thermite/internal/config"
+	"thermite/roles"
 )
 
 // asked is what a command's question and its printing are given: the
-// rig's configuration and the command's arguments.
+// rig's configuration, its role table where the command asks for it, and
+// the command's arguments.
 type asked struct {
-	cfg  config.Config
-	args []string
+	cfg   config.Config
+	table *roles.Table
+	args  []string
 }
 
 // askAndPrint is the shape of every operator's command that asks the rig
@@ -24,6 +27,8 @@ type askAndPrint[T any] struct {
 	what string
 	// asJSON is the command's --json flag; nil where it has none.
 	asJSON *bool
+	// table: the question needs the role table.
+	table bool
 	// ask puts the question and returns the answer.
 	ask func(q asked) (T, error)
 	// show prints the answer for the operator; nil where ask printed it.
@@ -40,6 +45,11 @@ func (a askAndPrint[T]) runE(_ *cobra.Command, args []string) error {
 		return err
 	}
 	q := asked{cfg: cfg, args: args}
+	if a.table {
+		if q.table, err = roles.FromConfig(cfg); err != nil {
+			return err
+		}
+	}
 	v, err := a.ask(q)
 	if err != nil {
 		return fmt.Errorf("%s: %w", a.what, err)

@@ -20,7 +20,6 @@ import (
 	"thermite/internal/config"
 	"thermite/internal/copytree"
 	"thermite/internal/termsafe"
-	"thermite/roles"
 )
 
 func kitCmd() *cobra.Command {
@@ -102,12 +101,10 @@ func judgeBuildCmd() *cobra.Command {
 		RunE: askAndPrint[ledger.Build]{
 			what:   "judge build",
 			asJSON: &asJSON,
+			table:  true,
 			ask: func(q asked) (ledger.Build, error) {
 				var b ledger.Build
-				t, err := roles.FromConfig(q.cfg)
-				if err != nil {
-					return b, err
-				}
+				t := q.table
 				copyDir, err := importProject(q.cfg, t, project, t.Controller())
 				if err != nil {
 					return b, err

@@ -229,12 +229,10 @@ func trialStartCmd() *cobra.Command {
 		RunE: askAndPrint[controller.TrialInfo]{
 			what:   "trial start",
 			asJSON: &asJSON,
+			table:  true,
 			ask: func(q asked) (controller.TrialInfo, error) {
 				var info controller.TrialInfo
-				t, err := roles.FromConfig(q.cfg)
-				if err != nil {
-					return info, err
-				}
+				t := q.table
 				if project == "" {
 					return info, fmt.Errorf("--project is required")
 				}
