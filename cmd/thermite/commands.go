@@ -94,6 +94,7 @@ func runServe() error {
 	return caps.ReduceAndExec(keep, argv, stripEnv(os.Environ(), cfg.StripEnvPrefixes))
 }
 
+// rolesCmd is `thermite roles`: the role table, and its ensure and remove.
 func rolesCmd() *cobra.Command {
 	var asJSON bool
 	c := &cobra.Command{
@@ -117,15 +118,18 @@ func rolesCmd() *cobra.Command {
 		},
 	}
 	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	c.AddCommand(&cobra.Command{
+	c.AddCommand(rolesEnsureCmd(), rolesRemoveCmd())
+	return c
+}
+
+// rolesEnsureCmd is `thermite roles ensure`.
+func rolesEnsureCmd() *cobra.Command {
+	return &cobra.Command{
 		Use:   "ensure",
 		Short: "Write the missing role users and groups into /etc/passwd, /etc/group and /etc/shadow (root)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := requireRoot("roles ensure"); err != nil {
-				return err
-			}
-			_, t, err := loadTable()
+			_, t, err := rootTable("roles ensure")
 			if err != nil {
 				return err
 			}
@@ -136,15 +140,17 @@ func rolesCmd() *cobra.Command {
 			fmt.Printf("roles: %d users and %d groups in place; added %d entries\n", len(t.Roles), len(t.Roles)+len(t.Groups), len(added))
 			return nil
 		},
-	}, &cobra.Command{
+	}
+}
+
+// rolesRemoveCmd is `thermite roles remove`.
+func rolesRemoveCmd() *cobra.Command {
+	return &cobra.Command{
 		Use:   "remove",
 		Short: "Remove the table's role users and groups from /etc (root)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := requireRoot("roles remove"); err != nil {
-				return err
-			}
-			_, t, err := loadTable()
+			_, t, err := rootTable("roles remove")
 			if err != nil {
 				return err
 			}
@@ -155,8 +161,7 @@ func rolesCmd() *cobra.Command {
 			fmt.Printf("roles: removed %d entries\n", len(removed))
 			return nil
 		},
-	})
-	return c
+	}
 }
 
 func groupNames(t *roles.Table, gids []int) string {

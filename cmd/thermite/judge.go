@@ -22,9 +22,17 @@ import (
 	"thermite/internal/termsafe"
 )
 
+// kitCmd is `thermite kit`.
 func kitCmd() *cobra.Command {
 	c := &cobra.Command{Use: "kit", Short: "Kits: how to build, run and check a project"}
-	c.AddCommand(&cobra.Command{
+	c.AddCommand(kitImportCmd())
+	return c
+}
+
+// kitImportCmd is `thermite kit import`: the kit checked, copied root's
+// and read-only beside the others, checked again, then put in place.
+func kitImportCmd() *cobra.Command {
+	return &cobra.Command{
 		Use:   "import DIR",
 		Short: "Check a kit's manifest and copy the kit into the controller's folder, which no role can open (root)",
 		Args:  cobra.ExactArgs(1),
@@ -78,8 +86,7 @@ func kitCmd() *cobra.Command {
 			fmt.Printf("kit %s imported: %s\n", k.Name, dst)
 			return nil
 		},
-	})
-	return c
+	}
 }
 
 // judgeCmd is `thermite judge`: one function a subcommand.

@@ -10,11 +10,19 @@ import (
 	"thermite/selftest"
 )
 
+// selftestCmd is `thermite selftest`: isolation and reference.
 func selftestCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "selftest",
 		Short: "Self-tests of the rig",
 	}
+	c.AddCommand(selftestIsolationCmd(), selftestReferenceCmd())
+	return c
+}
+
+// selftestIsolationCmd is `thermite selftest isolation`, through the
+// broker: exit 1 when isolation does not hold.
+func selftestIsolationCmd() *cobra.Command {
 	var asJSON, force bool
 	iso := &cobra.Command{
 		Use:   "isolation",
@@ -42,7 +50,12 @@ func selftestCmd() *cobra.Command {
 	}
 	iso.Flags().BoolVar(&asJSON, "json", false, "print every probe's row as JSON")
 	iso.Flags().BoolVar(&force, "force", false, "run on a busy rig: each probe stops its role's processes")
-	c.AddCommand(iso, &cobra.Command{
+	return iso
+}
+
+// selftestReferenceCmd is `thermite selftest reference`.
+func selftestReferenceCmd() *cobra.Command {
+	return &cobra.Command{
 		Use:   "reference",
 		Short: "Print the rig checks reference (docs/rig-checks.md): every probe of the self-test, every rig row and every host check",
 		Args:  cobra.NoArgs,
@@ -50,6 +63,5 @@ func selftestCmd() *cobra.Command {
 			fmt.Print(selftest.Reference())
 			return nil
 		},
-	})
-	return c
+	}
 }

@@ -440,10 +440,16 @@ func diskIntervals(ts []controller.TrialStatus, check time.Duration) string {
 	return fmt.Sprintf("disk checks: every %s; %d open trials, slowest real interval %s", check, open, slowest)
 }
 
-// ledgerCmd is `thermite ledger export`: the controller's JSON, copied
-// to stdout as it comes.
+// ledgerCmd is `thermite ledger`; its export copies the controller's
+// JSON to stdout as it comes.
 func ledgerCmd() *cobra.Command {
 	c := &cobra.Command{Use: "ledger", Short: "The controller's ledger"}
+	c.AddCommand(ledgerExportCmd())
+	return c
+}
+
+// ledgerExportCmd is `thermite ledger export`.
+func ledgerExportCmd() *cobra.Command {
 	var asJSON bool
 	export := &cobra.Command{
 		Use:   "export [--json]",
@@ -457,8 +463,7 @@ func ledgerCmd() *cobra.Command {
 		}.runE,
 	}
 	export.Flags().BoolVar(&asJSON, "json", true, "JSON (the only form)")
-	c.AddCommand(export)
-	return c
+	return export
 }
 
 func randomHex(n int) string {
