@@ -86,22 +86,11 @@ func (c *Controller) streamCommand(ctx context.Context, w http.ResponseWriter, r
 // streamCommandThen is streamCommand with a last word: then may amend the
 // last frame before it is written.
 func (c *Controller) streamCommandThen(ctx context.Context, w http.ResponseWriter, req *rpc.RunRequest, limit int64, stdin []byte, then func(*ExecFrame)) ExecFrame {
-	in := c.devnull
-	if stdin != nil {
-		inR, inW, err := os.Pipe()
-		if err != nil {
-			return ExecFrame{Done: true, ExitCode: -1, Error: err.Error()}
-		}
-		in = inR
-		defer inR.Close()
-		// Closing the write end when the command has ended ends a write
-		// that a command which never read its input left blocked.
-		defer inW.Close()
-		go func() {
-			inW.Write(stdin)
-			inW.Close()
-		}()
+	in, closeIn, err := c.commandStdin(stdin)
+	if err != nil {
+		return ExecFrame{Done: true, ExitCode: -1, Error: err.Error()}
 	}
+	defer closeIn()
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		return ExecFrame{Done: true, ExitCode: -1, Error: err.Error()}
@@ -115,96 +104,30 @@ func (c *Controller) streamCommandThen(ctx context.Context, w http.ResponseWrite
 	chunks := make(chan chunk, 16)
 	quit := make(chan struct{})
 	defer close(quit)
-	readers := 2
-	read := func(stream string, f *os.File) {
-		defer f.Close()
-		buf := make([]byte, 32<<10)
-		send := func(ch chunk) bool {
-			select {
-			case chunks <- ch:
-				return true
-			case <-quit:
-				return false
-			}
-		}
-		for {
-			n, err := f.Read(buf)
-			if n > 0 && !send(chunk{stream, append([]byte(nil), buf[:n]...)}) {
-				return
-			}
-			if err != nil {
-				send(chunk{})
-				return
-			}
-		}
-	}
-	go read("stdout", outR)
-	go read("stderr", errR)
-	type result struct {
-		res *rpc.RunResult
-		err error
-	}
-	resc := make(chan result, 1)
+	go readChunks("stdout", outR, chunks, quit)
+	go readChunks("stderr", errR, chunks, quit)
+	resc := make(chan runResult, 1)
 	go func() {
 		res, err := c.broker.run(ctx, req, []*os.File{in, outW, errW})
 		outW.Close()
 		errW.Close()
-		resc <- result{res, err}
+		resc <- runResult{res, err}
 	}()
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.WriteHeader(http.StatusOK)
-	flusher, _ := w.(http.Flusher)
-	enc := json.NewEncoder(w)
-	final := ExecFrame{Done: true, OutputCap: limit}
-	var framer utf8Framer
-	// Output written after the command ended (by a lane's leftover) is not
-	// this command's: stop reading shortly after it ends.
-	var drain <-chan time.Time
-	var res result
-	got := false
-	for readers > 0 {
-		select {
-		case ch := <-chunks:
-			if ch.stream == "" {
-				readers--
-				continue
-			}
-
-			final.OutputBytes += int64(len(ch.data))
-			room := limit - (final.OutputBytes - int64(len(ch.data)))
-			if room <= 0 {
-				final.Truncated = true
-				continue
-			}
-			if int64(len(ch.data)) > room {
-				ch.data = ch.data[:room]
-				final.Truncated = true
-			}
-			for _, f := range framer.frames(ch.stream, ch.data, final.Truncated) {
-				enc.Encode(f)
-			}
-			if flusher != nil {
-				flusher.Flush()
-			}
-		case res = <-resc:
-			got = true
-			drain = time.After(200 * time.Millisecond)
-		case <-drain:
-			readers = 0
-		}
-	}
-	if !got {
-		res = <-resc
-	}
+	s := frameStream{enc: json.NewEncoder(w), final: ExecFrame{Done: true, OutputCap: limit}, limit: limit}
+	s.flusher, _ = w.(http.Flusher)
+	res := s.copy(chunks, resc, 2)
 	// A leftover may still hold the pipes: closing our ends ends the reads.
 	outR.Close()
 	errR.Close()
 	// What a stream held back (a sequence it never finished) goes as it is.
 	for _, stream := range []string{"stdout", "stderr"} {
-		for _, f := range framer.frames(stream, nil, true) {
-			enc.Encode(f)
+		for _, f := range s.framer.frames(stream, nil, true) {
+			s.enc.Encode(f)
 		}
 	}
+	final := s.final
 	if res.res != nil {
 		final.ExitCode, final.Signal, final.Stopped = res.res.ExitCode, res.res.Signal, res.res.Stopped
 		final.WallMS = res.res.WallNS / 1e6
@@ -217,8 +140,119 @@ func (c *Controller) streamCommandThen(ctx context.Context, w http.ResponseWrite
 	if then != nil {
 		then(&final)
 	}
-	enc.Encode(final)
+	s.enc.Encode(final)
 	return final
+}
+
+// commandStdin is what a streamed command reads: /dev/null when stdin is
+// nil, else a pipe that a goroutine fills with stdin. done closes the
+// pipe's ends once the command has ended.
+func (c *Controller) commandStdin(stdin []byte) (in *os.File, done func(), err error) {
+	if stdin == nil {
+		return c.devnull, func() {}, nil
+	}
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	go func() {
+		inW.Write(stdin)
+		inW.Close()
+	}()
+	// Closing the write end when the command has ended ends a write that a
+	// command which never read its input left blocked.
+	return inR, func() { inW.Close(); inR.Close() }, nil
+}
+
+// runResult is what the broker answered a streamed command.
+type runResult struct {
+	res *rpc.RunResult
+	err error
+}
+
+// readChunks sends what f holds to chunks as it comes, then an empty
+// chunk once f ends; it gives up when quit closes.
+func readChunks(stream string, f *os.File, chunks chan<- chunk, quit <-chan struct{}) {
+	defer f.Close()
+	buf := make([]byte, 32<<10)
+	send := func(ch chunk) bool {
+		select {
+		case chunks <- ch:
+			return true
+		case <-quit:
+			return false
+		}
+	}
+	for {
+		n, err := f.Read(buf)
+		if n > 0 && !send(chunk{stream, append([]byte(nil), buf[:n]...)}) {
+			return
+		}
+		if err != nil {
+			send(chunk{})
+			return
+		}
+	}
+}
+
+// frameStream writes a command's output as NDJSON frames, up to limit
+// bytes, and counts it in final.
+type frameStream struct {
+	enc     *json.Encoder
+	flusher http.Flusher
+	framer  utf8Framer
+	final   ExecFrame
+	limit   int64
+}
+
+// copy writes the chunks of readers streams as frames until each has
+// ended, or until shortly after the command has: output written after
+// the command ended (by a lane's leftover) is not this command's. It
+// returns the broker's answer.
+func (s *frameStream) copy(chunks <-chan chunk, resc <-chan runResult, readers int) runResult {
+	var drain <-chan time.Time
+	var res runResult
+	got := false
+	for readers > 0 {
+		select {
+		case ch := <-chunks:
+			if ch.stream == "" {
+				readers--
+				continue
+			}
+			s.write(ch)
+		case res = <-resc:
+			got = true
+			drain = time.After(200 * time.Millisecond)
+		case <-drain:
+			readers = 0
+		}
+	}
+	if !got {
+		res = <-resc
+	}
+	return res
+}
+
+// write writes one chunk's frames, cut at the limit; past it the output
+// is counted and dropped.
+func (s *frameStream) write(ch chunk) {
+	s.final.OutputBytes += int64(len(ch.data))
+	room := s.limit - (s.final.OutputBytes - int64(len(ch.data)))
+	if room <= 0 {
+		s.final.Truncated = true
+		return
+	}
+	if int64(len(ch.data)) > room {
+		ch.data = ch.data[:room]
+		s.final.Truncated = true
+	}
+	for _, f := range s.framer.frames(ch.stream, ch.data, s.final.Truncated) {
+		s.enc.Encode(f)
+	}
+	if s.flusher != nil {
+		s.flusher.Flush()
+	}
 }
 
 // laneRun makes an exec request into the broker's run as the trial's

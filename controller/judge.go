@@ -311,37 +311,10 @@ func timingRole(card int) string {
 // CPUs as often as the kit says, then runs the kit's check as the
 // controller. Hidden cases go to the ledger's hidden table only.
 func (c *Controller) Time(ctx context.Context, req TimeRequest) (ledger.TimedRun, error) {
-	k, err := c.loadKit(req.Kit)
+	k, b, tr, err := c.planTimedRun(req)
 	if err != nil {
-		return ledger.TimedRun{}, err
+		return tr, err
 	}
-	b, ok, err := c.ledger.Build(req.Build)
-	if err != nil {
-		return ledger.TimedRun{}, err
-	}
-	if !ok || b.Status != "stored" {
-		return ledger.TimedRun{}, fmt.Errorf("judge: no stored build %s", req.Build)
-	}
-	if err := hashtree.Verify(b.StorePath, b.Manifest); err != nil {
-		c.event("judge.tampered", ledger.Trial{}, map[string]any{"build": b.ID, "error": err.Error()})
-		return ledger.TimedRun{}, fmt.Errorf("judge: build %s refused: %w", b.ID, err)
-	}
-	if k.Run.Cards > 0 && req.Card < 0 {
-		req.Card = 0
-	}
-	if k.Run.Cards == 0 {
-		req.Card = -1
-	}
-	// Each card's timed runs have judge CPUs of their own.
-	judge, err := c.cfg.JudgeCPUsOf(req.Card)
-	if err != nil {
-		return ledger.TimedRun{}, fmt.Errorf("judge: %w", err)
-	}
-	if k.Run.CPUs > len(judge) {
-		return ledger.TimedRun{}, fmt.Errorf("judge: kit %s wants %d CPUs; card %d has %d judge CPUs (%s of judge_cpus %s, split over timing_users = %d)", k.Name, k.Run.CPUs, max(req.Card, 0), len(judge), judge, c.cfg.JudgeCPUs, c.cfg.TimingUsers)
-	}
-	cpus := judge[:k.Run.CPUs]
-	tr := ledger.TimedRun{ID: randomID("r", 8), Build: b.ID, Kit: k.Name, Card: req.Card, Created: time.Now().UTC(), Status: "running", Role: timingRole(req.Card), CPUs: cpus.String()}
 	// The run's folder, with a random name: made private, filled, then
 	// opened to this run's timing user alone (openRunFolder). The command
 	// sees it as its working folder and names what is in it by relative
@@ -352,31 +325,104 @@ func (c *Controller) Time(ctx context.Context, req TimeRequest) (ledger.TimedRun
 		return tr, fmt.Errorf("judge: %w", err)
 	}
 	defer c.removeRunDir(runDir)
-	kitCopy := filepath.Join(runDir, "kit")
-	out := filepath.Join(runDir, "out")
-	if err := c.copyKitFiles(k, kitCopy); err != nil {
-		return tr, err
-	}
-	if err := os.Symlink(b.StorePath, filepath.Join(runDir, "build")); err != nil {
-		return tr, fmt.Errorf("judge: %w", err)
-	}
-	if err := c.openRunFolder(runDir, tr.Role); err != nil {
+	if err := c.fillRunFolder(runDir, k, b, tr.Role); err != nil {
 		return tr, err
 	}
 	var gpus []int
-	if req.Card >= 0 {
-		gpus = []int{req.Card}
+	if tr.Card >= 0 {
+		gpus = []int{tr.Card}
 	}
 	run := &rpc.RunRequest{
 		Role: tr.Role, Argv: k.Expand(k.Run.Command, "build", "kit", "out"), Cwd: runDir,
-		Limits: k.Run.Limits.RPC(), CPUs: cpus.String(), GPUs: gpus,
+		Limits: k.Run.Limits.RPC(), CPUs: tr.CPUs, GPUs: gpus,
 	}
-	var stdout, stderr []byte
+	out := filepath.Join(runDir, "out")
+	stdout, stderr, err := c.timedRepeats(ctx, &tr, k, run, out)
+	if err != nil {
+		return tr, err
+	}
+	tr.MedianWallNS, tr.SpreadWallNS, tr.CVPercent = wallStats(tr.Repeats)
+	hidden, err := c.scoreTimedRun(ctx, &tr, k, out, stdout, stderr)
+	if err != nil {
+		return tr, err
+	}
+	// The hidden cases go to the ledger once the run's record is there (or
+	// its writing has failed), as the last thing before the folder goes.
+	defer func() {
+		for name, v := range hidden {
+			c.ledger.PutHidden(tr.ID, name, v)
+		}
+	}()
+	if err := c.ledger.PutTimedRun(tr); err != nil {
+		return tr, err
+	}
+	c.event("judge.time", ledger.Trial{}, map[string]any{"run": tr.ID, "build": b.ID, "status": tr.Status, "median_wall_ns": tr.MedianWallNS, "public_score": tr.PublicScore})
+	if tr.Status != "scored" {
+		return tr, fmt.Errorf("judge: timed run %s: %s: %s", tr.ID, tr.Status, tr.Error)
+	}
+	return tr, nil
+}
+
+// planTimedRun checks what a timed run asks for: the kit, a stored build
+// whose files still match their hashes, the card and enough of its judge
+// CPUs. It returns the run's record, not yet written.
+func (c *Controller) planTimedRun(req TimeRequest) (*kit.Kit, ledger.Build, ledger.TimedRun, error) {
+	k, err := c.loadKit(req.Kit)
+	if err != nil {
+		return nil, ledger.Build{}, ledger.TimedRun{}, err
+	}
+	b, ok, err := c.ledger.Build(req.Build)
+	if err != nil {
+		return nil, b, ledger.TimedRun{}, err
+	}
+	if !ok || b.Status != "stored" {
+		return nil, b, ledger.TimedRun{}, fmt.Errorf("judge: no stored build %s", req.Build)
+	}
+	if err := hashtree.Verify(b.StorePath, b.Manifest); err != nil {
+		c.event("judge.tampered", ledger.Trial{}, map[string]any{"build": b.ID, "error": err.Error()})
+		return nil, b, ledger.TimedRun{}, fmt.Errorf("judge: build %s refused: %w", b.ID, err)
+	}
+	if k.Run.Cards > 0 && req.Card < 0 {
+		req.Card = 0
+	}
+	if k.Run.Cards == 0 {
+		req.Card = -1
+	}
+	// Each card's timed runs have judge CPUs of their own.
+	judge, err := c.cfg.JudgeCPUsOf(req.Card)
+	if err != nil {
+		return nil, b, ledger.TimedRun{}, fmt.Errorf("judge: %w", err)
+	}
+	if k.Run.CPUs > len(judge) {
+		return nil, b, ledger.TimedRun{}, fmt.Errorf("judge: kit %s wants %d CPUs; card %d has %d judge CPUs (%s of judge_cpus %s, split over timing_users = %d)", k.Name, k.Run.CPUs, max(req.Card, 0), len(judge), judge, c.cfg.JudgeCPUs, c.cfg.TimingUsers)
+	}
+	cpus := judge[:k.Run.CPUs]
+	tr := ledger.TimedRun{ID: randomID("r", 8), Build: b.ID, Kit: k.Name, Card: req.Card, Created: time.Now().UTC(), Status: "running", Role: timingRole(req.Card), CPUs: cpus.String()}
+	return k, b, tr, nil
+}
+
+// fillRunFolder puts in a timed run's folder what the command sees: the
+// kit's run.copy files, the build (a link into the store) and out/, then
+// opens the folder to the run's timing user alone.
+func (c *Controller) fillRunFolder(runDir string, k *kit.Kit, b ledger.Build, role string) error {
+	if err := c.copyKitFiles(k, filepath.Join(runDir, "kit")); err != nil {
+		return err
+	}
+	if err := os.Symlink(b.StorePath, filepath.Join(runDir, "build")); err != nil {
+		return fmt.Errorf("judge: %w", err)
+	}
+	return c.openRunFolder(runDir, role)
+}
+
+// timedRepeats runs the build as often as the kit says, each repeat
+// recorded in tr, until one fails (tr says how). It returns the last good
+// repeat's output, which the kit may keep; an error is one of the rig's.
+func (c *Controller) timedRepeats(ctx context.Context, tr *ledger.TimedRun, k *kit.Kit, run *rpc.RunRequest, out string) (stdout, stderr []byte, err error) {
 	for i := 0; i < k.Run.Repeats; i++ {
 		// Every repeat starts from an empty out/ of the timing user's: no
 		// repeat sees what an earlier one left.
 		if err := c.freshOut(out, tr.Role, i > 0); err != nil {
-			return tr, err
+			return nil, nil, err
 		}
 		guard := c.guardDisk(tr.Role, "the run", "judge.run_out_mb", c.cfg.Judge.RunOutMB)
 		res, so, se, err := c.capture(ctx, run, MaxLog)
@@ -392,8 +438,8 @@ func (c *Controller) Time(ctx context.Context, req TimeRequest) (ledger.TimedRun
 		if len(res.CardStops) > 0 {
 			// Development runs that had the card open were stopped so the
 			// timed run has it alone: on record, with the run.
-			c.log.Warn("judge: processes stopped for a held card", "run", tr.ID, "card", req.Card, "stopped", res.CardStops)
-			c.event("judge.card_stopped", ledger.Trial{}, map[string]any{"run": tr.ID, "card": req.Card, "repeat": i + 1, "stopped": res.CardStops})
+			c.log.Warn("judge: processes stopped for a held card", "run", tr.ID, "card", tr.Card, "stopped", res.CardStops)
+			c.event("judge.card_stopped", ledger.Trial{}, map[string]any{"run": tr.ID, "card": tr.Card, "repeat": i + 1, "stopped": res.CardStops})
 		}
 		tr.Repeats = append(tr.Repeats, ledger.Repeat{WallNS: res.WallNS, UserNS: res.UserNS, SysNS: res.SysNS, MaxRSSKB: res.MaxRSSKB, ExitCode: res.ExitCode})
 		if res.ExitCode != 0 {
@@ -401,49 +447,44 @@ func (c *Controller) Time(ctx context.Context, req TimeRequest) (ledger.TimedRun
 			break
 		}
 	}
-	tr.MedianWallNS, tr.SpreadWallNS, tr.CVPercent = wallStats(tr.Repeats)
+	return stdout, stderr, nil
+}
+
+// scoreTimedRun takes out/ back from the timing user and, when the run
+// did not fail, keeps its output and runs the kit's check: tr says the
+// score or why there is none. It returns the hidden cases' results.
+func (c *Controller) scoreTimedRun(ctx context.Context, tr *ledger.TimedRun, k *kit.Kit, out string, stdout, stderr []byte) (map[string]json.RawMessage, error) {
 	// out/ comes back to the controller, read-only, before the check reads
 	// it; it must hold plain files and folders only, each with one link,
 	// since the controller and the check read it by path.
 	if err := c.broker.handFolder(out, "thermite", 0o700, true); err != nil {
-		return tr, fmt.Errorf("judge: out/: %w", err)
+		return nil, fmt.Errorf("judge: out/: %w", err)
 	}
 	if tr.Status != "failed" {
 		if err := PlainTree(out); err != nil {
 			tr.Status, tr.Error = "failed", err.Error()
 		}
 	}
-	if tr.Status != "failed" {
-		if err := c.saveStream(out, k.Run.Stdout, stdout); err != nil {
-			c.log.Warn("judge: save stdout", "run", tr.ID, "err", err)
-		}
-		if err := c.saveStream(out, k.Run.Stderr, stderr); err != nil {
-			c.log.Warn("judge: save stderr", "run", tr.ID, "err", err)
-		}
-		public, hidden, err := c.check(ctx, k, out, tr.Repeats)
-		if err != nil {
-			tr.Status, tr.Error = "check failed", err.Error()
-		} else {
-			tr.Status = "scored"
-			score := public.Score
-			tr.PublicScore = &score
-			raw, _ := json.Marshal(public)
-			tr.CheckOutput = string(raw)
-			defer func() {
-				for name, v := range hidden {
-					c.ledger.PutHidden(tr.ID, name, v)
-				}
-			}()
-		}
+	if tr.Status == "failed" {
+		return nil, nil
 	}
-	if err := c.ledger.PutTimedRun(tr); err != nil {
-		return tr, err
+	if err := c.saveStream(out, k.Run.Stdout, stdout); err != nil {
+		c.log.Warn("judge: save stdout", "run", tr.ID, "err", err)
 	}
-	c.event("judge.time", ledger.Trial{}, map[string]any{"run": tr.ID, "build": b.ID, "status": tr.Status, "median_wall_ns": tr.MedianWallNS, "public_score": tr.PublicScore})
-	if tr.Status != "scored" {
-		return tr, fmt.Errorf("judge: timed run %s: %s: %s", tr.ID, tr.Status, tr.Error)
+	if err := c.saveStream(out, k.Run.Stderr, stderr); err != nil {
+		c.log.Warn("judge: save stderr", "run", tr.ID, "err", err)
 	}
-	return tr, nil
+	public, hidden, err := c.check(ctx, k, out, tr.Repeats)
+	if err != nil {
+		tr.Status, tr.Error = "check failed", err.Error()
+		return nil, nil
+	}
+	tr.Status = "scored"
+	score := public.Score
+	tr.PublicScore = &score
+	raw, _ := json.Marshal(public)
+	tr.CheckOutput = string(raw)
+	return hidden, nil
 }
 
 // openRunFolder decides who reaches a timed run's folder: the controller,

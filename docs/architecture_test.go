@@ -8,10 +8,8 @@ import (
 	"encoding/json"
 	"errors"
 	"go/ast"
-	"go/parser"
 	"go/token"
 	"io"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -47,28 +45,7 @@ func indexModule(t *testing.T) *goIndex {
 	ix := &goIndex{decls: map[string]map[string]bool{}, dirs: map[string][]string{}, methods: map[string]bool{}}
 	fset := token.NewFileSet()
 	named := map[string]bool{}
-	err := filepath.WalkDir(moduleRoot, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if path != moduleRoot && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata" || d.Name() == "node_modules") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(path, ".go") {
-			return nil
-		}
-		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(moduleRoot, filepath.Dir(path))
-		if err != nil {
-			return err
-		}
-		dir := filepath.ToSlash(rel)
+	err := eachGoFile(fset, func(path, dir string, f *ast.File) error {
 		test := strings.HasSuffix(path, "_test.go")
 		pkg := strings.TrimSuffix(f.Name.Name, "_test")
 		if !named[dir+" "+pkg] {

@@ -204,11 +204,10 @@ func (d *dbs) write() error {
 	return nil
 }
 
-// Ensure writes the table's users and groups that are missing into etc's
-// passwd, group, shadow and gshadow, and puts back the fields of those that
-// drifted. It refuses, naming both, when a role's name exists with another
-// id or its id belongs to another name, and then writes nothing.
-func (t *Table) Ensure(etc string) (added []string, err error) {
+// changeDBs reads etc's account databases under their lock, lets change
+// edit them, and writes them back unless it fails: every change to them
+// (Ensure's, Remove's) goes this way. It returns what change says it did.
+func changeDBs(etc string, change func(d *dbs) ([]string, error)) ([]string, error) {
 	unlock, err := lockDB(etc)
 	if err != nil {
 		return nil, err
@@ -218,6 +217,23 @@ func (t *Table) Ensure(etc string) (added []string, err error) {
 	if err != nil {
 		return nil, err
 	}
+	done, err := change(d)
+	if err != nil {
+		return nil, err
+	}
+	return done, d.write()
+}
+
+// Ensure writes the table's users and groups that are missing into etc's
+// passwd, group, shadow and gshadow, and puts back the fields of those that
+// drifted. It refuses, naming both, when a role's name exists with another
+// id or its id belongs to another name, and then writes nothing.
+func (t *Table) Ensure(etc string) (added []string, err error) {
+	return changeDBs(etc, t.ensureIn)
+}
+
+// ensureIn is Ensure on the databases read: what it added.
+func (t *Table) ensureIn(d *dbs) (added []string, err error) {
 	if err := t.checkConflicts(d); err != nil {
 		return nil, err
 	}
@@ -304,7 +320,7 @@ func (t *Table) Ensure(etc string) (added []string, err error) {
 			f.set(i, e)
 		}
 	}
-	return added, d.write()
+	return added, nil
 }
 
 // checkConflicts refuses a name that exists with another id, and an id that
@@ -347,15 +363,11 @@ func (t *Table) checkConflicts(d *dbs) error {
 // Remove deletes the table's users and groups from etc's files. It only
 // removes an entry whose name and id both match the table.
 func (t *Table) Remove(etc string) (removed []string, err error) {
-	unlock, err := lockDB(etc)
-	if err != nil {
-		return nil, err
-	}
-	defer unlock()
-	d, err := readDBs(etc)
-	if err != nil {
-		return nil, err
-	}
+	return changeDBs(etc, t.removeFrom)
+}
+
+// removeFrom is Remove on the databases read: what it removed.
+func (t *Table) removeFrom(d *dbs) (removed []string, err error) {
 	drop := func(f *dbFile, name string, id int, checkID bool) bool {
 		if f == nil {
 			return false
@@ -387,7 +399,7 @@ func (t *Table) Remove(etc string) (removed []string, err error) {
 			drop(d.gshadow, g.Unix, 0, false)
 		}
 	}
-	return removed, d.write()
+	return removed, nil
 }
 
 // GroupsInEtc reads etc/group and says which groups name user as a member,

@@ -28,34 +28,29 @@ func hostCheck(cfg config.Config, st *rpc.Status) selftest.HostVerdict {
 	return selftest.CheckHost(e)
 }
 
+// checkCmd is `thermite check`: exit 1 when the host fails it.
 func checkCmd() *cobra.Command {
 	var asJSON bool
 	c := &cobra.Command{
 		Use:   "check",
 		Short: "Check the host's hygiene: kernel settings, debugfs, set-id files, cgroups, Landlock, timing; each failing row says what to change (root)",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, err := rootConfig("check")
-			if err != nil {
-				return err
-			}
-			var st *rpc.Status
-			if resp, err := rpc.Call(cfg.BrokerSocket(), &rpc.Request{Op: rpc.OpStatus}); err == nil {
-				st = resp.Status
-			}
-			v := hostCheck(cfg, st)
-			if asJSON {
-				if err := printJSON(v); err != nil {
-					return err
+		RunE: askAndPrint[selftest.HostVerdict]{
+			what:   "check",
+			asJSON: &asJSON,
+			ask: func(q asked) (selftest.HostVerdict, error) {
+				var st *rpc.Status
+				if resp, err := rpc.Call(q.cfg.BrokerSocket(), &rpc.Request{Op: rpc.OpStatus}); err == nil {
+					st = resp.Status
 				}
-			} else {
+				return hostCheck(q.cfg, st), nil
+			},
+			show: func(_ asked, v selftest.HostVerdict) error {
 				printHostCheck(v, true)
-			}
-			if !v.Holds {
-				return &exitError{code: 1}
-			}
-			return nil
-		},
+				return nil
+			},
+			exit: func(v selftest.HostVerdict) error { return failsWith1(v.Holds) },
+		}.runE,
 	}
 	c.Flags().BoolVar(&asJSON, "json", false, "print every row as JSON")
 	return c

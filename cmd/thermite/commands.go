@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"os"
 	"sort"
 	"strings"
@@ -95,43 +94,7 @@ func runServe() error {
 	return caps.ReduceAndExec(keep, argv, stripEnv(os.Environ(), cfg.StripEnvPrefixes))
 }
 
-func brokerCmd() *cobra.Command {
-	c := &cobra.Command{
-		Use:    broker.Arg,
-		Hidden: true,
-		Args:   cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, err := loadConfig()
-			if err != nil {
-				return err
-			}
-			log := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("proc", "broker")
-			b, err := broker.New(cfg, log)
-			if err != nil {
-				return err
-			}
-			b.SetControlKey(controlKey, controlKeySHA)
-			b.SetSelftest(func() *rpc.SelftestResult { return selftest.Run(b) })
-			if err := b.Serve(); err != nil {
-				log.Error("broker refused to start", "err", err.Error())
-				return err
-			}
-			return nil
-		},
-	}
-	serveFlags(c)
-	return c
-}
-
-func controllerCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:    broker.ControllerArg,
-		Hidden: true,
-		Args:   cobra.NoArgs,
-		RunE:   func(cmd *cobra.Command, args []string) error { return controller.Main() },
-	}
-}
-
+// rolesCmd is `thermite roles`: the role table, and its ensure and remove.
 func rolesCmd() *cobra.Command {
 	var asJSON bool
 	c := &cobra.Command{
@@ -155,15 +118,18 @@ func rolesCmd() *cobra.Command {
 		},
 	}
 	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	c.AddCommand(&cobra.Command{
+	c.AddCommand(rolesEnsureCmd(), rolesRemoveCmd())
+	return c
+}
+
+// rolesEnsureCmd is `thermite roles ensure`.
+func rolesEnsureCmd() *cobra.Command {
+	return &cobra.Command{
 		Use:   "ensure",
 		Short: "Write the missing role users and groups into /etc/passwd, /etc/group and /etc/shadow (root)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := requireRoot("roles ensure"); err != nil {
-				return err
-			}
-			_, t, err := loadTable()
+			_, t, err := rootTable("roles ensure")
 			if err != nil {
 				return err
 			}
@@ -174,15 +140,17 @@ func rolesCmd() *cobra.Command {
 			fmt.Printf("roles: %d users and %d groups in place; added %d entries\n", len(t.Roles), len(t.Roles)+len(t.Groups), len(added))
 			return nil
 		},
-	}, &cobra.Command{
+	}
+}
+
+// rolesRemoveCmd is `thermite roles remove`.
+func rolesRemoveCmd() *cobra.Command {
+	return &cobra.Command{
 		Use:   "remove",
 		Short: "Remove the table's role users and groups from /etc (root)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := requireRoot("roles remove"); err != nil {
-				return err
-			}
-			_, t, err := loadTable()
+			_, t, err := rootTable("roles remove")
 			if err != nil {
 				return err
 			}
@@ -193,8 +161,7 @@ func rolesCmd() *cobra.Command {
 			fmt.Printf("roles: removed %d entries\n", len(removed))
 			return nil
 		},
-	})
-	return c
+	}
 }
 
 func groupNames(t *roles.Table, gids []int) string {
@@ -257,23 +224,26 @@ func runAsCmd() *cobra.Command {
 	}
 }
 
+// stopCmd is `thermite stop ROLE`, through the broker.
 func stopCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "stop ROLE",
 		Short: "Stop every process a role's user runs (root)",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, err := rootConfig("stop")
-			if err != nil {
-				return err
-			}
-			resp, err := rpc.Call(cfg.BrokerSocket(), &rpc.Request{Op: rpc.OpStopUser, StopUser: &rpc.StopUserRequest{Role: args[0]}})
-			if err != nil {
-				return fmt.Errorf("stop: %w", err)
-			}
-			fmt.Printf("stopped %d processes of %s\n", resp.StopUser.Stopped, args[0])
-			return nil
-		},
+		RunE: askAndPrint[*rpc.StopUserResult]{
+			what: "stop",
+			ask: func(q asked) (*rpc.StopUserResult, error) {
+				resp, err := rpc.Call(q.cfg.BrokerSocket(), &rpc.Request{Op: rpc.OpStopUser, StopUser: &rpc.StopUserRequest{Role: q.args[0]}})
+				if err != nil {
+					return nil, err
+				}
+				return resp.StopUser, nil
+			},
+			show: func(q asked, r *rpc.StopUserResult) error {
+				fmt.Printf("stopped %d processes of %s\n", r.Stopped, q.args[0])
+				return nil
+			},
+		}.runE,
 	}
 }
 

@@ -22,9 +22,17 @@ import (
 	"thermite/internal/termsafe"
 )
 
+// kitCmd is `thermite kit`.
 func kitCmd() *cobra.Command {
 	c := &cobra.Command{Use: "kit", Short: "Kits: how to build, run and check a project"}
-	c.AddCommand(&cobra.Command{
+	c.AddCommand(kitImportCmd())
+	return c
+}
+
+// kitImportCmd is `thermite kit import`: the kit checked, copied root's
+// and read-only beside the others, checked again, then put in place.
+func kitImportCmd() *cobra.Command {
+	return &cobra.Command{
 		Use:   "import DIR",
 		Short: "Check a kit's manifest and copy the kit into the controller's folder, which no role can open (root)",
 		Args:  cobra.ExactArgs(1),
@@ -78,139 +86,157 @@ func kitCmd() *cobra.Command {
 			fmt.Printf("kit %s imported: %s\n", k.Name, dst)
 			return nil
 		},
-	})
+	}
+}
+
+// judgeCmd is `thermite judge`: one function a subcommand.
+func judgeCmd() *cobra.Command {
+	c := &cobra.Command{Use: "judge", Short: "The judge: builds, the store, timed runs and the kit's check (root)"}
+	c.AddCommand(judgeBuildCmd(), judgeTimeCmd(), judgeListCmd(), judgeShowCmd())
 	return c
 }
 
-func judgeCmd() *cobra.Command {
-	c := &cobra.Command{Use: "judge", Short: "The judge: builds, the store, timed runs and the kit's check (root)"}
+// judgeBuildCmd is `thermite judge build`: the project imported as the
+// controller's, built under the kit, the build's log shown when it fails.
+func judgeBuildCmd() *cobra.Command {
 	var kitName, project string
 	var asJSON bool
 	build := &cobra.Command{
 		Use:   "build --kit KIT --project DIR",
 		Short: "Build a project under a kit as builder and store its outputs; prints the build id",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, t, err := rootTable("judge build")
-			if err != nil {
-				return err
-			}
-			copyDir, err := importProject(cfg, t, project, t.Controller())
-			if err != nil {
-				return fmt.Errorf("judge build: %w", err)
-			}
-			defer os.RemoveAll(copyDir)
-			var b ledger.Build
-			if err := ctlJudge(cfg, "/v1/judge/builds", controller.BuildRequest{Kit: kitName, Project: copyDir}, "build", &b); err != nil {
-				if b.Log != "" {
-					// The log is the builder's output: what a project's build
-					// script printed, escaped before it reaches the terminal.
-					os.Stderr.WriteString(termsafe.Escape(b.Log))
+		RunE: askAndPrint[ledger.Build]{
+			what:   "judge build",
+			asJSON: &asJSON,
+			table:  true,
+			ask: func(q asked) (ledger.Build, error) {
+				var b ledger.Build
+				t := q.table
+				copyDir, err := importProject(q.cfg, t, project, t.Controller())
+				if err != nil {
+					return b, err
 				}
-				return fmt.Errorf("judge build: %w", err)
-			}
-			if asJSON {
-				return printJSON(b)
-			}
-			fmt.Printf("build %s stored: %d files\n", b.ID, len(b.Manifest))
-			return nil
-		},
+				defer os.RemoveAll(copyDir)
+				if err := ctlJudge(q.cfg, "/v1/judge/builds", controller.BuildRequest{Kit: kitName, Project: copyDir}, "build", &b); err != nil {
+					if b.Log != "" {
+						// The log is the builder's output: what a project's build
+						// script printed, escaped before it reaches the terminal.
+						os.Stderr.WriteString(termsafe.Escape(b.Log))
+					}
+					return b, err
+				}
+				return b, nil
+			},
+			show: func(_ asked, b ledger.Build) error {
+				fmt.Printf("build %s stored: %d files\n", b.ID, len(b.Manifest))
+				return nil
+			},
+		}.runE,
 	}
 	build.Flags().StringVar(&kitName, "kit", "", "the kit's name")
 	build.Flags().StringVar(&project, "project", "", "the project folder")
 	build.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return build
+}
+
+// judgeTimeCmd is `thermite judge time`.
+func judgeTimeCmd() *cobra.Command {
+	var kitName string
 	var card int
+	var asJSON bool
 	timeCmd := &cobra.Command{
 		Use:   "time BUILD --kit KIT [--card N]",
 		Short: "Time a stored build: check its hashes, run it as the timing user on the judge CPUs, run the kit's check",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, err := rootConfig("judge time")
-			if err != nil {
-				return err
-			}
-			var tr ledger.TimedRun
-			if err := ctlJudge(cfg, "/v1/judge/runs", controller.TimeRequest{Build: args[0], Kit: kitName, Card: card}, "run", &tr); err != nil {
-				return fmt.Errorf("judge time: %w", err)
-			}
-			if asJSON {
-				return printJSON(tr)
-			}
-			printRun(tr)
-			return nil
-		},
+		RunE: askAndPrint[ledger.TimedRun]{
+			what:   "judge time",
+			asJSON: &asJSON,
+			ask: func(q asked) (ledger.TimedRun, error) {
+				var tr ledger.TimedRun
+				err := ctlJudge(q.cfg, "/v1/judge/runs", controller.TimeRequest{Build: q.args[0], Kit: kitName, Card: card}, "run", &tr)
+				return tr, err
+			},
+			show: func(_ asked, tr ledger.TimedRun) error {
+				printRun(tr)
+				return nil
+			},
+		}.runE,
 	}
 	timeCmd.Flags().StringVar(&kitName, "kit", "", "the kit's name")
 	timeCmd.Flags().IntVar(&card, "card", -1, "the card to time on (default: none, or card 0 when the kit asks for one)")
 	timeCmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	var listJSON bool
+	return timeCmd
+}
+
+// judgeList is the controller's answer to `thermite judge list`.
+type judgeList struct {
+	Builds []ledger.Build    `json:"builds"`
+	Runs   []ledger.TimedRun `json:"runs"`
+}
+
+// judgeListCmd is `thermite judge list`: the builds, then the runs.
+func judgeListCmd() *cobra.Command {
+	var asJSON bool
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "Builds and timed runs, with their hashes, times and public scores",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, err := rootConfig("judge list")
-			if err != nil {
-				return err
-			}
-			var all struct {
-				Builds []ledger.Build    `json:"builds"`
-				Runs   []ledger.TimedRun `json:"runs"`
-			}
-			if err := ctlCall(cfg, "GET", "/v1/judge", nil, &all); err != nil {
-				return fmt.Errorf("judge list: %w", err)
-			}
-			if listJSON {
-				return printJSON(all)
-			}
-			w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "BUILD\tKIT\tSTATUS\tFILES\tCREATED")
-			for _, b := range all.Builds {
-				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\n", b.ID, b.Kit, b.Status, len(b.Manifest), b.Created.Format(time.RFC3339))
-			}
-			fmt.Fprintln(w, "\nRUN\tBUILD\tSTATUS\tMEDIAN\tCV\tSCORE")
-			for _, r := range all.Runs {
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%.2f%%\t%s\n", r.ID, r.Build, r.Status, time.Duration(r.MedianWallNS), r.CVPercent, score(r.PublicScore))
-			}
-			return w.Flush()
-		},
+		RunE: askAndPrint[judgeList]{
+			what:   "judge list",
+			asJSON: &asJSON,
+			ask:    askController[judgeList]("GET", fixedPath("/v1/judge"), nil),
+			show: func(_ asked, all judgeList) error {
+				w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(w, "BUILD\tKIT\tSTATUS\tFILES\tCREATED")
+				for _, b := range all.Builds {
+					fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\n", b.ID, b.Kit, b.Status, len(b.Manifest), b.Created.Format(time.RFC3339))
+				}
+				fmt.Fprintln(w, "\nRUN\tBUILD\tSTATUS\tMEDIAN\tCV\tSCORE")
+				for _, r := range all.Runs {
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%.2f%%\t%s\n", r.ID, r.Build, r.Status, time.Duration(r.MedianWallNS), r.CVPercent, score(r.PublicScore))
+				}
+				return w.Flush()
+			},
+		}.runE,
 	}
-	list.Flags().BoolVar(&listJSON, "json", false, "print JSON")
-	var showJSON bool
+	list.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return list
+}
+
+// judgeOne is the controller's answer to `thermite judge show`: a build
+// or a timed run.
+type judgeOne struct {
+	Build *ledger.Build    `json:"build"`
+	Run   *ledger.TimedRun `json:"run"`
+}
+
+// judgeShowCmd is `thermite judge show`.
+func judgeShowCmd() *cobra.Command {
+	var asJSON bool
 	show := &cobra.Command{
 		Use:   "show ID",
 		Short: "One build or timed run",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, err := rootConfig("judge show")
-			if err != nil {
-				return err
-			}
-			var one struct {
-				Build *ledger.Build    `json:"build"`
-				Run   *ledger.TimedRun `json:"run"`
-			}
-			if err := ctlCall(cfg, "GET", "/v1/judge/"+args[0], nil, &one); err != nil {
-				return fmt.Errorf("judge show: %w", err)
-			}
-			if showJSON {
-				return printJSON(one)
-			}
-			if one.Run != nil {
-				printRun(*one.Run)
+		RunE: askAndPrint[judgeOne]{
+			what:   "judge show",
+			asJSON: &asJSON,
+			ask:    askController[judgeOne]("GET", func(args []string) string { return "/v1/judge/" + args[0] }, nil),
+			show: func(_ asked, one judgeOne) error {
+				if one.Run != nil {
+					printRun(*one.Run)
+					return nil
+				}
+				b := one.Build
+				fmt.Printf("build   %s\nkit     %s\nstatus  %s (exit %d)\nstore   %s\n", b.ID, b.Kit, b.Status, b.ExitCode, b.StorePath)
+				for p, h := range b.Manifest {
+					fmt.Printf("  %s  %s\n", h, termsafe.Line(p))
+				}
 				return nil
-			}
-			b := one.Build
-			fmt.Printf("build   %s\nkit     %s\nstatus  %s (exit %d)\nstore   %s\n", b.ID, b.Kit, b.Status, b.ExitCode, b.StorePath)
-			for p, h := range b.Manifest {
-				fmt.Printf("  %s  %s\n", h, termsafe.Line(p))
-			}
-			return nil
-		},
+			},
+		}.runE,
 	}
-	show.Flags().BoolVar(&showJSON, "json", false, "print JSON")
-	c.AddCommand(build, timeCmd, list, show)
-	return c
+	show.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return show
 }
 
 // groupReadOnly makes a tree readable by its group and writable by

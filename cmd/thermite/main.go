@@ -12,21 +12,15 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 
 	"github.com/spf13/cobra"
 
-	"thermite/controller"
 	"thermite/internal/config"
-	"thermite/internal/lanefs"
-	"thermite/internal/spawn"
-	"thermite/internal/termsafe"
 	"thermite/internal/trialclient"
 	"thermite/roles"
-	"thermite/selftest"
 )
 
 // exitError carries an exit code other than 1 out of a command.
@@ -37,41 +31,18 @@ type exitError struct {
 
 func (e *exitError) Error() string { return e.msg }
 
+// main takes the rig's own ways in first (entryPoints), then the
+// operator's commands.
 func main() {
-	// The worker's client, the stop helper, the probe and the lane's file
-	// helper run before anything else is set up: they run as role users,
-	// often, and must stay small and quick.
-	// thermite-trial, the worker's client: the same binary by another
-	// name, or `thermite trial-client`.
-	if filepath.Base(os.Args[0]) == "thermite-trial" {
+	if filepath.Base(os.Args[0]) == trialClientName {
 		os.Exit(trialclient.Main(os.Args[1:]))
 	}
 	if len(os.Args) > 1 {
-		switch os.Args[1] {
-		case "trial-client":
-			os.Exit(trialclient.Main(os.Args[2:]))
-		case spawn.Arg:
-			spawn.Main()
-		case selftest.ProbeArg:
-			os.Exit(selftest.ProbeMain(os.Args[2:]))
-		case controller.LaneFSArg:
-			os.Exit(lanefs.ServeMain(os.Args[2:]))
+		if run, ok := entryPoints[os.Args[1]]; ok {
+			os.Exit(run(os.Args[2:]))
 		}
 	}
-	root := newRoot()
-	if err := root.Execute(); err != nil {
-		var ee *exitError
-		if errors.As(err, &ee) {
-			if ee.msg != "" {
-				fmt.Fprintln(os.Stderr, "thermite: "+termsafe.Escape(ee.msg))
-			}
-			os.Exit(ee.code)
-		}
-		// An error can carry what a role wrote (a build's error, a file's
-		// name): escaped, as everything printed for the operator.
-		fmt.Fprintln(os.Stderr, "thermite: "+termsafe.Escape(err.Error()))
-		os.Exit(1)
-	}
+	os.Exit(exitStatus(newRoot().Execute()))
 }
 
 var configPath string
@@ -89,7 +60,7 @@ func newRoot() *cobra.Command {
 	root.PersistentFlags().StringVar(&configPath, "config", "", "the rig's TOML configuration (default /etc/thermite/rig.toml when present)")
 	serveFlags(root)
 	root.AddCommand(
-		serveCmd(), brokerCmd(), controllerCmd(),
+		serveCmd(),
 		rolesCmd(), configCmd(),
 		runAsCmd(), stopCmd(), statusCmd(),
 		selftestCmd(), checkCmd(), gpusCmd(), trialCmd(), ledgerCmd(), kitCmd(), judgeCmd(), openapiCmd(),

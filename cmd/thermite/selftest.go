@@ -10,45 +10,52 @@ import (
 	"thermite/selftest"
 )
 
+// selftestCmd is `thermite selftest`: isolation and reference.
 func selftestCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "selftest",
 		Short: "Self-tests of the rig",
 	}
+	c.AddCommand(selftestIsolationCmd(), selftestReferenceCmd())
+	return c
+}
+
+// selftestIsolationCmd is `thermite selftest isolation`, through the
+// broker: exit 1 when isolation does not hold.
+func selftestIsolationCmd() *cobra.Command {
 	var asJSON, force bool
 	iso := &cobra.Command{
 		Use:   "isolation",
 		Short: "Run a probe as every role that tries what the role must not do; one sentence says whether isolation holds (root)",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, err := rootConfig("selftest isolation")
-			if err != nil {
-				return err
-			}
-			resp, err := rpc.Call(cfg.BrokerSocket(), &rpc.Request{Op: rpc.OpSelftest, Selftest: &rpc.SelftestRequest{Force: force}})
-			if err != nil {
-				return fmt.Errorf("selftest isolation: %w", err)
-			}
-			res := resp.Selftest
-			if asJSON {
-				if err := printJSON(res); err != nil {
-					return err
+		RunE: askAndPrint[*rpc.SelftestResult]{
+			what:   "selftest isolation",
+			asJSON: &asJSON,
+			ask: func(q asked) (*rpc.SelftestResult, error) {
+				resp, err := rpc.Call(q.cfg.BrokerSocket(), &rpc.Request{Op: rpc.OpSelftest, Selftest: &rpc.SelftestRequest{Force: force}})
+				if err != nil {
+					return nil, err
 				}
-			} else {
+				return resp.Selftest, nil
+			},
+			show: func(_ asked, res *rpc.SelftestResult) error {
 				fmt.Println(res.Sentence)
 				if res.Controller != "" {
 					fmt.Fprintln(os.Stderr, "selftest: "+res.Controller)
 				}
-			}
-			if !res.Holds {
-				return &exitError{code: 1}
-			}
-			return nil
-		},
+				return nil
+			},
+			exit: func(res *rpc.SelftestResult) error { return failsWith1(res.Holds) },
+		}.runE,
 	}
 	iso.Flags().BoolVar(&asJSON, "json", false, "print every probe's row as JSON")
 	iso.Flags().BoolVar(&force, "force", false, "run on a busy rig: each probe stops its role's processes")
-	c.AddCommand(iso, &cobra.Command{
+	return iso
+}
+
+// selftestReferenceCmd is `thermite selftest reference`.
+func selftestReferenceCmd() *cobra.Command {
+	return &cobra.Command{
 		Use:   "reference",
 		Short: "Print the rig checks reference (docs/rig-checks.md): every probe of the self-test, every rig row and every host check",
 		Args:  cobra.NoArgs,
@@ -56,6 +63,5 @@ func selftestCmd() *cobra.Command {
 			fmt.Print(selftest.Reference())
 			return nil
 		},
-	})
-	return c
+	}
 }

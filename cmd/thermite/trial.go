@@ -206,8 +206,19 @@ func copyProgress(o *copytree.Options, src string) (stop func()) {
 	return func() { close(done); <-finished }
 }
 
+// trialCmd is `thermite trial`: one function a subcommand.
 func trialCmd() *cobra.Command {
 	c := &cobra.Command{Use: "trial", Short: "Trials: a lane's fresh copy of a project, its agent, its token (root)"}
+	c.AddCommand(trialStartCmd(),
+		trialCommand("exec", "exec TRIAL [--timeout D] -- CMD [ARGS...]", "Run a command as the trial's lane in its workspace, and exit with its code"),
+		trialCommand("agent", "agent TRIAL [--harness pi|lane] [--timeout D] [--env K=V] -- CMD [ARGS...]", "Run the trial's worker agent: as agent-N (pi) or as the lane's user (lane, for OpenCode, Claude Code, Codex)"),
+		trialEndCmd(), trialListCmd(), trialPruneCmd(), trialEventsCmd())
+	return c
+}
+
+// trialStartCmd is `thermite trial start`: the project imported as the
+// lane's, the trial started on it, the import removed.
+func trialStartCmd() *cobra.Command {
 	var lane int
 	var project, run string
 	var asJSON bool
@@ -215,161 +226,165 @@ func trialCmd() *cobra.Command {
 		Use:   "start --lane N --project DIR [--run RUN]",
 		Short: "Start a trial on a lane: prints its id, workspace and token file",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, t, err := rootTable("trial start")
-			if err != nil {
-				return err
-			}
-			if project == "" {
-				return fmt.Errorf("trial start: --project is required")
-			}
-			laneRole, ok := t.Lane(lane)
-			if !ok {
-				return fmt.Errorf("trial start: lane %d is out of range 1..%d", lane, cfg.Lanes)
-			}
-			copyDir, err := importProject(cfg, t, project, laneRole)
-			if err != nil {
-				return fmt.Errorf("trial start: %w", err)
-			}
-			var info controller.TrialInfo
-			err = ctlCall(cfg, "POST", "/v1/trials", controller.StartRequest{Lane: lane, Project: copyDir, Run: run, LaneOwned: true}, &info)
-			os.RemoveAll(copyDir)
-			if err != nil {
-				return fmt.Errorf("trial start: %w", err)
-			}
-			if asJSON {
-				return printJSON(info)
-			}
-			fmt.Printf("trial      %s\nlane       %d\nrun        %s\nworkspace  %s\ntoken file %s\n", info.ID, info.Lane, info.Run, info.Workspace, info.TokenFile)
-			return nil
-		},
+		RunE: askAndPrint[controller.TrialInfo]{
+			what:   "trial start",
+			asJSON: &asJSON,
+			table:  true,
+			ask: func(q asked) (controller.TrialInfo, error) {
+				var info controller.TrialInfo
+				t := q.table
+				if project == "" {
+					return info, fmt.Errorf("--project is required")
+				}
+				laneRole, ok := t.Lane(lane)
+				if !ok {
+					return info, fmt.Errorf("lane %d is out of range 1..%d", lane, q.cfg.Lanes)
+				}
+				copyDir, err := importProject(q.cfg, t, project, laneRole)
+				if err != nil {
+					return info, err
+				}
+				err = ctlCall(q.cfg, "POST", "/v1/trials", controller.StartRequest{Lane: lane, Project: copyDir, Run: run, LaneOwned: true}, &info)
+				os.RemoveAll(copyDir)
+				return info, err
+			},
+			show: func(_ asked, info controller.TrialInfo) error {
+				fmt.Printf("trial      %s\nlane       %d\nrun        %s\nworkspace  %s\ntoken file %s\n", info.ID, info.Lane, info.Run, info.Workspace, info.TokenFile)
+				return nil
+			},
+		}.runE,
 	}
 	start.Flags().IntVar(&lane, "lane", 0, "the lane (1..lanes)")
 	start.Flags().StringVar(&project, "project", "", "the project folder to copy")
 	start.Flags().StringVar(&run, "run", "", "the research run (default \"default\")")
 	start.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return start
+}
 
-	// exec and agent: a command in the trial, its output streamed, its exit
-	// code passed on.
-	trialCommand := func(route, use, short string) *cobra.Command {
-		var timeout time.Duration
-		var harness string
-		var env []string
-		c := &cobra.Command{
-			Use:   use,
-			Short: short,
-			Args:  cobra.MinimumNArgs(2),
-			RunE: func(cmd *cobra.Command, args []string) error {
-				what := "trial " + route
-				cfg, err := rootConfig(what)
-				if err != nil {
-					return err
-				}
-				var body any = controller.ExecRequest{Argv: args[1:], TimeoutMS: timeout.Milliseconds()}
-				if route == "agent" {
-					body = controller.AgentRequest{Argv: args[1:], TimeoutMS: timeout.Milliseconds(), Harness: harness, Env: env}
-				}
-				return ctlStream(cfg, "/v1/trials/"+args[0]+"/"+route, body, what)
-			},
-		}
-		if route == "agent" {
-			c.Flags().DurationVar(&timeout, "timeout", 0, "wall-clock limit (default and most: the rig's agent.wall_timeout)")
-			c.Flags().StringArrayVar(&env, "env", nil, "K=V added to the agent's environment (its provider's address or key, say); repeatable")
-			c.Flags().StringVar(&harness, "harness", controller.HarnessPi, "pi: as agent-N, the trial's folder as HOME, tools through the API; lane: as the lane's user in the workspace, its token and MCP configuration in a home of its own")
-		} else {
-			c.Flags().DurationVar(&timeout, "timeout", 0, "wall-clock limit (default: the rig's)")
-		}
-		return c
+// trialCommand is `thermite trial exec` or `thermite trial agent` (route):
+// a command in the trial, its output streamed, its exit code passed on.
+func trialCommand(route, use, short string) *cobra.Command {
+	var timeout time.Duration
+	var harness string
+	var env []string
+	c := &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args:  cobra.MinimumNArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			what := "trial " + route
+			cfg, err := rootConfig(what)
+			if err != nil {
+				return err
+			}
+			var body any = controller.ExecRequest{Argv: args[1:], TimeoutMS: timeout.Milliseconds()}
+			if route == "agent" {
+				body = controller.AgentRequest{Argv: args[1:], TimeoutMS: timeout.Milliseconds(), Harness: harness, Env: env}
+			}
+			return ctlStream(cfg, "/v1/trials/"+args[0]+"/"+route, body, what)
+		},
 	}
-	execCmd := trialCommand("exec", "exec TRIAL [--timeout D] -- CMD [ARGS...]", "Run a command as the trial's lane in its workspace, and exit with its code")
-	agentCmd := trialCommand("agent", "agent TRIAL [--harness pi|lane] [--timeout D] [--env K=V] -- CMD [ARGS...]", "Run the trial's worker agent: as agent-N (pi) or as the lane's user (lane, for OpenCode, Claude Code, Codex)")
+	if route == "agent" {
+		c.Flags().DurationVar(&timeout, "timeout", 0, "wall-clock limit (default and most: the rig's agent.wall_timeout)")
+		c.Flags().StringArrayVar(&env, "env", nil, "K=V added to the agent's environment (its provider's address or key, say); repeatable")
+		c.Flags().StringVar(&harness, "harness", controller.HarnessPi, "pi: as agent-N, the trial's folder as HOME, tools through the API; lane: as the lane's user in the workspace, its token and MCP configuration in a home of its own")
+	} else {
+		c.Flags().DurationVar(&timeout, "timeout", 0, "wall-clock limit (default: the rig's)")
+	}
+	return c
+}
+
+// trialEndCmd is `thermite trial end`.
+func trialEndCmd() *cobra.Command {
 	var reason string
 	end := &cobra.Command{
 		Use:   "end TRIAL",
 		Short: "End a trial: revoke its token, stop its processes, publish its research area",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, err := rootConfig("trial end")
-			if err != nil {
-				return err
-			}
-			var t ledger.Trial
-			if err := ctlCall(cfg, "POST", "/v1/trials/"+args[0]+"/end", controller.EndRequest{Reason: reason}, &t); err != nil {
-				return fmt.Errorf("trial end: %w", err)
-			}
-			fmt.Printf("trial %s ended: %s\n", t.ID, t.EndReason)
-			return nil
-		},
+		RunE: askAndPrint[ledger.Trial]{
+			what: "trial end",
+			ask: askController[ledger.Trial]("POST",
+				func(args []string) string { return "/v1/trials/" + args[0] + "/end" },
+				func([]string) any { return controller.EndRequest{Reason: reason} }),
+			show: func(_ asked, t ledger.Trial) error {
+				fmt.Printf("trial %s ended: %s\n", t.ID, t.EndReason)
+				return nil
+			},
+		}.runE,
 	}
 	end.Flags().StringVar(&reason, "reason", "", "why it ended")
-	var listJSON bool
+	return end
+}
+
+// trialListCmd is `thermite trial list`: a row a trial, then an alert for
+// every open trial whose disk cannot be measured or is measured late.
+func trialListCmd() *cobra.Command {
+	var asJSON bool
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "List the trials",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, err := rootConfig("trial list")
-			if err != nil {
-				return err
-			}
-			var ts []controller.TrialStatus
-			if err := ctlCall(cfg, "GET", "/v1/trials", nil, &ts); err != nil {
-				return fmt.Errorf("trial list: %w", err)
-			}
-			if listJSON {
-				return printJSON(ts)
-			}
-			w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "TRIAL\tLANE\tRUN\tSTATE\tSTARTED\tENDED\tDISK\tREASON")
-			for _, t := range ts {
-				ended := "-"
-				if !t.Ended.IsZero() {
-					ended = t.Ended.Format(time.RFC3339)
+		RunE: askAndPrint[[]controller.TrialStatus]{
+			what:   "trial list",
+			asJSON: &asJSON,
+			ask:    askController[[]controller.TrialStatus]("GET", fixedPath("/v1/trials"), nil),
+			show: func(q asked, ts []controller.TrialStatus) error {
+				w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(w, "TRIAL\tLANE\tRUN\tSTATE\tSTARTED\tENDED\tDISK\tREASON")
+				for _, t := range ts {
+					ended := "-"
+					if !t.Ended.IsZero() {
+						ended = t.Ended.Format(time.RFC3339)
+					}
+					state := t.State
+					if !t.Removed.IsZero() {
+						state += ", removed"
+					}
+					fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", t.ID, t.Lane, t.Run, state, t.Started.Format(time.RFC3339), ended, diskCell(t), termsafe.Line(t.EndReason))
 				}
-				state := t.State
-				if !t.Removed.IsZero() {
-					state += ", removed"
+				if err := w.Flush(); err != nil {
+					return err
 				}
-				fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", t.ID, t.Lane, t.Run, state, t.Started.Format(time.RFC3339), ended, diskCell(t), termsafe.Line(t.EndReason))
-			}
-			if err := w.Flush(); err != nil {
-				return err
-			}
-			diskAlerts(os.Stderr, ts, cfg.Trial.DiskCheck.Duration)
-			return nil
-		},
+				diskAlerts(os.Stderr, ts, q.cfg.Trial.DiskCheck.Duration)
+				return nil
+			},
+		}.runE,
 	}
-	list.Flags().BoolVar(&listJSON, "json", false, "print JSON")
+	list.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return list
+}
+
+// trialPruneCmd is `thermite trial prune`: exit 1 when a trial's folders
+// could not be removed.
+func trialPruneCmd() *cobra.Command {
 	var olderThan time.Duration
 	prune := &cobra.Command{
 		Use:   "prune [--older-than D]",
 		Short: "Remove the folders of ended trials now (the ledger and published research areas stay)",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, err := rootConfig("trial prune")
-			if err != nil {
-				return err
-			}
-			if olderThan < 0 {
-				return fmt.Errorf("trial prune: --older-than %s must be 0 or more", olderThan)
-			}
-			var res controller.PruneResult
-			if err := ctlCall(cfg, "POST", "/v1/trials/prune", controller.PruneRequest{OlderThan: olderThan.String()}, &res); err != nil {
-				return fmt.Errorf("trial prune: %w", err)
-			}
-			fmt.Printf("removed the folders of %d ended trials: %d entries, %d MiB\n", len(res.Trials), res.Entries, res.Bytes>>20)
-			for _, e := range res.Errors {
-				fmt.Fprintf(os.Stderr, "trial prune: %s\n", termsafe.Line(e))
-			}
-			if len(res.Errors) > 0 {
-				return &exitError{code: 1, msg: fmt.Sprintf("trial prune: %d trials' folders could not be removed", len(res.Errors))}
-			}
-			return nil
-		},
+		RunE: askAndPrint[controller.PruneResult]{
+			what: "trial prune",
+			ask: func(q asked) (controller.PruneResult, error) {
+				if olderThan < 0 {
+					return controller.PruneResult{}, fmt.Errorf("--older-than %s must be 0 or more", olderThan)
+				}
+				return askController[controller.PruneResult]("POST", fixedPath("/v1/trials/prune"),
+					func([]string) any { return controller.PruneRequest{OlderThan: olderThan.String()} })(q)
+			},
+			show: func(_ asked, res controller.PruneResult) error {
+				fmt.Printf("removed the folders of %d ended trials: %d entries, %d MiB\n", len(res.Trials), res.Entries, res.Bytes>>20)
+				for _, e := range res.Errors {
+					fmt.Fprintf(os.Stderr, "trial prune: %s\n", termsafe.Line(e))
+				}
+				if len(res.Errors) > 0 {
+					return &exitError{code: 1, msg: fmt.Sprintf("trial prune: %d trials' folders could not be removed", len(res.Errors))}
+				}
+				return nil
+			},
+		}.runE,
 	}
 	prune.Flags().DurationVar(&olderThan, "older-than", 0, "only trials that ended at least this long ago")
-	c.AddCommand(start, execCmd, agentCmd, end, list, prune, trialEventsCmd())
-	return c
+	return prune
 }
 
 // diskCell is a trial's disk as the list shows it: what it last held, or
@@ -425,24 +440,30 @@ func diskIntervals(ts []controller.TrialStatus, check time.Duration) string {
 	return fmt.Sprintf("disk checks: every %s; %d open trials, slowest real interval %s", check, open, slowest)
 }
 
+// ledgerCmd is `thermite ledger`; its export copies the controller's
+// JSON to stdout as it comes.
 func ledgerCmd() *cobra.Command {
 	c := &cobra.Command{Use: "ledger", Short: "The controller's ledger"}
+	c.AddCommand(ledgerExportCmd())
+	return c
+}
+
+// ledgerExportCmd is `thermite ledger export`.
+func ledgerExportCmd() *cobra.Command {
 	var asJSON bool
 	export := &cobra.Command{
 		Use:   "export [--json]",
 		Short: "Write everything in the ledger but the hidden test results, as JSON (root)",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, err := rootConfig("ledger export")
-			if err != nil {
-				return err
-			}
-			return ctlCall(cfg, "GET", "/v1/ledger/export", nil, nil)
-		},
+		RunE: askAndPrint[struct{}]{
+			what: "ledger export",
+			ask: func(q asked) (struct{}, error) {
+				return struct{}{}, ctlCall(q.cfg, "GET", "/v1/ledger/export", nil, nil)
+			},
+		}.runE,
 	}
 	export.Flags().BoolVar(&asJSON, "json", true, "JSON (the only form)")
-	c.AddCommand(export)
-	return c
+	return export
 }
 
 func randomHex(n int) string {

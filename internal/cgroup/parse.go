@@ -6,6 +6,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"thermite/internal/mountinfo"
 )
 
 // mount is one line of /proc/self/mountinfo, the fields this package needs.
@@ -17,54 +19,14 @@ type mount struct {
 	super  []string // super options: for cgroup v1, the controllers
 }
 
-// parseMountinfo reads /proc/self/mountinfo (proc(5)):
-//
-//	36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw,errors=continue
+// parseMountinfo reads /proc/self/mountinfo, the fields this package
+// needs.
 func parseMountinfo(s string) []mount {
 	var out []mount
-	for _, line := range strings.Split(s, "\n") {
-		f := strings.Fields(line)
-		sep := -1
-		for i := 6; i < len(f); i++ {
-			if f[i] == "-" {
-				sep = i
-				break
-			}
-		}
-		if len(f) < 6 || sep < 0 || sep+2 >= len(f) {
-			continue
-		}
-		m := mount{
-			root:   unescapeMount(f[3]),
-			point:  unescapeMount(f[4]),
-			opts:   strings.Split(f[5], ","),
-			fstype: f[sep+1],
-		}
-		if sep+3 < len(f) {
-			m.super = strings.Split(f[sep+3], ",")
-		}
-		out = append(out, m)
+	for _, m := range mountinfo.Parse(s) {
+		out = append(out, mount{root: m.Root, point: m.Point, fstype: m.Type, opts: m.Options, super: m.Super})
 	}
 	return out
-}
-
-// unescapeMount undoes the octal escapes (\040 for a space) of mountinfo.
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // notControllers are the v1 super options that are not controller names.

@@ -368,8 +368,38 @@ func APIPeers(lanes int, egress bool) int {
 // MaxLanes bounds lanes and timing users: each kind has 99 uids in the layout.
 const MaxLanes = 99
 
-// Validate checks every value and names the key at fault.
+// Validate checks every value and names the key at fault: each section's
+// check in turn, the first fault found returned.
 func (c *Config) Validate() error {
+	for _, check := range sectionChecks {
+		if err := check(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// sectionChecks are Validate's checks, one a section of the file.
+var sectionChecks = []func(*Config) error{
+	(*Config).validateRoots,
+	(*Config).validateRoles,
+	(*Config).validateClosedTmp,
+	(*Config).validateStartup,
+	(*Config).validateAgent,
+	(*Config).validateLimits,
+	(*Config).validateGPU,
+	(*Config).validateAPI,
+	(*Config).validateNetwork,
+	(*Config).validateHost,
+	(*Config).validateCgroup,
+	(*Config).validateTrial,
+	(*Config).validateJudge,
+	(*Config).validateImage,
+}
+
+// validateRoots checks the top-level folders and the host roots: clean
+// absolute paths, state_dir not /.
+func (c *Config) validateRoots() error {
 	for key, p := range map[string]string{"state_dir": c.StateDir, "secrets_dir": c.SecretsDir, "gpu.dev_root": c.GPU.DevRoot, "gpu.proc_root": c.GPU.ProcRoot, "host.proc_root": c.Host.ProcRoot, "host.sys_root": c.Host.SysRoot} {
 		if !cleanAbs(p) {
 			return fmt.Errorf("%s: %q is not a clean absolute path", key, p)
@@ -378,6 +408,12 @@ func (c *Config) Validate() error {
 	if c.StateDir == "/" {
 		return fmt.Errorf("state_dir: must not be /")
 	}
+	return nil
+}
+
+// validateRoles checks role_prefix, uid_base, lanes and timing_users: the
+// role users' names and uids.
+func (c *Config) validateRoles() error {
 	if !validPrefix(c.RolePrefix) {
 		return fmt.Errorf("role_prefix: %q is not a user-name prefix (lower-case letters, digits, _ and -, at most 16)", c.RolePrefix)
 	}
@@ -390,6 +426,12 @@ func (c *Config) Validate() error {
 	if c.TimingUsers < 1 || c.TimingUsers > 90 {
 		return fmt.Errorf("timing_users: %d is out of range 1..90", c.TimingUsers)
 	}
+	return nil
+}
+
+// validateClosedTmp checks closed_tmp: distinct clean paths, none holding
+// state_dir.
+func (c *Config) validateClosedTmp() error {
 	seen := map[string]bool{}
 	for _, p := range c.ClosedTmp {
 		if !cleanAbs(p) || p == "/" {
@@ -403,6 +445,11 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("closed_tmp: %q holds state_dir %q, which roles must reach", p, c.StateDir)
 		}
 	}
+	return nil
+}
+
+// validateStartup checks judge_cpus and startup_selftest.
+func (c *Config) validateStartup() error {
 	if _, err := c.JudgeCPUSet(); err != nil {
 		return fmt.Errorf("judge_cpus: %w", err)
 	}
@@ -411,6 +458,11 @@ func (c *Config) Validate() error {
 	default:
 		return fmt.Errorf("startup_selftest: %q is not one of refuse, warn", c.StartupSelftest)
 	}
+	return nil
+}
+
+// validateAgent checks the [agent] section and its egress list.
+func (c *Config) validateAgent() error {
 	switch {
 	case c.Agent.WallTimeout.Duration <= 0:
 		return fmt.Errorf("agent.wall_timeout: %s must be more than 0", c.Agent.WallTimeout)
@@ -433,6 +485,12 @@ func (c *Config) Validate() error {
 		}
 		egress[strings.ToLower(hp)] = true
 	}
+	return nil
+}
+
+// validateLimits checks the [limits] section: every command's rlimits and
+// wall time.
+func (c *Config) validateLimits() error {
 	l := c.Limits
 	switch {
 	case l.Processes < 1:
@@ -448,6 +506,12 @@ func (c *Config) Validate() error {
 	case l.WallTimeout.Duration <= 0:
 		return fmt.Errorf("limits.wall_timeout: %s must be more than 0", l.WallTimeout)
 	}
+	return nil
+}
+
+// validateGPU checks the [gpu] section: layout, fix interval and the
+// fence's Landlock ABI.
+func (c *Config) validateGPU() error {
 	switch c.GPU.Layout {
 	case "none", "shared", "dedicated":
 	default:
@@ -456,6 +520,15 @@ func (c *Config) Validate() error {
 	if c.GPU.FixInterval.Duration < time.Second {
 		return fmt.Errorf("gpu.fix_interval: %s must be at least 1s", c.GPU.FixInterval)
 	}
+	if c.GPU.FenceMinABI < 5 {
+		return fmt.Errorf("gpu.fence_min_abi: %d is below 5, the first ABI with IOCTL_DEV", c.GPU.FenceMinABI)
+	}
+	return nil
+}
+
+// validateAPI checks the [api] section: socket, TCP address and the
+// harness API's bounds.
+func (c *Config) validateAPI() error {
 	a := c.API
 	switch {
 	case a.Socket != "" && !cleanAbs(a.Socket):
@@ -497,6 +570,11 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("api.tcp: %q is not a loopback address:port", a.TCP)
 		}
 	}
+	return nil
+}
+
+// validateNetwork checks [network] and perf: each names a kind of role.
+func (c *Config) validateNetwork() error {
 	kinds := map[string]bool{"controller": true, "builder": true, "timing": true, "planner": true, "model-check": true, "lane": true, "agent": true, "supervisor": true}
 	for k, v := range c.Network {
 		if !kinds[k] {
@@ -511,9 +589,17 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("perf: %q is no kind of role", k)
 		}
 	}
-	if err := hostpolicy.Validate(c.Host.AcceptLost); err != nil {
-		return err
-	}
+	return nil
+}
+
+// validateHost checks [host]: the host protections the operator accepts
+// losing.
+func (c *Config) validateHost() error {
+	return hostpolicy.Validate(c.Host.AcceptLost)
+}
+
+// validateCgroup checks the [cgroup] section.
+func (c *Config) validateCgroup() error {
 	if c.Cgroup.MemoryMB < 0 || c.Cgroup.Pids < 0 {
 		return fmt.Errorf("cgroup.memory_mb and cgroup.pids: must be 0 (no limit) or more")
 	}
@@ -523,6 +609,11 @@ func (c *Config) Validate() error {
 	if c.Cgroup.ControllerPids < 64 {
 		return fmt.Errorf("cgroup.controller_pids: %d must be at least 64 (the controller's threads and a kit's check)", c.Cgroup.ControllerPids)
 	}
+	return nil
+}
+
+// validateTrial checks the [trial] section.
+func (c *Config) validateTrial() error {
 	if c.Trial.DiskCapMB < 1 {
 		return fmt.Errorf("trial.disk_cap_mb: %d must be at least 1", c.Trial.DiskCapMB)
 	}
@@ -535,6 +626,11 @@ func (c *Config) Validate() error {
 	if c.Trial.FetchArchiveMB < 1 {
 		return fmt.Errorf("trial.fetch_archive_mb: %d must be at least 1", c.Trial.FetchArchiveMB)
 	}
+	return nil
+}
+
+// validateJudge checks the [judge] section.
+func (c *Config) validateJudge() error {
 	if c.Judge.BuildDiskMB < 1 {
 		return fmt.Errorf("judge.build_disk_mb: %d must be at least 1", c.Judge.BuildDiskMB)
 	}
@@ -544,6 +640,12 @@ func (c *Config) Validate() error {
 	if c.Judge.DiskCheck.Duration < 100*time.Millisecond {
 		return fmt.Errorf("judge.disk_check: %s must be at least 100ms", c.Judge.DiskCheck)
 	}
+	return nil
+}
+
+// validateImage checks the [image] section and strip_env_prefixes, which
+// the one-container image needs.
+func (c *Config) validateImage() error {
 	for key, p := range map[string]string{"image.supervisor_dir": c.Image.SupervisorDir, "image.inbox": c.Image.Inbox, "image.outbox": c.Image.Outbox} {
 		if p != "" && !cleanAbs(p) {
 			return fmt.Errorf("%s: %q is not a clean absolute path", key, p)
@@ -560,9 +662,6 @@ func (c *Config) Validate() error {
 	}
 	if c.Image.OneContainer && !runpod {
 		return fmt.Errorf("strip_env_prefixes: the one-container image must strip RUNPOD_ (image.one_container is true)")
-	}
-	if c.GPU.FenceMinABI < 5 {
-		return fmt.Errorf("gpu.fence_min_abi: %d is below 5, the first ABI with IOCTL_DEV", c.GPU.FenceMinABI)
 	}
 	return nil
 }

@@ -573,35 +573,7 @@ var errDoubt = errors.New("in doubt")
 // update drains the events and revisits what they name and what inotify
 // cannot see. Any doubt is an error, and the caller walks it all.
 func (w *Watched) update(top *os.File) error {
-	type key struct {
-		n    *wnode
-		name string
-	}
-	// Inodes another tree found linked are re-stat'ed here from now on.
-	if g := w.Links.Gen(); g != w.seen && !w.Blind {
-		w.seen = g
-		for _, n := range w.nodes {
-			for name, e := range n.ents {
-				if !e.dir && !e.always && w.Links.has(devIno{e.dev, e.ino}) {
-					e.always = true
-					n.ents[name] = e
-					w.always++
-				}
-			}
-		}
-	}
-	changed := map[key]bool{}
-	selfChanged := map[*wnode]bool{}
-	// here says, per name an event gave, whether the name is there after
-	// the events so far: the cache's answer, then each create or remove.
-	here := map[key]bool{}
-	// written are the names written through since they were last there
-	// or last measured: if such a name is gone before it is re-stat'ed,
-	// its inode may live on under another name (a hard link made
-	// elsewhere) that no event named, so the update is in doubt. A rename
-	// within the tree carries the mark (by the events' cookie).
-	written := map[key]bool{}
-	movedWritten := map[uint32]bool{}
+	w.markLinked()
 	evs, err := w.Links.take(w)
 	if err != nil {
 		return err
@@ -609,75 +581,150 @@ func (w *Watched) update(top *os.File) error {
 	if w.Links.walkGen() != w.walks {
 		return errDoubt // events were lost
 	}
+	r := newReplay()
 	for _, ev := range evs {
-		name := ev.name
-		n := w.nodes[ev.wd]
-		if n == nil {
-			continue // a folder already dropped
-		}
-		if n == w.root && ev.mask&(unix.IN_DELETE_SELF|unix.IN_MOVE_SELF|unix.IN_IGNORED) != 0 {
-			return errDoubt
-		}
-		if name == "" {
-			selfChanged[n] = true
-			continue
-		}
-		k := key{n, name}
-		changed[k] = true
-		if ev.mask&(unix.IN_CREATE|unix.IN_DELETE|unix.IN_MOVED_FROM|unix.IN_MOVED_TO) != 0 {
-			selfChanged[n] = true
-		}
-		is, seen := here[k]
-		if !seen {
-			_, is = n.ents[name]
-		}
-		switch {
-		case ev.mask&unix.IN_CREATE != 0:
-			here[k], written[k] = true, false
-		case ev.mask&unix.IN_MOVED_TO != 0:
-			if written[k] {
-				return errDoubt // a written file replaced by a rename
-			}
-			here[k], written[k] = true, movedWritten[ev.cookie]
-			delete(movedWritten, ev.cookie)
-		case ev.mask&unix.IN_DELETE != 0:
-			if written[k] {
-				return errDoubt // a written file removed unmeasured
-			}
-			here[k] = false
-		case ev.mask&unix.IN_MOVED_FROM != 0:
-			if written[k] {
-				movedWritten[ev.cookie] = true
-			}
-			here[k], written[k] = false, false
-		case !is && ev.mask&unix.IN_MODIFY != 0:
-			// A write through a name that is not there (a descriptor
-			// opened before its name was removed): the inode may have
-			// another name the measure holds, which no event named.
-			// A close or a change of attributes adds no blocks.
-			return errDoubt
-		case ev.mask&unix.IN_MODIFY != 0:
-			here[k], written[k] = is, true
-		default:
-			here[k] = is
+		if err := r.event(w, ev); err != nil {
+			return err
 		}
 	}
 	// A written file renamed out of this tree: where it went, and whether
 	// it is still there, no event here says.
-	if len(movedWritten) > 0 {
+	if len(r.movedWritten) > 0 {
 		return errDoubt
 	}
-	// Removals first: a folder moved within the tree is dropped, then
-	// walked anew where it landed, and keeps its watch.
+	byNode := w.dropChanged(r)
+	w.newMulti = false
+	for n, names := range byNode {
+		if _, live := w.nodes[n.wd]; !live {
+			continue
+		}
+		if err := w.revisit(top, n, names, func(name string) bool { return r.written[entKey{n, name}] }); err != nil {
+			return err
+		}
+	}
+	if w.newMulti {
+		return errDoubt
+	}
+	return nil
+}
+
+// markLinked marks the inodes another tree found linked since the last
+// update: they are re-stat'ed at every update from now on.
+func (w *Watched) markLinked() {
+	g := w.Links.Gen()
+	if g == w.seen || w.Blind {
+		return
+	}
+	w.seen = g
+	for _, n := range w.nodes {
+		for name, e := range n.ents {
+			if !e.dir && !e.always && w.Links.has(devIno{e.dev, e.ino}) {
+				e.always = true
+				n.ents[name] = e
+				w.always++
+			}
+		}
+	}
+}
+
+// entKey is a name in a watched folder.
+type entKey struct {
+	n    *wnode
+	name string
+}
+
+// replay is what an update's events say, replayed in order: the names
+// and folders they changed, and whether each name is there after them.
+type replay struct {
+	changed     map[entKey]bool
+	selfChanged map[*wnode]bool
+	// here says, per name an event gave, whether the name is there after
+	// the events so far: the cache's answer, then each create or remove.
+	here map[entKey]bool
+	// written are the names written through since they were last there
+	// or last measured: if such a name is gone before it is re-stat'ed,
+	// its inode may live on under another name (a hard link made
+	// elsewhere) that no event named, so the update is in doubt. A rename
+	// within the tree carries the mark (by the events' cookie).
+	written      map[entKey]bool
+	movedWritten map[uint32]bool
+}
+
+func newReplay() *replay {
+	return &replay{changed: map[entKey]bool{}, selfChanged: map[*wnode]bool{}, here: map[entKey]bool{}, written: map[entKey]bool{}, movedWritten: map[uint32]bool{}}
+}
+
+// event replays one event; errDoubt when it leaves the measure in doubt.
+func (r *replay) event(w *Watched, ev wevent) error {
+	name := ev.name
+	n := w.nodes[ev.wd]
+	if n == nil {
+		return nil // a folder already dropped
+	}
+	if n == w.root && ev.mask&(unix.IN_DELETE_SELF|unix.IN_MOVE_SELF|unix.IN_IGNORED) != 0 {
+		return errDoubt
+	}
+	if name == "" {
+		r.selfChanged[n] = true
+		return nil
+	}
+	k := entKey{n, name}
+	r.changed[k] = true
+	if ev.mask&(unix.IN_CREATE|unix.IN_DELETE|unix.IN_MOVED_FROM|unix.IN_MOVED_TO) != 0 {
+		r.selfChanged[n] = true
+	}
+	is, seen := r.here[k]
+	if !seen {
+		_, is = n.ents[name]
+	}
+	switch {
+	case ev.mask&unix.IN_CREATE != 0:
+		r.here[k], r.written[k] = true, false
+	case ev.mask&unix.IN_MOVED_TO != 0:
+		if r.written[k] {
+			return errDoubt // a written file replaced by a rename
+		}
+		r.here[k], r.written[k] = true, r.movedWritten[ev.cookie]
+		delete(r.movedWritten, ev.cookie)
+	case ev.mask&unix.IN_DELETE != 0:
+		if r.written[k] {
+			return errDoubt // a written file removed unmeasured
+		}
+		r.here[k] = false
+	case ev.mask&unix.IN_MOVED_FROM != 0:
+		if r.written[k] {
+			r.movedWritten[ev.cookie] = true
+		}
+		r.here[k], r.written[k] = false, false
+	case !is && ev.mask&unix.IN_MODIFY != 0:
+		// A write through a name that is not there (a descriptor
+		// opened before its name was removed): the inode may have
+		// another name the measure holds, which no event named.
+		// A close or a change of attributes adds no blocks.
+		return errDoubt
+	case ev.mask&unix.IN_MODIFY != 0:
+		r.here[k], r.written[k] = is, true
+	default:
+		r.here[k] = is
+	}
+	return nil
+}
+
+// dropChanged drops from the measure every name the events changed and
+// every name re-stat'ed always, and returns them by folder (a folder
+// whose own entry changed with no name): what revisit walks again.
+// Removals come first: a folder moved within the tree is dropped, then
+// walked anew where it landed, and keeps its watch.
+func (w *Watched) dropChanged(r *replay) map[*wnode][]string {
 	byNode := map[*wnode][]string{}
-	for k := range changed {
+	for k := range r.changed {
 		if _, live := w.nodes[k.n.wd]; !live {
 			continue
 		}
 		w.drop(k.n, k.name)
 		byNode[k.n] = append(byNode[k.n], k.name)
 	}
-	for n := range selfChanged {
+	for n := range r.selfChanged {
 		if _, live := w.nodes[n.wd]; live && byNode[n] == nil {
 			byNode[n] = nil
 		}
@@ -692,19 +739,7 @@ func (w *Watched) update(top *os.File) error {
 			}
 		}
 	}
-	w.newMulti = false
-	for n, names := range byNode {
-		if _, live := w.nodes[n.wd]; !live {
-			continue
-		}
-		if err := w.revisit(top, n, names, func(name string) bool { return written[key{n, name}] }); err != nil {
-			return err
-		}
-	}
-	if w.newMulti {
-		return errDoubt
-	}
-	return nil
+	return byNode
 }
 
 // revisit opens n again beneath top (no symlinks, no leaving it), checks

@@ -100,150 +100,19 @@ func HeldUnlinkedOn(procRoot string, uid int, skip map[int]bool, skipDev uint64,
 	if err != nil {
 		return Held{}, fmt.Errorf("processes of uid %d: %w", uid, err)
 	}
-	// seen holds what a descriptor or a map_files entry shows (its
-	// blocks); mapped what only mappings of memory show (the most bytes
-	// one maps); unread the deleted files on the role's file systems whose
-	// map_files entry could not be read, and why, until a descriptor or
-	// another process's entry shows their blocks.
-	seen := map[inode]int64{}
-	mapped := map[inode]int64{}
-	unread := map[inode]string{}
-	mappings := 0 // lines of maps read, every process together
+	s := &heldScan{procRoot: procRoot, skipDev: skipDev, disk: disk, statMapped: statMapped,
+		seen: map[inode]int64{}, mapped: map[inode]int64{}, unread: map[inode]string{}}
 	// A process whose table cannot be read may be between a change of
 	// uid and its exec (not dumpable for that moment): such ones are
 	// asked again, all together, for up to a second before they count.
 	var refused []int
-	// held takes in the file a /proc link reaches (a descriptor, a
-	// folder a task works in or is rooted at, the executable): when no
-	// name links it any more, its blocks. A deleted folder keeps its
-	// blocks (ext4 frees them when the last reference goes) as a file
-	// does, and so does a deleted symlink an O_PATH descriptor holds.
-	held := func(link string) {
-		var st unix.Stat_t
-		if unix.Stat(link, &st) != nil {
-			return // closed since, or not a file one can stat
-		}
-		switch st.Mode & unix.S_IFMT {
-		case unix.S_IFREG, unix.S_IFDIR, unix.S_IFLNK:
-		default:
-			return
-		}
-		if st.Nlink != 0 || (skipDev != 0 && st.Dev == skipDev) {
-			return
-		}
-		k := inode{st.Dev, st.Ino}
-		seen[k] = max(seen[k], st.Blocks*512)
-	}
-	links := 0 // /proc links stat'ed, every process together
-	stats := 0 // map_files entries stat'ed, every process together
-	// readMaps reads a process's deleted mappings within the bound.
-	readMaps := func(base string) (map[inode]deletedMapping, error) {
-		found, n := deletedMappings(base+"/maps", MaxMappings-mappings)
-		if mappings += n; mappings > MaxMappings {
-			return nil, errTooManyMappings
-		}
-		return found, nil
-	}
-	scan := func(pid int) error {
-		base := procRoot + "/" + strconv.Itoa(pid)
-		// Every task: a thread cloned without CLONE_FILES or CLONE_FS
-		// has a descriptor table, a working folder and a root of its
-		// own, which the leader's /proc/PID/fd and cwd do not show.
-		tids, err := readDir(base + "/task")
-		if err != nil {
-			return err
-		}
-		for i, tid := range tids {
-			tb := base + "/task/" + tid
-			fds, err := readDir(tb + "/fd")
-			if err != nil {
-				if tid != strconv.Itoa(pid) && (errors.Is(err, os.ErrNotExist) || errors.Is(err, unix.ESRCH)) {
-					continue // a thread that ended meanwhile
-				}
-				return err
-			}
-			if links += len(fds); links > MaxLinks {
-				return errTooManyLinks
-			}
-			for _, fd := range fds {
-				held(tb + "/fd/" + fd)
-			}
-			held(tb + "/cwd")
-			held(tb + "/root")
-			if i == 0 {
-				held(base + "/exe")
-			}
-		}
-		found, err := readMaps(base)
-		if err != nil {
-			return err
-		}
-		// The role's file systems' files to read through map_files: those
-		// no descriptor counted so far.
-		files := map[inode]deletedMapping{}
-		for k, m := range found {
-			switch {
-			case skipDev != 0 && k.dev == skipDev:
-			case !mappedOnly(k.dev, disk):
-				mapped[k] = max(mapped[k], m.bytes)
-			default:
-				if _, ok := seen[k]; !ok {
-					files[k] = m
-				}
-			}
-		}
-		// A mapping may move (mremap) or go (munmap, exit) between the
-		// read of maps and of its entry: maps is read again, at most
-		// twice, for the files none of whose entries was there. A file no
-		// longer mapped, or a process that ended, keeps nothing, as a
-		// descriptor closed meanwhile does; a file still mapped whose
-		// entry never was there counts as hidden.
-		for round := 0; len(files) > 0; round++ {
-			if stats += len(files); stats > MaxMappedStats {
-				return errTooManyMappedStats
-			}
-			for k, m := range files {
-				switch why, ok := readMapped(base, k, m, statMapped, seen); {
-				case ok:
-					delete(files, k)
-				case why != "":
-					unread[k] = describePID(procRoot, pid, errors.New(why))
-					delete(files, k)
-				}
-			}
-			if len(files) == 0 {
-				break
-			}
-			if _, err := os.Stat(base); errors.Is(err, os.ErrNotExist) || errors.Is(err, unix.ESRCH) {
-				return nil // ended: its mappings went with it
-			}
-			if round == 2 {
-				for k, m := range files {
-					unread[k] = describePID(procRoot, pid, fmt.Errorf("maps a deleted file %q (inode %d) it keeps no descriptor of, whose mappings moved each time they were read (map_files)", m.path, k.ino))
-				}
-				break
-			}
-			again, err := readMaps(base)
-			if err != nil {
-				return err
-			}
-			for k := range files {
-				if m, ok := again[k]; ok {
-					files[k] = m
-				} else {
-					delete(files, k) // unmapped since
-				}
-			}
-		}
-		return nil
-	}
 	var hidden []string
 	for _, pid := range pids {
 		if skip[pid] {
 			continue
 		}
-		switch err := scan(pid); {
-		case errors.Is(err, errTooManyMappings), errors.Is(err, errTooManyLinks), errors.Is(err, errTooManyMappedStats):
+		switch err := s.scan(pid); {
+		case tooMany(err):
 			return Held{}, fmt.Errorf("%w: %w", ErrHidden, err)
 		case err == nil, errors.Is(err, os.ErrNotExist), errors.Is(err, unix.ESRCH):
 			// measured, or gone
@@ -253,37 +122,23 @@ func HeldUnlinkedOn(procRoot string, uid int, skip map[int]bool, skipDev uint64,
 			hidden = append(hidden, describePID(procRoot, pid, err))
 		}
 	}
-	for deadline := time.Now().Add(time.Second); len(refused) > 0; {
-		if time.Now().After(deadline) {
-			for _, pid := range refused {
-				hidden = append(hidden, describePID(procRoot, pid, fmt.Errorf("its descriptors cannot be read: %w", os.ErrPermission)))
-			}
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-		var again []int
-		for _, pid := range refused {
-			switch err := scan(pid); {
-			case errors.Is(err, errTooManyMappings), errors.Is(err, errTooManyLinks), errors.Is(err, errTooManyMappedStats):
-				return Held{}, fmt.Errorf("%w: %w", ErrHidden, err)
-			case errors.Is(err, os.ErrPermission):
-				again = append(again, pid)
-			}
-		}
-		refused = again
+	more, err := s.retryRefused(refused)
+	if err != nil {
+		return Held{}, err
 	}
-	for k, why := range unread {
-		if _, ok := seen[k]; !ok {
+	hidden = append(hidden, more...)
+	for k, why := range s.unread {
+		if _, ok := s.seen[k]; !ok {
 			hidden = append(hidden, why) // no descriptor nor entry showed its blocks
 		}
 	}
-	for k, n := range mapped {
-		if _, ok := seen[k]; !ok {
-			seen[k] = n
+	for k, n := range s.mapped {
+		if _, ok := s.seen[k]; !ok {
+			s.seen[k] = n
 		}
 	}
 	var h Held
-	for _, n := range seen {
+	for _, n := range s.seen {
 		h.Bytes += n
 		h.Files++
 	}
@@ -292,6 +147,199 @@ func HeldUnlinkedOn(procRoot string, uid int, skip map[int]bool, skipDev uint64,
 		return h, fmt.Errorf("%w: %s", ErrHidden, strings.Join(hidden, "; "))
 	}
 	return h, nil
+}
+
+// tooMany says whether err is one of the bounds on a measure: then the
+// whole measure is hidden, not one process.
+func tooMany(err error) bool {
+	return errors.Is(err, errTooManyMappings) || errors.Is(err, errTooManyLinks) || errors.Is(err, errTooManyMappedStats)
+}
+
+// heldScan is one HeldUnlinkedOn: what it asks and what it has found so
+// far, every process together.
+type heldScan struct {
+	procRoot   string
+	skipDev    uint64
+	disk       map[uint64]bool
+	statMapped StatMapped
+	// seen holds what a descriptor or a map_files entry shows (its
+	// blocks); mapped what only mappings of memory show (the most bytes
+	// one maps); unread the deleted files on the role's file systems whose
+	// map_files entry could not be read, and why, until a descriptor or
+	// another process's entry shows their blocks.
+	seen   map[inode]int64
+	mapped map[inode]int64
+	unread map[inode]string
+	// mappings are the lines of maps read, links the /proc links stat'ed,
+	// stats the map_files entries stat'ed, each bounded.
+	mappings, links, stats int
+}
+
+// retryRefused asks the processes whose tables could not be read again,
+// every 20 ms for up to a second; those still refused then are hidden.
+func (s *heldScan) retryRefused(refused []int) (hidden []string, err error) {
+	for deadline := time.Now().Add(time.Second); len(refused) > 0; {
+		if time.Now().After(deadline) {
+			for _, pid := range refused {
+				hidden = append(hidden, describePID(s.procRoot, pid, fmt.Errorf("its descriptors cannot be read: %w", os.ErrPermission)))
+			}
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+		var again []int
+		for _, pid := range refused {
+			switch err := s.scan(pid); {
+			case tooMany(err):
+				return nil, fmt.Errorf("%w: %w", ErrHidden, err)
+			case errors.Is(err, os.ErrPermission):
+				again = append(again, pid)
+			}
+		}
+		refused = again
+	}
+	return hidden, nil
+}
+
+// held takes in the file a /proc link reaches (a descriptor, a folder a
+// task works in or is rooted at, the executable): when no name links it
+// any more, its blocks. A deleted folder keeps its blocks (ext4 frees
+// them when the last reference goes) as a file does, and so does a
+// deleted symlink an O_PATH descriptor holds.
+func (s *heldScan) held(link string) {
+	var st unix.Stat_t
+	if unix.Stat(link, &st) != nil {
+		return // closed since, or not a file one can stat
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFREG, unix.S_IFDIR, unix.S_IFLNK:
+	default:
+		return
+	}
+	if st.Nlink != 0 || (s.skipDev != 0 && st.Dev == s.skipDev) {
+		return
+	}
+	k := inode{st.Dev, st.Ino}
+	s.seen[k] = max(s.seen[k], st.Blocks*512)
+}
+
+// readMaps reads a process's deleted mappings within the bound.
+func (s *heldScan) readMaps(base string) (map[inode]deletedMapping, error) {
+	found, n := deletedMappings(base+"/maps", MaxMappings-s.mappings)
+	if s.mappings += n; s.mappings > MaxMappings {
+		return nil, errTooManyMappings
+	}
+	return found, nil
+}
+
+// scan takes in what one process holds: its tasks' links, then its
+// deleted mappings.
+func (s *heldScan) scan(pid int) error {
+	base := s.procRoot + "/" + strconv.Itoa(pid)
+	if err := s.scanTasks(base, pid); err != nil {
+		return err
+	}
+	return s.scanMappings(base, pid)
+}
+
+// scanTasks takes in every task's descriptors, working folder and root,
+// and the process's executable. Every task: a thread cloned without
+// CLONE_FILES or CLONE_FS has a descriptor table, a working folder and a
+// root of its own, which the leader's /proc/PID/fd and cwd do not show.
+func (s *heldScan) scanTasks(base string, pid int) error {
+	tids, err := readDir(base + "/task")
+	if err != nil {
+		return err
+	}
+	for i, tid := range tids {
+		tb := base + "/task/" + tid
+		fds, err := readDir(tb + "/fd")
+		if err != nil {
+			if tid != strconv.Itoa(pid) && (errors.Is(err, os.ErrNotExist) || errors.Is(err, unix.ESRCH)) {
+				continue // a thread that ended meanwhile
+			}
+			return err
+		}
+		if s.links += len(fds); s.links > MaxLinks {
+			return errTooManyLinks
+		}
+		for _, fd := range fds {
+			s.held(tb + "/fd/" + fd)
+		}
+		s.held(tb + "/cwd")
+		s.held(tb + "/root")
+		if i == 0 {
+			s.held(base + "/exe")
+		}
+	}
+	return nil
+}
+
+// scanMappings takes in the process's deleted mappings: those off the
+// role's file systems by the bytes mapped, those on them through their
+// map_files entries.
+func (s *heldScan) scanMappings(base string, pid int) error {
+	found, err := s.readMaps(base)
+	if err != nil {
+		return err
+	}
+	// The role's file systems' files to read through map_files: those
+	// no descriptor counted so far.
+	files := map[inode]deletedMapping{}
+	for k, m := range found {
+		switch {
+		case s.skipDev != 0 && k.dev == s.skipDev:
+		case !mappedOnly(k.dev, s.disk):
+			s.mapped[k] = max(s.mapped[k], m.bytes)
+		default:
+			if _, ok := s.seen[k]; !ok {
+				files[k] = m
+			}
+		}
+	}
+	// A mapping may move (mremap) or go (munmap, exit) between the
+	// read of maps and of its entry: maps is read again, at most
+	// twice, for the files none of whose entries was there. A file no
+	// longer mapped, or a process that ended, keeps nothing, as a
+	// descriptor closed meanwhile does; a file still mapped whose
+	// entry never was there counts as hidden.
+	for round := 0; len(files) > 0; round++ {
+		if s.stats += len(files); s.stats > MaxMappedStats {
+			return errTooManyMappedStats
+		}
+		for k, m := range files {
+			switch why, ok := readMapped(base, k, m, s.statMapped, s.seen); {
+			case ok:
+				delete(files, k)
+			case why != "":
+				s.unread[k] = describePID(s.procRoot, pid, errors.New(why))
+				delete(files, k)
+			}
+		}
+		if len(files) == 0 {
+			break
+		}
+		if _, err := os.Stat(base); errors.Is(err, os.ErrNotExist) || errors.Is(err, unix.ESRCH) {
+			return nil // ended: its mappings went with it
+		}
+		if round == 2 {
+			for k, m := range files {
+				s.unread[k] = describePID(s.procRoot, pid, fmt.Errorf("maps a deleted file %q (inode %d) it keeps no descriptor of, whose mappings moved each time they were read (map_files)", m.path, k.ino))
+			}
+			break
+		}
+		again, err := s.readMaps(base)
+		if err != nil {
+			return err
+		}
+		for k := range files {
+			if m, ok := again[k]; ok {
+				files[k] = m
+			} else {
+				delete(files, k) // unmapped since
+			}
+		}
+	}
+	return nil
 }
 
 type inode struct{ dev, ino uint64 }

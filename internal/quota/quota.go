@@ -9,16 +9,14 @@
 package quota
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
-	"strings"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 
+	"thermite/internal/mountinfo"
 	"thermite/internal/threadcred"
 )
 
@@ -141,48 +139,23 @@ func (f *FS) get(uid int) (dqblk, error) {
 // mountOf finds the mount of device dev: its type, source and mount point.
 func mountOf(path string, dev uint64) (fstype, source, mount string) {
 	fstype, source, mount = "?", "?", "?"
-	f, err := os.Open(path)
+	mi, err := os.ReadFile(path)
 	if err != nil {
 		return
 	}
-	defer f.Close()
 	want := fmt.Sprintf("%d:%d", unix.Major(dev), unix.Minor(dev))
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		// id parent major:minor root mount-point options... - type source super-options
-		pre, post, ok := strings.Cut(sc.Text(), " - ")
-		fields, tail := strings.Fields(pre), strings.Fields(post)
-		if !ok || len(fields) < 5 || len(tail) < 2 || fields[2] != want {
+	for _, m := range mountinfo.Parse(string(mi)) {
+		if m.Device != want {
 			continue
 		}
 		// The first mount of the device whose root is the file system's
 		// own: a bind mount of a folder of it names that folder.
-		if fields[3] == "/" || mount == "?" {
-			fstype, source, mount = tail[0], unescape(tail[1]), unescape(fields[4])
-			if fields[3] == "/" {
+		if m.Root == "/" || mount == "?" {
+			fstype, source, mount = m.Type, m.Source, m.Point
+			if m.Root == "/" {
 				return
 			}
 		}
 	}
 	return
-}
-
-// unescape undoes mountinfo's octal escapes (\040 for a space).
-func unescape(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }

@@ -15,32 +15,28 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-)
 
-// Lines the script matches; keep them in step with run.sh.
-const (
-	markInit    = "THERMITE-VM: init started"
-	markVerdict = "THERMITE-VM: VERDICT"
+	"thermite/e2e/vm/vminit"
 )
 
 func main() {
 	// Whatever happens, the machine must stop, or the script waits for its
 	// timeout: a panic here ends PID 1, which panics the kernel, and
 	// panic=-1 with qemu's -no-reboot ends qemu.
-	defer powerOff()
+	defer vminit.PowerOff()
 	mountAll()
-	fmt.Printf("%s %s s after boot; kernel %s\n", markInit, uptime(), kernelRelease())
+	fmt.Printf("%s %s s after boot; kernel %s\n", vminit.MarkInit, vminit.Uptime(), vminit.KernelRelease())
 	os.Setenv("PATH", "/tests:/bin")
 	os.Setenv("HOME", "/root")
 	os.Setenv("TMPDIR", "/tmp")
 
-	flags := []string{"-test.v", "-test.count=1", "-test.timeout=" + param("thermite.timeout", "10m")}
-	if run := param("thermite.run", ""); run != "" {
+	flags := []string{"-test.v", "-test.count=1", "-test.timeout=" + vminit.Param("thermite.timeout", "10m")}
+	if run := vminit.Param("thermite.run", ""); run != "" {
 		flags = append(flags, "-test.run="+run)
 	}
 	tests, _ := filepath.Glob("/tests/*.test")
 	if len(tests) == 0 {
-		fmt.Printf("%s FAIL: no test binaries in /tests\n", markVerdict)
+		fmt.Printf("%s FAIL: no test binaries in /tests\n", vminit.MarkVerdict)
 		return
 	}
 	var failed []string
@@ -59,70 +55,21 @@ func main() {
 		}
 	}
 	if len(failed) > 0 {
-		fmt.Printf("%s FAIL: %s\n", markVerdict, strings.Join(failed, " "))
+		fmt.Printf("%s FAIL: %s\n", vminit.MarkVerdict, strings.Join(failed, " "))
 		return
 	}
-	fmt.Printf("%s PASS: %d test binaries\n", markVerdict, len(tests))
+	fmt.Printf("%s PASS: %d test binaries\n", vminit.MarkVerdict, len(tests))
 }
 
-// mountAll mounts the file systems a test binary expects, then points
-// stdio at the console, which the kernel may not have opened for us when
-// the initramfs has no /dev/console.
+// mountAll mounts the file systems a test binary expects, and the cgroup
+// tree where a Debian host has it, for the tests that look in it.
 func mountAll() {
-	for _, m := range []struct{ dir, fstype string }{
-		{"/proc", "proc"}, {"/sys", "sysfs"}, {"/dev", "devtmpfs"}, {"/tmp", "tmpfs"}, {"/root", "tmpfs"},
-	} {
-		os.MkdirAll(m.dir, 0o755)
-		if err := unix.Mount(m.fstype, m.dir, m.fstype, 0, ""); err != nil {
-			fmt.Fprintf(os.Stderr, "THERMITE-VM: mount %s: %v\n", m.dir, err)
-		}
-	}
-	os.Chmod("/tmp", 0o1777)
-	if fd, err := unix.Open("/dev/console", unix.O_RDWR, 0); err == nil {
-		for i := range 3 {
-			unix.Dup3(fd, i, 0)
-		}
-		if fd > 2 {
-			unix.Close(fd)
-		}
-	}
-	// Pseudo-terminals, for the tests that open /dev/ptmx.
-	os.MkdirAll("/dev/pts", 0o755)
-	if err := unix.Mount("devpts", "/dev/pts", "devpts", 0, "ptmxmode=0666,mode=0620"); err != nil {
-		fmt.Printf("THERMITE-VM: mount /dev/pts: %v\n", err)
-	}
-	// Tests that look in the cgroup tree find it where a Debian host has it.
+	vminit.MountAll([]vminit.FS{
+		{Dir: "/proc", Type: "proc"}, {Dir: "/sys", Type: "sysfs"}, {Dir: "/dev", Type: "devtmpfs"}, {Dir: "/tmp", Type: "tmpfs"}, {Dir: "/root", Type: "tmpfs"},
+	}, []string{"/tmp"})
 	if err := unix.Mount("cgroup2", "/sys/fs/cgroup", "cgroup2", 0, ""); err != nil {
 		fmt.Printf("THERMITE-VM: mount /sys/fs/cgroup: %v\n", err)
 	}
-}
-
-// param is thermite.NAME=VALUE from the kernel's command line.
-func param(name, def string) string {
-	data, _ := os.ReadFile("/proc/cmdline")
-	for _, f := range strings.Fields(string(data)) {
-		if v, ok := strings.CutPrefix(f, name+"="); ok {
-			return v
-		}
-	}
-	return def
-}
-
-func uptime() string {
-	data, _ := os.ReadFile("/proc/uptime")
-	f := strings.Fields(string(data))
-	if len(f) == 0 {
-		return "?"
-	}
-	return f[0]
-}
-
-func kernelRelease() string {
-	var u unix.Utsname
-	if unix.Uname(&u) != nil {
-		return "?"
-	}
-	return unix.ByteSliceToString(u.Release[:])
 }
 
 func errText(err error) string {
@@ -130,12 +77,4 @@ func errText(err error) string {
 		return "ok"
 	}
 	return err.Error()
-}
-
-func powerOff() {
-	if r := recover(); r != nil {
-		fmt.Printf("%s FAIL: init panicked: %v\n", markVerdict, r)
-	}
-	unix.Sync()
-	unix.Reboot(unix.LINUX_REBOOT_CMD_POWER_OFF)
 }

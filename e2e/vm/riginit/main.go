@@ -26,18 +26,18 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"thermite/e2e/vm/vminit"
 )
 
 // Lines the script and the test match; keep them in step with kernels.sh
 // and kernels_test.go.
 const (
-	markInit    = "THERMITE-VM: init started"
-	markResult  = "THERMITE-VM: RESULT"
-	markVerdict = "THERMITE-VM: VERDICT"
-	bin         = "/usr/local/bin/thermite"
-	cfgPath     = "/etc/thermite/rig.toml"
-	memoryMB    = 128
-	pidsMax     = 64
+	markResult = "THERMITE-VM: RESULT"
+	bin        = "/usr/local/bin/thermite"
+	cfgPath    = "/etc/thermite/rig.toml"
+	memoryMB   = 128
+	pidsMax    = 64
 )
 
 // Result is what one setup measured; kernels_test.go asserts on it.
@@ -74,12 +74,12 @@ func main() {
 	if len(os.Args) == 3 && os.Args[1] == "membomb" {
 		os.Exit(membomb(os.Args[2]))
 	}
-	defer powerOff()
+	defer vminit.PowerOff()
 	mountAll()
 	// The command line is read from /proc, mounted just now.
-	ro := param("thermite.cgroup", "rw") == "ro"
+	ro := vminit.Param("thermite.cgroup", "rw") == "ro"
 	mountCgroup(ro)
-	fmt.Printf("%s %s s after boot; kernel %s\n", markInit, uptime(), kernelRelease())
+	fmt.Printf("%s %s s after boot; kernel %s\n", vminit.MarkInit, vminit.Uptime(), vminit.KernelRelease())
 	os.Setenv("PATH", "/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
 	os.Setenv("HOME", "/root")
 	if err := loopbackUp(); err != nil {
@@ -90,62 +90,111 @@ func main() {
 	res.ScenarioSecond = time.Since(start).Seconds()
 	data, _ := json.Marshal(res)
 	fmt.Printf("%s %s\n", markResult, data)
-	fmt.Printf("%s PASS: scenario ran (%d errors)\n", markVerdict, len(res.Errors))
+	fmt.Printf("%s PASS: scenario ran (%d errors)\n", vminit.MarkVerdict, len(res.Errors))
 }
 
 func scenario(ro bool) *Result {
-	r := &Result{Kernel: kernelRelease(), Cgroup: map[bool]string{true: "ro", false: "rw"}[ro]}
-	errf := func(f string, a ...any) {
-		s := fmt.Sprintf(f, a...)
-		r.Errors = append(r.Errors, s)
-		fmt.Printf("RIG: error: %s\n", s)
+	s := &rigScenario{
+		r:    &Result{Kernel: vminit.KernelRelease(), Cgroup: map[bool]string{true: "ro", false: "rw"}[ro]},
+		base: fmt.Sprintf("lanes = 1\ntiming_users = 1\n[cgroup]\nenabled = true\nmemory_mb = %d\npids = %d\n[limits]\nprocesses = 512\n", memoryMB, pidsMax),
 	}
-	base := fmt.Sprintf("lanes = 1\ntiming_users = 1\n[cgroup]\nenabled = true\nmemory_mb = %d\npids = %d\n[limits]\nprocesses = 512\n", memoryMB, pidsMax)
+	if !s.start() {
+		return s.r
+	}
+	defer s.stopBroker()
+	s.status()
+	s.laneCgroup()
+	s.memoryBomb()
+	uid := laneUID()
+	s.forkBomb(uid)
+	if !s.trial() {
+		return s.r
+	}
+	if vminit.Param("thermite.stopbench", "") == "1" && !s.stopBench(uid) {
+		return s.r
+	}
+	if vminit.Param("thermite.quota", "") == "1" {
+		s.broker.Process.Signal(unix.SIGTERM)
+		s.broker.Wait()
+		s.r.Quota, s.broker = quotaCase(s.base, s.errf)
+	}
+	return s.r
+}
+
+// rigScenario is one run of the scenario: what it measured, the rig's
+// base configuration and the broker now running.
+type rigScenario struct {
+	r      *Result
+	base   string
+	broker *exec.Cmd
+}
+
+// errf records an error in the result and prints it.
+func (s *rigScenario) errf(f string, a ...any) {
+	e := fmt.Sprintf(f, a...)
+	s.r.Errors = append(s.r.Errors, e)
+	fmt.Printf("RIG: error: %s\n", e)
+}
+
+// start writes the configuration, the role users, and starts the broker:
+// with the defaults, then, when refused, with the losses thermite.accept
+// names accepted. It says whether the rig is ready.
+func (s *rigScenario) start() bool {
+	r := s.r
 	os.MkdirAll("/etc/thermite", 0o755)
-	os.WriteFile(cfgPath, []byte(base), 0o644)
+	os.WriteFile(cfgPath, []byte(s.base), 0o644)
 	if out, err := run(bin, "roles", "ensure"); err != nil {
-		errf("roles ensure: %v: %s", err, out)
-		return r
+		s.errf("roles ensure: %v: %s", err, out)
+		return false
 	}
 	t0 := time.Now()
-	broker, state := startBroker()
+	var state string
+	s.broker, state = startBroker()
 	r.DefaultStart = state
 	fmt.Printf("RIG: default start: %s (%.1f s)\n", state, time.Since(t0).Seconds())
 	if state != "ready" {
-		accept := param("thermite.accept", "")
+		accept := vminit.Param("thermite.accept", "")
 		if accept == "" {
-			errf("refused with nothing to accept: %s", state)
-			return r
+			s.errf("refused with nothing to accept: %s", state)
+			return false
 		}
 		var names []string
 		for _, n := range strings.Split(accept, ",") {
 			names = append(names, strconv.Quote(n))
 		}
-		os.WriteFile(cfgPath, []byte(base+"[host]\naccept_lost = ["+strings.Join(names, ", ")+"]\n"), 0o644)
+		os.WriteFile(cfgPath, []byte(s.base+"[host]\naccept_lost = ["+strings.Join(names, ", ")+"]\n"), 0o644)
 		t0 = time.Now()
-		broker, state = startBroker()
+		s.broker, state = startBroker()
 		r.AcceptedStart = state
 		fmt.Printf("RIG: start with accept_lost = [%s]: %s (%.1f s)\n", strings.Join(names, ", "), state, time.Since(t0).Seconds())
 		if state != "ready" {
-			errf("accepted start: %s", state)
-			return r
+			s.errf("accepted start: %s", state)
+			return false
 		}
 	}
 	r.StartSeconds = time.Since(t0).Seconds()
-	defer func() {
-		if broker == nil {
-			return
-		}
-		broker.Process.Signal(unix.SIGTERM)
-		done := make(chan struct{})
-		go func() { broker.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			errf("the broker did not stop in 30 s after SIGTERM")
-		}
-	}()
+	return true
+}
 
+// stopBroker stops the broker now running, if any, as the scenario ends.
+func (s *rigScenario) stopBroker() {
+	if s.broker == nil {
+		return
+	}
+	s.broker.Process.Signal(unix.SIGTERM)
+	done := make(chan struct{})
+	go func() { s.broker.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		s.errf("the broker did not stop in 30 s after SIGTERM")
+	}
+}
+
+// status records status's Landlock ABI, cgroup line, losses and the
+// self-test's sentence.
+func (s *rigScenario) status() {
+	r := s.r
 	var st struct {
 		LandlockABI int      `json:"landlock_abi"`
 		Cgroup      string   `json:"cgroup"`
@@ -155,22 +204,28 @@ func scenario(ro bool) *Result {
 		} `json:"selftest"`
 	}
 	if out, err := run(bin, "status", "--json"); err != nil || json.Unmarshal(out, &st) != nil {
-		errf("status: %v: %s", err, out)
+		s.errf("status: %v: %s", err, out)
 	}
 	r.LandlockABI, r.CgroupStatus, r.Without = st.LandlockABI, st.Cgroup, st.Without
 	if st.Selftest != nil {
 		r.Sentence = st.Selftest.Sentence
 	}
 	fmt.Printf("RIG: status: ABI %d, cgroup %s, without %q\nRIG: self-test: %s\n", r.LandlockABI, r.CgroupStatus, r.Without, r.Sentence)
+}
 
+// laneCgroup records the cgroup a lane's command runs in.
+func (s *rigScenario) laneCgroup() {
 	out, err := run(bin, "run-as", "lane-1", "--", "cat", "/proc/self/cgroup")
 	if err != nil {
-		errf("run-as cat /proc/self/cgroup: %v: %s", err, out)
+		s.errf("run-as cat /proc/self/cgroup: %v: %s", err, out)
 	}
-	r.LaneCgroup = strings.TrimSpace(string(out))
-	fmt.Printf("RIG: lane-1's cgroup: %s\n", r.LaneCgroup)
+	s.r.LaneCgroup = strings.TrimSpace(string(out))
+	fmt.Printf("RIG: lane-1's cgroup: %s\n", s.r.LaneCgroup)
+}
 
-	// The memory bomb: 4x the role's memory limit, touched page by page.
+// memoryBomb runs 4x the role's memory limit, touched page by page, and
+// records how the run was stopped.
+func (s *rigScenario) memoryBomb() {
 	cmd := exec.Command(bin, "run-as", "lane-1", "--json", "--", "/init", "membomb", strconv.Itoa(memoryMB*4))
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -187,14 +242,16 @@ func scenario(ro bool) *Result {
 		}
 	}
 	if !found {
-		errf("memory bomb: no JSON result: %s", stderr.String())
+		s.errf("memory bomb: no JSON result: %s", stderr.String())
 	}
-	r.MemoryBomb = fmt.Sprintf("stopped=%s exit=%d signal=%d", rr.Stopped, rr.ExitCode, rr.Signal)
-	fmt.Printf("RIG: memory bomb (%d MiB under %d MiB): %s\n", memoryMB*4, memoryMB, r.MemoryBomb)
+	s.r.MemoryBomb = fmt.Sprintf("stopped=%s exit=%d signal=%d", rr.Stopped, rr.ExitCode, rr.Signal)
+	fmt.Printf("RIG: memory bomb (%d MiB under %d MiB): %s\n", memoryMB*4, memoryMB, s.r.MemoryBomb)
+}
 
-	// The fork bomb: sleepers forked until something stops it, counted
-	// from here, then the lane's stop.
-	uid := laneUID()
+// forkBomb forks sleepers as the lane until something stops it, counted
+// from here, then stops the lane and counts what is left.
+func (s *rigScenario) forkBomb(uid int) {
+	r := s.r
 	bomb := exec.Command(bin, "run-as", "lane-1", "--timeout", "5m", "--", "/bin/sh", "-c",
 		"exec >/dev/null 2>&1; while :; do sleep 600 & done")
 	bomb.Start()
@@ -213,57 +270,62 @@ func scenario(ro bool) *Result {
 		time.Sleep(100 * time.Millisecond)
 	}
 	fmt.Printf("RIG: fork bomb: at most %d processes of lane-1 (pids limit %d)\n", r.ForkBombMax, pidsMax)
-	t0 = time.Now()
+	t0 := time.Now()
 	so, err := run(bin, "stop", "lane-1")
 	r.StopSeconds = time.Since(t0).Seconds()
 	r.StopOutput = strings.TrimSpace(string(so))
 	if err != nil {
-		errf("stop lane-1: %v: %s", err, so)
+		s.errf("stop lane-1: %v: %s", err, so)
 	}
 	bomb.Wait()
 	r.LeftAfterStop = countUID(uid)
 	fmt.Printf("RIG: stop lane-1 (%.2f s): %s; %d left\n", r.StopSeconds, r.StopOutput, r.LeftAfterStop)
+}
 
-	// A trial: a fresh copy of the example project, a command in it, its end.
-	out, err = run(bin, "trial", "start", "--lane", "1", "--project", "/opt/thermite/examples/projects/sum", "--json")
+// trial starts a trial on a fresh copy of the example project, runs a
+// command in it and ends it; it says whether all three worked.
+func (s *rigScenario) trial() bool {
+	out, err := run(bin, "trial", "start", "--lane", "1", "--project", "/opt/thermite/examples/projects/sum", "--json")
 	var tr struct {
 		ID string `json:"id"`
 	}
 	if err != nil || json.Unmarshal(out, &tr) != nil || tr.ID == "" {
-		errf("trial start: %v: %s", err, out)
-		r.Trial = "start failed"
-		return r
+		s.errf("trial start: %v: %s", err, out)
+		s.r.Trial = "start failed"
+		return false
 	}
 	if out, err := run(bin, "trial", "exec", tr.ID, "--", "ls"); err != nil {
-		errf("trial exec: %v: %s", err, out)
-		r.Trial = "exec failed"
-		return r
+		s.errf("trial exec: %v: %s", err, out)
+		s.r.Trial = "exec failed"
+		return false
 	}
 	if out, err := run(bin, "trial", "end", tr.ID); err != nil {
-		errf("trial end: %v: %s", err, out)
-		r.Trial = "end failed"
-		return r
+		s.errf("trial end: %v: %s", err, out)
+		s.r.Trial = "end failed"
+		return false
 	}
-	r.Trial = "ok"
+	s.r.Trial = "ok"
 	fmt.Printf("RIG: trial %s: started, ran a command, ended\n", tr.ID)
-	if param("thermite.stopbench", "") == "1" {
-		r.StopCgroupMS = stopTimes(uid, errf)
-		broker.Process.Signal(unix.SIGTERM)
-		broker.Wait()
-		os.WriteFile(cfgPath, []byte(strings.Replace(base, "enabled = true", "enabled = false", 1)), 0o644)
-		if broker, state = startBroker(); state != "ready" {
-			errf("start with cgroups off: %s", state)
-			return r
-		}
-		r.StopHelperMS = stopTimes(uid, errf)
-		fmt.Printf("RIG: stop of 50 sleepers: with the role's cgroup %v ms, the helper alone %v ms\n", r.StopCgroupMS, r.StopHelperMS)
+	return true
+}
+
+// stopBench times the lane's stop with the role's cgroup, then with
+// cgroups off (the rig started again); it says whether the second start
+// was ready.
+func (s *rigScenario) stopBench(uid int) bool {
+	r := s.r
+	r.StopCgroupMS = stopTimes(uid, s.errf)
+	s.broker.Process.Signal(unix.SIGTERM)
+	s.broker.Wait()
+	os.WriteFile(cfgPath, []byte(strings.Replace(s.base, "enabled = true", "enabled = false", 1)), 0o644)
+	var state string
+	if s.broker, state = startBroker(); state != "ready" {
+		s.errf("start with cgroups off: %s", state)
+		return false
 	}
-	if param("thermite.quota", "") == "1" {
-		broker.Process.Signal(unix.SIGTERM)
-		broker.Wait()
-		r.Quota, broker = quotaCase(base, errf)
-	}
-	return r
+	r.StopHelperMS = stopTimes(uid, s.errf)
+	fmt.Printf("RIG: stop of 50 sleepers: with the role's cgroup %v ms, the helper alone %v ms\n", r.StopCgroupMS, r.StopHelperMS)
+	return true
 }
 
 // stopTimes times `thermite stop lane-1` of 50 sleeping processes, 5 times.
@@ -404,27 +466,9 @@ func loopbackUp() error {
 
 // mountAll mounts what the rig expects but the cgroup tree.
 func mountAll() {
-	for _, m := range []struct{ dir, fstype string }{
-		{"/proc", "proc"}, {"/sys", "sysfs"}, {"/dev", "devtmpfs"}, {"/tmp", "tmpfs"}, {"/run", "tmpfs"}, {"/dev/shm", "tmpfs"}, {"/var/tmp", "tmpfs"},
-	} {
-		os.MkdirAll(m.dir, 0o755)
-		if err := unix.Mount(m.fstype, m.dir, m.fstype, 0, ""); err != nil {
-			fmt.Fprintf(os.Stderr, "THERMITE-VM: mount %s: %v\n", m.dir, err)
-		}
-	}
-	for _, d := range []string{"/tmp", "/var/tmp", "/dev/shm"} {
-		os.Chmod(d, 0o1777)
-	}
-	if fd, err := unix.Open("/dev/console", unix.O_RDWR, 0); err == nil {
-		for i := range 3 {
-			unix.Dup3(fd, i, 0)
-		}
-		if fd > 2 {
-			unix.Close(fd)
-		}
-	}
-	os.MkdirAll("/dev/pts", 0o755)
-	unix.Mount("devpts", "/dev/pts", "devpts", 0, "ptmxmode=0666,mode=0620")
+	vminit.MountAll([]vminit.FS{
+		{Dir: "/proc", Type: "proc"}, {Dir: "/sys", Type: "sysfs"}, {Dir: "/dev", Type: "devtmpfs"}, {Dir: "/tmp", Type: "tmpfs"}, {Dir: "/run", Type: "tmpfs"}, {Dir: "/dev/shm", Type: "tmpfs"}, {Dir: "/var/tmp", Type: "tmpfs"},
+	}, []string{"/tmp", "/var/tmp", "/dev/shm"})
 }
 
 // mountCgroup mounts cgroup2, read-only where asked, as an unprivileged
@@ -437,39 +481,4 @@ func mountCgroup(ro bool) {
 	if err := unix.Mount("cgroup2", "/sys/fs/cgroup", "cgroup2", flags, ""); err != nil {
 		fmt.Printf("THERMITE-VM: mount /sys/fs/cgroup: %v\n", err)
 	}
-}
-
-func param(name, def string) string {
-	data, _ := os.ReadFile("/proc/cmdline")
-	for _, f := range strings.Fields(string(data)) {
-		if v, ok := strings.CutPrefix(f, name+"="); ok {
-			return v
-		}
-	}
-	return def
-}
-
-func uptime() string {
-	data, _ := os.ReadFile("/proc/uptime")
-	f := strings.Fields(string(data))
-	if len(f) == 0 {
-		return "?"
-	}
-	return f[0]
-}
-
-func kernelRelease() string {
-	var u unix.Utsname
-	if unix.Uname(&u) != nil {
-		return "?"
-	}
-	return unix.ByteSliceToString(u.Release[:])
-}
-
-func powerOff() {
-	if r := recover(); r != nil {
-		fmt.Printf("%s FAIL: init panicked: %v\n", markVerdict, r)
-	}
-	unix.Sync()
-	unix.Reboot(unix.LINUX_REBOOT_CMD_POWER_OFF)
 }
