@@ -80,8 +80,8 @@ func Sentence(holds bool, roles int, failures, without []string) string {
 
 // Parallel is how many probes run at once, each as a different user:
 // twice the CPUs, for a probe's time is half its start and half waits on
-// the broker, and at least 4.
-var Parallel = max(4, 2*runtime.NumCPU())
+// the broker, at least 4 and at most 16.
+var Parallel = min(16, max(4, 2*runtime.NumCPU()))
 
 // verdict gathers the rows from probes that run side by side.
 type verdict struct {
