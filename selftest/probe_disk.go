@@ -71,15 +71,7 @@ func awaitMeasure(a Attempt) Outcome {
 }
 
 // waitFor waits, up to handshakeWait, for path to be there.
-func waitFor(path string) bool {
-	for end := time.Now().Add(handshakeWait); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
-		var st unix.Stat_t
-		if unix.Lstat(path, &st) == nil {
-			return true
-		}
-	}
-	return false
-}
+func waitFor(path string) bool { return awaitFile(path, handshakeWait, nil) }
 
 // diskPhase runs DiskRows for the first lane, with a sparse file placed
 // in its workspace and the broker's measures taken before the probe and
@@ -134,7 +126,7 @@ func diskPhase(h Host, c *Context, record func([]rpc.Probe), fail func(role, att
 		outs, why := runProbe(h, c, lane, plan)
 		<-done
 		return outs, why
-	}))
+	}, func() { stopRole(h, lane) }))
 }
 
 // diskMeasure is the broker's measure at one row's step: what the disk

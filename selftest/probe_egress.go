@@ -133,6 +133,15 @@ func egressPhase(h Host, c *Context, record func([]rpc.Probe), fail func(role, a
 	if c.LinkedSetID == nil {
 		c.LinkedSetID = map[int]string{}
 	}
+	// Every lane's entries are switched first and put back once all have
+	// run, so that the probes, side by side, read them unchanged.
+	type kept struct {
+		network netpolicy.Network
+		other   int
+		linked  string
+	}
+	was := map[string]kept{}
+	var lanes []roles.Role
 	for _, r := range c.Table.Roles {
 		pol, err := roles.PolicyFor(r, c.Cfg.Network, c.Cfg.Perf)
 		if err != nil || r.Kind != roles.Lane || !roles.EgressFor(r, pol, c.Cfg.Agent.Egress, true) {
@@ -140,11 +149,17 @@ func egressPhase(h Host, c *Context, record func([]rpc.Probe), fail func(role, a
 		}
 		// The set-id file the stop left behind was the first probe's to
 		// try, and is gone since: that row is not run twice.
-		network, other, linked := c.Network[r.Name], c.OtherPID[r.Name], c.LinkedSetID[r.Index]
+		was[r.Name] = kept{c.Network[r.Name], c.OtherPID[r.Name], c.LinkedSetID[r.Index]}
 		c.Network[r.Name], c.OtherPID[r.Name], c.LinkedSetID[r.Index] = netpolicy.Egress, pid, ""
+		lanes = append(lanes, r)
+	}
+	sideBySide(lanes, func(r roles.Role) {
 		record(probeRows(c, r, r.Name+" as the lane harness", Policy, func(plan []Attempt) ([]Outcome, string) {
 			return runProbe(egressHost{Host: h, ep: ep}, c, r, plan)
-		}))
-		c.Network[r.Name], c.OtherPID[r.Name], c.LinkedSetID[r.Index] = network, other, linked
+		}, func() { stopRole(h, r) }))
+	})
+	for _, r := range lanes {
+		k := was[r.Name]
+		c.Network[r.Name], c.OtherPID[r.Name], c.LinkedSetID[r.Index] = k.network, k.other, k.linked
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -77,19 +78,84 @@ func Sentence(holds bool, roles int, failures, without []string) string {
 	return fmt.Sprintf("isolation holds: every probe of %d roles came out as it must", roles)
 }
 
-// Parallel is how many probes run at once, each as a different user.
-const Parallel = 4
+// Parallel is how many probes run at once, each as a different user:
+// twice the CPUs, for a probe's time is half its start and half waits on
+// the broker, at least 4 and at most 16.
+var Parallel = min(16, max(4, 2*runtime.NumCPU()))
+
+// verdict gathers the rows from probes that run side by side.
+type verdict struct {
+	mu       sync.Mutex
+	res      *rpc.SelftestResult
+	failures []string
+}
+
+// record adds a probe's judged rows.
+func (v *verdict) record(rows []rpc.Probe) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for _, p := range rows {
+		v.res.Probes = append(v.res.Probes, p)
+		if !p.OK {
+			v.failures = append(v.failures, fmt.Sprintf("%s %s: %s (want %s)", p.Role, p.Attempt, p.Got, p.Expect))
+		}
+	}
+}
+
+// fail adds a row of the rig's own that did not come out as it must.
+func (v *verdict) fail(role, attempt, expect, got string) {
+	v.record([]rpc.Probe{{Role: role, Attempt: attempt, Expect: expect, Got: got}})
+}
 
 // Run runs the whole self-test: canaries where real targets do not exist
 // yet, a probe as every role, the rig's own checks, and the verdict.
 func Run(h Host) *rpc.SelftestResult {
 	start := time.Now()
-	res := &rpc.SelftestResult{At: start.UTC().Format(time.RFC3339), LandlockV: h.LandlockABI()}
-	var failures []string
-	fail := func(role, attempt, expect, got string) {
-		res.Probes = append(res.Probes, rpc.Probe{Role: role, Attempt: attempt, Expect: expect, Got: got})
-		failures = append(failures, fmt.Sprintf("%s %s: %s (want %s)", role, attempt, got, expect))
+	v := &verdict{res: &rpc.SelftestResult{At: start.UTC().Format(time.RFC3339), LandlockV: h.LandlockABI()}}
+	res, record, fail := v.res, v.record, v.fail
+	c := newContext(h)
+	var undo []func()
+	defer func() {
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i]()
+		}
+	}()
+	setUp(h, c, &undo, fail)
+	canaryPhases(h, c, record, fail)
+	// The controller daemon, confined as it runs, tries what a flaw in its
+	// parsing would try.
+	record(probeRows(c, c.Table.Controller(), DaemonLabel, DaemonRows, func(plan []Attempt) ([]Outcome, string) {
+		return runControllerProbe(h, plan)
+	}, nil))
+	egressPhase(h, c, record, fail)
+	heldPhase(h, c, record, fail)
+	diskPhase(h, c, record, fail)
+	startsPhase(h, c, record)
+	// Where no writable cgroup tree exists the rig runs on rlimits alone:
+	// the self-test says so, in its own row.
+	if cg := h.CgroupStatus(); strings.HasPrefix(cg, "none") {
+		record([]rpc.Probe{{Role: "rig", Attempt: "per-role cgroups", Expect: "in force, or said", Got: cg, OK: true}})
+	} else {
+		record([]rpc.Probe{{Role: "rig", Attempt: "per-role cgroups", Expect: "in force, or said", Got: "in force: " + cg, OK: true}})
 	}
+	for _, rc := range RigChecks {
+		if got := rc.Check(c); got != "" {
+			fail("rig", rc.Attempt, "holds", got)
+		} else {
+			record([]rpc.Probe{{Role: "rig", Attempt: rc.Attempt, Expect: "holds", Got: "holds", OK: true}})
+		}
+	}
+	sort.SliceStable(res.Probes, func(i, j int) bool { return roleOrder(c, res.Probes[i].Role) < roleOrder(c, res.Probes[j].Role) })
+	res.Roles = len(c.Table.Roles)
+	res.Holds = len(v.failures) == 0
+	res.Sentence = Sentence(res.Holds, res.Roles, v.failures, h.Without())
+	res.WallMS = time.Since(start).Milliseconds()
+	return res
+}
+
+// newContext is what the probes' rows are made from: the rig as the host
+// gives it, before any canary is placed.
+func newContext(h Host) *Context {
 	c := &Context{
 		Cfg: h.Config(), Table: h.Table(), BrokerPID: h.BrokerPID(),
 		OtherPID: map[string]int{}, Workspace: map[int]string{}, RunKit: map[int]string{}, RunOut: map[int]string{},
@@ -127,22 +193,22 @@ func Run(h Host) *rpc.SelftestResult {
 			c.SecretValues = append(c.SecretValues, v)
 		}
 	}
-	var undo []func()
-	defer func() {
-		for i := len(undo) - 1; i >= 0; i-- {
-			undo[i]()
-		}
-	}()
-	if err := placeCanaries(h, c, &undo); err != nil {
+	return c
+}
+
+// setUp places the canaries and leftovers the probes aim at (undo removes
+// them) and finds the controller, or starts a canary as its user.
+func setUp(h Host, c *Context, undo *[]func(), fail func(role, attempt, expect, got string)) {
+	if err := placeCanaries(h, c, undo); err != nil {
 		fail("rig", "place canary targets", "placed", err.Error())
 	}
-	if err := placeLeftovers(h, c, &undo); err != nil {
+	if err := placeLeftovers(h, c, undo); err != nil {
 		fail("rig", "leave SysV IPC objects and set-id files for the probes", "left", err.Error())
 	}
-	if err := listenCanaries(c, &undo); err != nil {
+	if err := listenCanaries(c, undo); err != nil {
 		fail("rig", "listen on a canary socket", "listening", err.Error())
 	}
-	if err := listenEgressCanary(c, &undo); err != nil {
+	if err := listenEgressCanary(c, undo); err != nil {
 		fail("rig", "listen on a canary socket", "listening", err.Error())
 	}
 	c.ControllerPID = h.ControllerPID()
@@ -154,30 +220,24 @@ func Run(h Host) *rpc.SelftestResult {
 			fail("rig", "start a canary process as the controller's user", "started", err.Error())
 		} else {
 			c.ControllerPID = pid
-			undo = append(undo, stop)
+			*undo = append(*undo, stop)
 		}
 	}
+}
 
-	// Two phases, so no probe's clean-up stops the canary it targets: a
-	// canary as planner for every role but the planner, then one as
-	// model-check for the planner.
+// canaryPhases probes every role, beside a canary of another role to aim
+// at. Two phases, so no probe's clean-up stops the canary it targets: a
+// canary as planner for every role but the planner, then one as
+// model-check for the planner. Probes of different roles run side by
+// side; timing users' probes hold the judge CPUs (and cards) as a timed
+// run does, so they run alone, after the others.
+func canaryPhases(h Host, c *Context, record func([]rpc.Probe), fail func(role, attempt, expect, got string)) {
 	var first, second []roles.Role
 	for _, r := range c.Table.Roles {
 		if r.Name == "planner" {
 			second = append(second, r)
 		} else {
 			first = append(first, r)
-		}
-	}
-	var mu sync.Mutex
-	record := func(rows []rpc.Probe) {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, p := range rows {
-			res.Probes = append(res.Probes, p)
-			if !p.OK {
-				failures = append(failures, fmt.Sprintf("%s %s: %s (want %s)", p.Role, p.Attempt, p.Got, p.Expect))
-			}
 		}
 	}
 	for _, phase := range []struct {
@@ -190,79 +250,58 @@ func Run(h Host) *rpc.SelftestResult {
 			fail("rig", "start a canary process as "+phase.canary, "started", err.Error())
 			continue
 		}
-		for _, r := range phase.probes {
-			c.OtherPID[r.Name] = pid
-		}
-		// Timing users' probes hold the judge CPUs (and cards) as a timed
-		// run does, so they run alone, after the others.
 		var timing, rest []roles.Role
 		for _, r := range phase.probes {
+			c.OtherPID[r.Name] = pid
 			if r.Kind == roles.Timing {
 				timing = append(timing, r)
 			} else {
 				rest = append(rest, r)
 			}
 		}
-		work := make(chan roles.Role)
-		var wg sync.WaitGroup
-		for i := 0; i < Parallel; i++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for r := range work {
-					record(probeRole(h, c, r))
-				}
-			}()
-		}
-		for _, r := range rest {
-			work <- r
-		}
-		close(work)
-		wg.Wait()
+		sideBySide(rest, func(r roles.Role) { record(probeRole(h, c, r)) })
 		for _, r := range timing {
-			// A card without judge CPUs of its own has its timed runs
-			// refused; its timing user runs nothing to probe.
-			if _, err := c.Cfg.JudgeCPUsOf(r.Index - 1); err != nil {
-				record([]rpc.Probe{{Role: r.Name, Attempt: "timed runs on its card", Expect: "judge CPUs of its own, or refused", Got: "refused: " + err.Error(), OK: true}})
-				continue
-			}
-			if why := h.JudgeCPUsWhy(); why != "" {
-				record([]rpc.Probe{{Role: r.Name, Attempt: "timed runs on its card", Expect: "judge CPUs held in the kernel, or refused", Got: "refused: " + why, OK: true}})
-				continue
-			}
-			record(probeRole(h, c, r))
+			record(probeTiming(h, c, r))
 		}
 		stop()
 	}
-	// The controller daemon, confined as it runs, tries what a flaw in its
-	// parsing would try.
-	record(probeRows(c, c.Table.Controller(), DaemonLabel, DaemonRows, func(plan []Attempt) ([]Outcome, string) {
-		return runControllerProbe(h, plan)
-	}))
-	egressPhase(h, c, record, fail)
-	heldPhase(h, c, record, fail)
-	diskPhase(h, c, record, fail)
-	startsPhase(h, c, record)
-	// Where no writable cgroup tree exists the rig runs on rlimits alone:
-	// the self-test says so, in its own row.
-	if cg := h.CgroupStatus(); strings.HasPrefix(cg, "none") {
-		res.Probes = append(res.Probes, rpc.Probe{Role: "rig", Attempt: "per-role cgroups", Expect: "in force, or said", Got: cg, OK: true})
-	} else {
-		res.Probes = append(res.Probes, rpc.Probe{Role: "rig", Attempt: "per-role cgroups", Expect: "in force, or said", Got: "in force: " + cg, OK: true})
+}
+
+// probeTiming probes a timing user, or says why its timed runs are
+// refused and it has nothing to probe.
+func probeTiming(h Host, c *Context, r roles.Role) []rpc.Probe {
+	// A card without judge CPUs of its own has its timed runs refused; its
+	// timing user runs nothing to probe.
+	if _, err := c.Cfg.JudgeCPUsOf(r.Index - 1); err != nil {
+		return []rpc.Probe{{Role: r.Name, Attempt: "timed runs on its card", Expect: "judge CPUs of its own, or refused", Got: "refused: " + err.Error(), OK: true}}
 	}
-	for _, rc := range RigChecks {
-		if got := rc.Check(c); got != "" {
-			fail("rig", rc.Attempt, "holds", got)
-		} else {
-			res.Probes = append(res.Probes, rpc.Probe{Role: "rig", Attempt: rc.Attempt, Expect: "holds", Got: "holds", OK: true})
-		}
+	if why := h.JudgeCPUsWhy(); why != "" {
+		return []rpc.Probe{{Role: r.Name, Attempt: "timed runs on its card", Expect: "judge CPUs held in the kernel, or refused", Got: "refused: " + why, OK: true}}
 	}
-	sort.SliceStable(res.Probes, func(i, j int) bool { return roleOrder(c, res.Probes[i].Role) < roleOrder(c, res.Probes[j].Role) })
-	res.Roles = len(c.Table.Roles)
-	res.Holds = len(failures) == 0
-	res.Sentence = Sentence(res.Holds, res.Roles, failures, h.Without())
-	res.WallMS = time.Since(start).Milliseconds()
-	return res
+	return probeRole(h, c, r)
+}
+
+// sideBySide runs probe for each of rs, Parallel at a time, and returns
+// once every one has. Each role is its own user, with its own folders and
+// limits, and every probe is stopped by its own role's StopUser alone, so
+// probes of different roles do not reach each other.
+func sideBySide(rs []roles.Role, probe func(roles.Role)) {
+	work := make(chan roles.Role)
+	var wg sync.WaitGroup
+	for range min(Parallel, len(rs)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := range work {
+				probe(r)
+			}
+		}()
+	}
+	for _, r := range rs {
+		work <- r
+	}
+	close(work)
+	wg.Wait()
 }
 
 func roleOrder(c *Context, name string) int {
@@ -277,17 +316,21 @@ func roleOrder(c *Context, name string) int {
 // probeRole runs one role's probe and judges every row against it. A row
 // marked Alone gets a probe process of its own, so that whatever its
 // attempt does to that process (the broker kills a process that made it
-// its tracer) costs no other row its answer.
+// its tracer) costs no other row its answer. A role's probe processes run
+// one after another (the broker's clean-up after each, the set-id sweep of
+// the role's folders, would reach a sibling's targets), and its user is
+// stopped once they all have.
 func probeRole(h Host, c *Context, r roles.Role) []rpc.Probe {
 	return probeRows(c, r, r.Name, Policy, func(plan []Attempt) ([]Outcome, string) {
 		return runProbe(h, c, r, plan)
-	})
+	}, func() { stopRole(h, r) })
 }
 
 // probeRows plans the rows of table that apply to r, runs them with run
-// (the rows marked Alone each in a probe of their own) and judges every
-// outcome, naming who as the prober.
-func probeRows(c *Context, r roles.Role, who string, table []Row, run func(plan []Attempt) ([]Outcome, string)) []rpc.Probe {
+// (the rows marked Alone each in a probe of their own, one after
+// another), calls settle (where set) once every run has answered, and
+// judges every outcome, naming who as the prober.
+func probeRows(c *Context, r roles.Role, who string, table []Row, run func(plan []Attempt) ([]Outcome, string), settle func()) []rpc.Probe {
 	type planned struct {
 		row     *Row
 		attempt Attempt
@@ -315,7 +358,8 @@ func probeRows(c *Context, r roles.Role, who string, table []Row, run func(plan 
 	for i, p := range append([][]Attempt{plan}, alone...) {
 		outs, why := run(p)
 		if why != "" && i == 0 {
-			return []rpc.Probe{{Role: who, Attempt: "run its probe", Expect: "ran", Got: why}}
+			failedRun[""] = why
+			break
 		}
 		for _, a := range p {
 			failedRun[a.ID] = why
@@ -323,6 +367,12 @@ func probeRows(c *Context, r roles.Role, who string, table []Row, run func(plan 
 		for _, o := range outs {
 			byID[o.ID] = o
 		}
+	}
+	if settle != nil {
+		settle()
+	}
+	if why := failedRun[""]; why != "" {
+		return []rpc.Probe{{Role: who, Attempt: "run its probe", Expect: "ran", Got: why}}
 	}
 	var out []rpc.Probe
 	for _, p := range rows {
@@ -369,8 +419,7 @@ func probeRows(c *Context, r roles.Role, who string, table []Row, run func(plan 
 }
 
 // runProbe runs one probe process with plan and reads its outcomes, or says
-// why there are none. The role's processes are stopped after it; the
-// controller's user is the controller itself, and is left alone.
+// why there are none. Its role's processes are left to stopRole.
 func runProbe(h Host, c *Context, r roles.Role, plan []Attempt) ([]Outcome, string) {
 	data, _ := json.Marshal(plan)
 	cards := c.Given[r.Name]
@@ -378,11 +427,15 @@ func runProbe(h Host, c *Context, r roles.Role, plan []Attempt) ([]Outcome, stri
 		// A held card is no other role's meanwhile: asking for it is refused.
 		cards = nil
 	}
-	stdout, stderr, run, err := h.RunProbe(r, cards, data)
+	return probeOutcomes(h.RunProbe(r, cards, data))
+}
+
+// stopRole stops a role's processes once its probes have answered; the
+// controller's user is the controller itself, and is left alone.
+func stopRole(h Host, r roles.Role) {
 	if r.Kind != roles.Controller {
 		h.StopUser(r)
 	}
-	return probeOutcomes(stdout, stderr, run, err)
 }
 
 // runControllerProbe runs one probe confined as the controller daemon.
@@ -758,9 +811,11 @@ func heldPhase(h Host, c *Context, record func([]rpc.Probe), fail func(role, att
 	defer release()
 	c.HeldCPUs, c.Holding = cpus, true
 	defer func() { c.Holding, c.CardCanaryPID = false, 0 }()
+	var probed []roles.Role
 	for _, r := range c.Table.Roles {
 		if r.Kind != roles.Timing {
-			record(probeRole(h, c, r))
+			probed = append(probed, r)
 		}
 	}
+	sideBySide(probed, func(r roles.Role) { record(probeRole(h, c, r)) })
 }

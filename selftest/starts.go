@@ -34,16 +34,21 @@ import (
 // path behind it.
 
 // OpStopOwn sends SIGSTOP, SIGTSTP, SIGTTIN and SIGTTOU in turn to every
-// process it may signal (kill(-1)), from two threads, for the first
-// duration of Arg ("1s,4s"); then it writes Path/.selftest-stopped and
-// leaves what it stopped stopped until Path/.selftest-go-on appears or
-// the second duration has passed, and sends SIGCONT to every process it
-// may signal. Detail counts the calls. (kill(-1) answers 0 where every
-// process refused it, so no call says whether a stop landed.)
+// process it may signal (kill(-1)), from two threads: it makes
+// Path/.selftest-stopping once both have begun, and goes on for the first
+// duration of Arg ("1s,4s"), or until Path/.selftest-enough appears if
+// its filter refused every call so far. Then it writes
+// Path/.selftest-stopped and leaves what it stopped stopped until
+// Path/.selftest-go-on appears or the second duration has passed, and
+// sends SIGCONT to every process it may signal. Detail counts the calls
+// and those the kernel ran. (kill(-1) answers 0 where every process
+// refused it, so no call the kernel ran says whether a stop landed.)
 const OpStopOwn = "stop-own"
 
 const (
-	// stopperFor is how long the lane's probe stops its own processes.
+	// stopperFor is how long at most the lane's probe stops its own
+	// processes: the self-test tells it sooner that it has seen enough
+	// starts meanwhile (startsWhileStopping), unless a start is held.
 	stopperFor = time.Second
 	// stopperHold is how long at most it leaves what it stopped stopped
 	// after: a start the broker left stopped holds the broker (and, for a
@@ -53,10 +58,25 @@ const (
 	// and end meanwhile: generous for a command that ends at once, and
 	// short of stopperHold, which a held start takes at least.
 	startsBound = 2 * time.Second
+	// startsWhileStopping of the lane's starts, and runsWhileStopping of
+	// the other role's commands, begun and ended while the probe stopped
+	// its own processes, are enough where its filter refused every one of
+	// its stops (EPERM before the kernel ran the call, so no stop was ever
+	// sent): then they only show that starts go on. A probe whose kill(-1)
+	// the kernel ran stops for the whole of stopperFor whatever it is
+	// told, for kill(-1) answers 0 even where every process refused it,
+	// and nothing then says its stops reached no start.
+	startsWhileStopping = 8
+	runsWhileStopping   = 2
 
-	stoppedMark = ".selftest-stopped"
-	goOnMark    = ".selftest-go-on"
+	stoppingMark = ".selftest-stopping"
+	enoughMark   = ".selftest-enough"
+	stoppedMark  = ".selftest-stopped"
+	goOnMark     = ".selftest-go-on"
 )
+
+// startsMarks are the hand-over's marks in the lane's temp folder.
+var startsMarks = []string{stoppingMark, enoughMark, stoppedMark, goOnMark}
 
 // stopOwnProcesses is the attack on the start window: kill(-1) with each
 // stop signal in a loop stops every process of its user it may signal, a
@@ -69,32 +89,52 @@ func stopOwnProcesses(a Attempt) Outcome {
 		return Outcome{ID: a.ID, Got: "error: " + strconv.Quote(a.Arg) + " " + strconv.Quote(a.Path)}
 	}
 	end := time.Now().Add(loop)
-	var sent atomic.Int64
-	var wg sync.WaitGroup
+	var enough atomic.Bool
+	over := make(chan struct{})
+	go func() {
+		if awaitFile(filepath.Join(a.Path, enoughMark), loop, over) {
+			enough.Store(true)
+		}
+	}()
+	var sent, ran atomic.Int64
+	var wg, begun sync.WaitGroup
 	for range 2 {
 		wg.Add(1)
+		begun.Add(1)
 		go func() {
 			defer wg.Done()
 			runtime.LockOSThread()
-			for time.Now().Before(end) {
+			first := true
+			for !(enough.Load() && ran.Load() == 0) && time.Now().Before(end) {
 				for _, sig := range []unix.Signal{unix.SIGSTOP, unix.SIGTSTP, unix.SIGTTIN, unix.SIGTTOU} {
 					sent.Add(1)
-					unix.Kill(-1, sig)
+					if unix.Kill(-1, sig) != unix.EPERM {
+						ran.Add(1)
+					}
 				}
+				if first {
+					begun.Done()
+					first = false
+				}
+			}
+			if first {
+				begun.Done()
 			}
 		}()
 	}
+	begun.Wait()
+	markErr := os.WriteFile(filepath.Join(a.Path, stoppingMark), nil, 0o600)
 	wg.Wait()
+	close(over)
 	defer unix.Kill(-1, unix.SIGCONT)
+	if markErr != nil {
+		return result(a.ID, markErr)
+	}
 	if err := os.WriteFile(filepath.Join(a.Path, stoppedMark), nil, 0o600); err != nil {
 		return result(a.ID, err)
 	}
-	for until := time.Now().Add(hold); time.Now().Before(until); time.Sleep(5 * time.Millisecond) {
-		if _, err := os.Stat(filepath.Join(a.Path, goOnMark)); err == nil {
-			break
-		}
-	}
-	return Outcome{ID: a.ID, Got: "ok", Detail: fmt.Sprintf("%d kill(-1) calls", sent.Load())}
+	awaitFile(filepath.Join(a.Path, goOnMark), hold, nil)
+	return Outcome{ID: a.ID, Got: "ok", Detail: fmt.Sprintf("%d kill(-1) calls, %d of them run by the kernel", sent.Load(), ran.Load())}
 }
 
 // stopperTimes reads "LOOP,HOLD".
@@ -150,14 +190,17 @@ func startsPhase(h Host, c *Context, record func([]rpc.Probe)) {
 	defer func() { c.Starting, c.Starts = false, nil }()
 	record(probeRows(c, lane, lane.Name, Policy, func(plan []Attempt) ([]Outcome, string) {
 		return startsUnderStopper(h, c, lane, other, plan)
-	}))
+	}, nil))
 }
 
 // startsUnderStopper runs the lane's probe with plan and the starts
 // beside it, records what it saw in c.Starts, and returns the probe's
-// outcomes. The starts go on until the probe has stopped stopping and
-// one more of each has ended; then the probe is told to let its
-// processes go. Where a start is still held when every bound has run out,
+// outcomes. Once startsWhileStopping of the lane's starts and
+// runsWhileStopping of the other's commands have ended while the probe
+// stopped, the probe is told that is enough (it heeds that only where its
+// filter refused every stop). The starts go on until the probe has
+// stopped stopping and one more of each has ended; then the probe is told
+// to let its processes go. Every hand-over waits on its mark's event. Where a start is still held when every bound has run out,
 // it ends the lane's processes from here (a start of a helper would wait
 // behind the held one), so that the self-test goes on and says so.
 func startsUnderStopper(h Host, c *Context, lane, other roles.Role, plan []Attempt) ([]Outcome, string) {
@@ -165,17 +208,25 @@ func startsUnderStopper(h Host, c *Context, lane, other roles.Role, plan []Attem
 	c.Starts = s
 	data, _ := json.Marshal(plan)
 	tmp := tmpOf(c, lane.Name)
-	for _, m := range []string{stoppedMark, goOnMark} {
-		removePlaced(c.Cfg.StateDir, filepath.Join(tmp, m))
+	clearMarks := func() {
+		for _, m := range startsMarks {
+			removePlaced(c.Cfg.StateDir, filepath.Join(tmp, m))
+		}
 	}
+	clearMarks()
+	defer clearMarks()
 	var (
 		mu                  sync.Mutex
 		outs                []Outcome
 		why                 string
 		laneDone, otherDone bool
 		wg                  sync.WaitGroup
+		// laneDuring and otherDuring count the starts and commands begun
+		// and ended while the probe stopped its own processes.
+		laneDuring, otherDuring int
+		enough                  sync.Once
 	)
-	probeDone, stopped, allDone := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	probeDone, stopping, stopped, allDone := make(chan struct{}), make(chan struct{}), make(chan struct{}), make(chan struct{})
 	closed := func(ch chan struct{}) bool {
 		select {
 		case <-ch:
@@ -187,6 +238,17 @@ func startsUnderStopper(h Host, c *Context, lane, other roles.Role, plan []Attem
 	// over says whether a loop may end: a start or command begun once the
 	// probe had stopped stopping (or was done) has ended.
 	over := func(begun bool) bool { return begun || closed(probeDone) }
+	// during says whether a start or command began while the probe
+	// stopped its own processes; seen counts one that did, and tells the
+	// probe it is enough once both counts are reached (with s locked).
+	during := func() bool { return closed(stopping) && !closed(stopped) }
+	seen := func(count *int) {
+		*count++
+		if laneDuring >= startsWhileStopping && otherDuring >= runsWhileStopping {
+			enough.Do(func() { placeFile(c.Cfg.StateDir, filepath.Join(tmp, enoughMark), 0, 0, 0o644) })
+		}
+	}
+	wait := stopperFor + stopperHold + startsBound
 	go func() {
 		o, w := probeOutcomes(h.RunProbe(lane, nil, data))
 		mu.Lock()
@@ -195,19 +257,21 @@ func startsUnderStopper(h Host, c *Context, lane, other roles.Role, plan []Attem
 		close(probeDone)
 	}()
 	go func() {
-		for !closed(probeDone) {
-			if _, err := os.Lstat(filepath.Join(tmp, stoppedMark)); err == nil {
-				close(stopped)
+		for _, m := range []struct {
+			name string
+			ch   chan struct{}
+		}{{stoppingMark, stopping}, {stoppedMark, stopped}} {
+			if !awaitFile(filepath.Join(tmp, m.name), wait, probeDone) {
 				return
 			}
-			time.Sleep(5 * time.Millisecond)
+			close(m.ch)
 		}
 	}()
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
 		for {
-			after := closed(stopped)
+			after, began := closed(stopped), during()
 			pid, stop, err := h.StartCanary(lane, nil)
 			// A command of the lane found stopped once started shows the
 			// lane's stops reach its new commands (where no signal scope
@@ -220,6 +284,9 @@ func startsUnderStopper(h Host, c *Context, lane, other roles.Role, plan []Attem
 			}
 			if stoppedNow {
 				s.laneStopped++
+			}
+			if began && during() {
+				seen(&laneDuring)
 			}
 			mu.Unlock()
 			if err == nil {
@@ -236,7 +303,7 @@ func startsUnderStopper(h Host, c *Context, lane, other roles.Role, plan []Attem
 	go func() {
 		defer wg.Done()
 		for n := 1; ; n++ {
-			after := closed(stopped)
+			after, began := closed(stopped), during()
 			t0 := time.Now()
 			bad := commandBad(h.RunProbe(other, nil, []byte("[]")))
 			if took := time.Since(t0); bad == "" && took > startsBound {
@@ -246,6 +313,9 @@ func startsUnderStopper(h Host, c *Context, lane, other roles.Role, plan []Attem
 			s.otherRuns = n
 			if bad != "" && s.otherBad == "" {
 				s.otherBad = fmt.Sprintf("%s's command %d while %s stopped its own processes: %s", other.Name, n, lane.Name, bad)
+			}
+			if began && during() {
+				seen(&otherDuring)
 			}
 			mu.Unlock()
 			if over(after) {
@@ -264,7 +334,6 @@ func startsUnderStopper(h Host, c *Context, lane, other roles.Role, plan []Attem
 		close(allDone)
 	}()
 
-	wait := stopperFor + stopperHold + startsBound
 	select {
 	case <-allDone:
 	case <-time.After(wait):

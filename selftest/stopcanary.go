@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"sync"
 
 	"golang.org/x/sys/unix"
 
@@ -21,6 +22,7 @@ import (
 func placeLeftovers(h Host, c *Context, undo *[]func()) error {
 	var errs []error
 	c.IPCLeft = map[string]map[string]int32{}
+	var stopped []roles.Role
 	for _, r := range c.Table.Roles {
 		if r.Kind == roles.Controller {
 			continue // the controller's user is never stopped while it runs
@@ -36,10 +38,17 @@ func placeLeftovers(h Host, c *Context, undo *[]func()) error {
 			*undo = append(*undo, func() { removeIPCCanary(kind, key, id) })
 		}
 		c.IPCLeft[r.Name] = left
-		if _, err := h.StopUser(r); err != nil {
-			errs = append(errs, err)
-		}
+		stopped = append(stopped, r)
 	}
+	// Each role's user is stopped with its objects in place, side by side.
+	var mu sync.Mutex
+	sideBySide(stopped, func(r roles.Role) {
+		if _, err := h.StopUser(r); err != nil {
+			mu.Lock()
+			errs = append(errs, err)
+			mu.Unlock()
+		}
+	})
 	c.LinkedSetID = map[int]string{}
 	for n, ws := range c.Workspace {
 		r, ok := c.Table.Lane(n)

@@ -15,10 +15,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 
 	"thermite/internal/config"
+	"thermite/internal/runas"
 	"thermite/internal/trialclient"
 	"thermite/roles"
 )
@@ -42,10 +44,40 @@ func main() {
 			os.Exit(run(os.Args[2:]))
 		}
 	}
+	// run-as hands over to the light client's path (runas.Main, which
+	// thermite-run-as runs) before cobra builds its commands or anything
+	// reads the configuration: an operator's command costs what the light
+	// client's does, less what this binary's size costs at its start.
+	if args, ok := runAsArgs(os.Args[1:]); ok {
+		os.Exit(runas.Main(args, os.Stdout, os.Stderr))
+	}
 	os.Exit(exitStatus(newRoot().Execute()))
 }
 
 var configPath string
+
+// runAsArgs says whether a command line is `thermite [--config PATH]
+// run-as ...`, and gives what runas.Main takes: run-as's own arguments,
+// the --config passed on before them (Parse takes flags and the role in
+// any order before "--", and a later --config wins, as cobra's flag did).
+// Any other flag before run-as leaves the line to cobra, which says what
+// it makes of it.
+func runAsArgs(args []string) ([]string, bool) {
+	var config []string
+	for len(args) > 0 {
+		switch a := args[0]; {
+		case a == "run-as":
+			return append(config, args[1:]...), true
+		case a == "--config" && len(args) > 1:
+			config, args = append(config, a, args[1]), args[2:]
+		case strings.HasPrefix(a, "--config="):
+			config, args = append(config, a), args[1:]
+		default:
+			return nil, false
+		}
+	}
+	return nil, false
+}
 
 func newRoot() *cobra.Command {
 	root := &cobra.Command{
