@@ -7,45 +7,37 @@ import (
 	"time"
 )
 
-// Issue 27, the judge's side: a lane opens its HOME to every role and
-// listens there on a socket anyone may connect to, then waits for a judged
-// candidate (its own code, run as the timing user with the kit's hidden
-// inputs) to hand it what the lane must not see. The timing user and the
-// builder make no unix socket at all (EPERM), so they reach no listener;
-// they make no socket file and no FIFO in their own places either, so no
-// lane finds a listener of theirs. A socket pair, which has no name,
-// works, and so does what glibc does over a socket (nscd, /dev/log),
-// which fails soft. The lane's own connect works: the listener is there.
+// Issue 27, the judge's side: a lane opens its research area to every
+// role and listens there on a socket anyone may connect to, then waits
+// for a judged candidate (its own code, run as the timing user with the
+// kit's hidden inputs) to hand it what the lane must not see. The timing
+// user and the builder make no unix socket at all (EPERM), so they reach
+// no listener; they make no FIFO in their own places either (EACCES), and
+// no socket file, so no lane finds a listener of theirs. A socket pair,
+// which has no name, works, and so does what glibc does over a socket
+// (nscd, /dev/log), which fails soft. The lane's own connect works: the
+// listener is there.
 func TestCandidateReachingALanesSocketRefused(t *testing.T) {
 	requirePython(t)
 	r := newRig(t)
-	home := filepath.Join(r.Cfg.ScratchDir(), "home", "lane-1")
-	sock := filepath.Join(home, "drop.sock")
-	listener := `import socket, os, sys, time
-os.chmod(os.environ["HOME"], 0o755)
+	t1, _ := startTrial(t, r, 1, makeProject(t, r))
+	sock := filepath.Join(t1.LaneArea, "drop.sock")
+	listener := `import socket, os, sys
+os.chmod(os.path.dirname(sys.argv[1]), 0o755)
 s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); os.chmod(sys.argv[1], 0o777); s.listen(8)
 s.settimeout(120)
 while True:
     c, _ = s.accept(); c.sendall(b"hello"); c.close()`
-	if _, stderr, code := r.RunAs("lane-1", nil, "sh", "-c", `setsid -f /usr/bin/python3 -c "$0" "$1" </dev/null >/dev/null 2>&1`, listener, sock); code != 0 {
-		t.Fatalf("lane-1 listens in its HOME: exit %d %s", code, stderr)
+	if _, stderr, code := r.Thermite("trial", "exec", t1.ID, "--", "sh", "-c", `setsid -f /usr/bin/python3 -c "$0" "$1" </dev/null >/dev/null 2>&1`, listener, sock); code != 0 {
+		t.Fatalf("lane-1 listens in its research area: exit %d %s", code, stderr)
 	}
 	if !waitFor(10*time.Second, func() bool { st, err := os.Stat(sock); return err == nil && st.Mode()&os.ModeSocket != 0 }) {
 		t.Fatal("lane-1's socket did not appear")
 	}
-	connect := `
-def reach():
-    s = socket.socket(socket.AF_UNIX)
-    s.settimeout(5)
-    s.connect(sys.argv[1])
-    if s.recv(5) != b"hello":
-        raise OSError(errno.EIO, "no greeting")
-try_("reach the lane's socket", reach)
-`
-	if got := pyAs(t, r, "lane-1", connect, sock); got["reach the lane's socket"] != "ok" {
-		t.Fatalf("lane-1 reaches its own listener: %s, want ok", got["reach the lane's socket"])
+	if got := pyAs(t, r, "lane-1", pyReach, sock); got["reach the socket"] != "ok" {
+		t.Fatalf("lane-1 reaches its own listener: %s, want ok", got["reach the socket"])
 	}
-	judge := connect + `
+	judge := pyReach + `
 try_("unix socket", lambda: socket.socket(socket.AF_UNIX, socket.SOCK_STREAM).close())
 try_("unix datagram socket", lambda: socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM).close())
 def pair():
@@ -63,7 +55,7 @@ try_("getaddrinfo localhost", lambda: socket.getaddrinfo("localhost", 80))
 try_("syslog (/dev/log)", lambda: syslog.syslog("thermite channel test"))
 `
 	want := map[string]string{
-		"reach the lane's socket": "EPERM", "unix socket": "EPERM", "unix datagram socket": "EPERM",
+		"reach the socket": "EPERM", "unix socket": "EPERM", "unix datagram socket": "EPERM",
 		"socketpair": "ok", "FIFO in TMPDIR": "EACCES", "FIFO in HOME": "EACCES", "file in TMPDIR": "ok",
 		"getpwuid (nscd, then files)": "ok", "getaddrinfo localhost": "ok", "syslog (/dev/log)": "ok",
 	}
@@ -75,10 +67,62 @@ try_("syslog (/dev/log)", lambda: syslog.syslog("thermite channel test"))
 			}
 		}
 	}
-	// Another lane still reaches the listener: lanes talking to each other
-	// is not what this closes (a role-private parent for each HOME would).
-	if got := pyAs(t, r, "lane-2", connect, sock); got["reach the lane's socket"] != "ok" {
-		t.Logf("lane-2 reaches lane-1's listener: %s", got["reach the lane's socket"])
+	// Another lane still reaches a listener in a research area the lane
+	// opened: handed folders are the lane's own, mode and all (the
+	// report of issue 27 says what would close it).
+	got := pyAs(t, r, "lane-2", pyReach, sock)
+	t.Logf("lane-2 reaches lane-1's listener in its research area: %s", got["reach the socket"])
+}
+
+// pyReach connects to the unix socket argv[1] and reads its greeting.
+const pyReach = `
+def reach():
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(5)
+    s.connect(sys.argv[1])
+    if s.recv(5) != b"hello":
+        raise OSError(errno.EIO, "no greeting")
+try_("reach the socket", reach)
+`
+
+// Issue 27, a role's own HOME and TMPDIR: they are root's, for the role's
+// group (0770), so a lane that tries to open them to every role is
+// refused (EPERM), and a socket it listens on there, mode 0777, is out of
+// another lane's reach (EACCES: it cannot pass the HOME). The lane still
+// writes, lists and listens in them.
+func TestLaneOpeningItsHomeToOtherRolesRefused(t *testing.T) {
+	requirePython(t)
+	r := newRig(t)
+	sock := filepath.Join(r.Cfg.ScratchDir(), "home", "lane-1", "drop.sock")
+	got := pyAs(t, r, "lane-1", `
+try_("chmod HOME 0755", lambda: os.chmod(os.environ["HOME"], 0o755))
+try_("chmod TMPDIR 0777", lambda: os.chmod(os.environ["TMPDIR"], 0o777))
+try_("file in HOME", lambda: os.close(os.open(os.environ["HOME"] + "/plain", os.O_CREAT | os.O_WRONLY, 0o644)))
+try_("list HOME", lambda: os.listdir(os.environ["HOME"]))
+`)
+	for what, want := range map[string]string{"chmod HOME 0755": "EPERM", "chmod TMPDIR 0777": "EPERM", "file in HOME": "ok", "list HOME": "ok"} {
+		if got[what] != want {
+			t.Errorf("lane-1: %s: %s, want %s", what, got[what], want)
+		}
+	}
+	listener := `import socket, os, sys
+s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); os.chmod(sys.argv[1], 0o777); s.listen(8)
+s.settimeout(120)
+while True:
+    c, _ = s.accept(); c.sendall(b"hello"); c.close()`
+	if _, stderr, code := r.RunAs("lane-1", nil, "sh", "-c", `setsid -f /usr/bin/python3 -c "$0" "$1" </dev/null >/dev/null 2>&1`, listener, sock); code != 0 {
+		t.Fatalf("lane-1 listens in its HOME: exit %d %s", code, stderr)
+	}
+	if !waitFor(10*time.Second, func() bool { st, err := os.Stat(sock); return err == nil && st.Mode()&os.ModeSocket != 0 }) {
+		t.Fatal("lane-1's socket did not appear")
+	}
+	if got := pyAs(t, r, "lane-1", pyReach, sock); got["reach the socket"] != "ok" {
+		t.Fatalf("lane-1 reaches its own listener: %s, want ok", got["reach the socket"])
+	}
+	for _, role := range []string{"lane-2", "agent-2"} {
+		if got := pyAs(t, r, role, pyReach, sock); got["reach the socket"] != "EACCES" {
+			t.Errorf("%s reaches lane-1's listener in its HOME: %s, want EACCES", role, got["reach the socket"])
+		}
 	}
 }
 
