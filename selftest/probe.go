@@ -234,6 +234,7 @@ var attempts = map[string]func(Attempt) Outcome{
 	OpInotify:    watchWithInotify,
 	OpFanotify:   watchWithFanotify,
 	OpDnotify:    watchWithDnotify,
+	OpOpenUp:     openFolderToAll,
 	// Issue 12's SysV IPC and set-id attempts (probe_ipc.go).
 	OpSysVShared:   makeSharedSysVObject,
 	OpSysVOpenUp:   openUpSysVObject,

@@ -19,6 +19,7 @@ const (
 	OpInotify    = "inotify"     // inotify_init1, then watch the folder Path
 	OpFanotify   = "fanotify"    // fanotify_init with FAN_REPORT_FID (which an unprivileged user may ask for)
 	OpDnotify    = "dnotify"     // open the folder Path and ask fcntl(F_NOTIFY) for its accesses
+	OpOpenUp     = "open-up"     // chmod the folder Path 0755, and back if that worked
 )
 
 // makeUnixSocket makes a unix socket, the first step to connecting to any
@@ -94,5 +95,20 @@ func watchWithDnotify(a Attempt) Outcome {
 	// SIGIO, which would end the probe.
 	signal.Ignore(unix.SIGIO)
 	_, err = unix.FcntlInt(uintptr(fd), unix.F_NOTIFY, dnAccess)
+	return result(a.ID, err)
+}
+
+// openFolderToAll chmods the folder Path 0755, as a lane that wants other
+// roles to reach a socket it listens on there would; where that works the
+// mode is put back.
+func openFolderToAll(a Attempt) Outcome {
+	var st unix.Stat_t
+	if err := unix.Stat(a.Path, &st); err != nil {
+		return Outcome{ID: a.ID, Got: "error: " + a.Path + ": " + err.Error()}
+	}
+	err := unix.Chmod(a.Path, 0o755)
+	if err == nil {
+		unix.Chmod(a.Path, st.Mode&0o7777)
+	}
 	return result(a.ID, err)
 }

@@ -337,6 +337,10 @@ var Policy = []Row{
 	{Who: Only(roles.Lane, roles.Agent, roles.Builder, roles.Timing), Attempt: "watch with fanotify (FAN_REPORT_FID, open to an unprivileged user)", Make: one(OpFanotify, ""), Want: notPerm},
 	{Who: Only(roles.Lane, roles.Agent, roles.Builder, roles.Timing), Attempt: "watch a folder every role reads with dnotify (fcntl F_NOTIFY)", Make: one(OpDnotify, "/usr/bin"), Want: notPerm},
 	{Who: Only(roles.Controller), Attempt: "watch a folder with inotify (a role that runs no lane's code)", Make: one(OpInotify, "/usr/bin"), Want: succeeds},
+	// A role's HOME and TMPDIR are root's, for its group: it cannot open
+	// them to other roles.
+	{Who: Every, Attempt: "open its own HOME to every role (chmod 0755)", Make: at(OpOpenUp, func(c *Context, r roles.Role) string { return filepath.Join(c.Cfg.ScratchDir(), "home", r.Name) }), Want: notPerm},
+	{Who: Every, Attempt: "open its own temp folder to every role (chmod 0755)", Make: at(OpOpenUp, func(c *Context, r roles.Role) string { return tmpOf(c, r.Name) }), Want: notPerm},
 	{Who: Every, Attempt: "connect to the broker's abstract unix socket", Make: func(c *Context, r roles.Role) []Attempt {
 		if inEgress(c, r) {
 			return nil // abstractFromEgress
