@@ -561,7 +561,8 @@ func planEgress(cfg *config.Config, r roles.Role, pol *roles.Policy, asked bool,
 
 func planConfinement(cfg *config.Config, r roles.Role, argv []string, l *fence.Layout, cards []int, home string, pol roles.Policy, now *Snapshot) (*landlock.RoleSpec, *seccomp.Options) {
 	w := now.Weakened
-	sc := &seccomp.Options{Network: pol.Network, AllowPerf: pol.AllowPerf, FileHelper: fileHelper(r, argv)}
+	sc := &seccomp.Options{Network: pol.Network, AllowPerf: pol.AllowPerf, FileHelper: fileHelper(r, argv),
+		NoUnixSockets: pol.NoUnixSockets, NoWatches: pol.NoWatches}
 	for _, name := range []string{seccomp.WeakenSysVIPC, seccomp.WeakenSetIDOpenat2, seccomp.WeakenAPITCP, seccomp.WeakenAIO, seccomp.WeakenStopSignals} {
 		if w[name] {
 			sc.Weakened = append(sc.Weakened, name)
@@ -580,7 +581,7 @@ func planConfinement(cfg *config.Config, r roles.Role, argv []string, l *fence.L
 	}
 	spec := &landlock.RoleSpec{
 		DenyGPU: l.Deny(cards), GPU: gpu, Writable: writableFor(cfg, r, home, now.Handed[r.UID]),
-		DevRoot: cfg.GPU.DevRoot, Network: pol.Network,
+		DevRoot: cfg.GPU.DevRoot, Network: pol.Network, NoMeetingPoints: pol.NoUnixSockets,
 	}
 	if pol.Network == netpolicy.Egress {
 		spec.EgressPort = cfg.Agent.EgressPort

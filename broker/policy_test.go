@@ -226,7 +226,7 @@ func TestPlanLaneCommand(t *testing.T) {
 			Writable: []string{home, scratch + "/tmp/lane-1", scratch + "/trials/T1/lane", scratch + "/trials/T1/workspace"},
 			DevRoot:  devRoot, Network: "api",
 		},
-		Seccomp: &seccomp.Options{Network: "api"},
+		Seccomp: &seccomp.Options{Network: "api", NoWatches: true},
 		Network: "api",
 	}
 	samePlan(t, p, want)

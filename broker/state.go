@@ -65,10 +65,14 @@ func (b *Broker) scratchLayout() []folder {
 		{filepath.Join(s, "runs"), ctl.UID, ctl.GID, 0o711},
 		{filepath.Join(s, "builds"), ctl.UID, ctl.GID, 0o711},
 	}
+	// A role's HOME and TMPDIR are root's, for the role's group (0770; no
+	// other user is in it): the role writes there as in a folder of its
+	// own, but cannot chmod them open, so what it leaves inside, a
+	// listening socket or a FIFO of any mode, no other role reaches.
 	for _, r := range b.table.Roles {
 		out = append(out,
-			folder{b.homeOf(r), r.UID, r.GID, 0o700},
-			folder{b.tmpOf(r), r.UID, r.GID, 0o700})
+			folder{b.homeOf(r), 0, r.GID, 0o770},
+			folder{b.tmpOf(r), 0, r.GID, 0o770})
 	}
 	return out
 }

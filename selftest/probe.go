@@ -227,6 +227,14 @@ var attempts = map[string]func(Attempt) Outcome{
 	OpAffinity:  setAffinity,
 	OpAddKey:    addKey,
 	OpNetlink:   makeNetlinkSocket,
+	// Issue 27's channels between roles (probe_channels.go).
+	OpUnixSocket: makeUnixSocket,
+	OpSocketPair: makeSocketPair,
+	OpMkfifo:     makeFIFO,
+	OpInotify:    watchWithInotify,
+	OpFanotify:   watchWithFanotify,
+	OpDnotify:    watchWithDnotify,
+	OpOpenUp:     openFolderToAll,
 	// Issue 12's SysV IPC and set-id attempts (probe_ipc.go).
 	OpSysVShared:   makeSharedSysVObject,
 	OpSysVOpenUp:   openUpSysVObject,

@@ -242,7 +242,9 @@ var Policy = []Row{
 	{Who: Except(roles.Controller), Attempt: "read the ledger", Make: at(OpRead, func(c *Context, _ roles.Role) string { return c.Ledger }), Want: refused},
 	{Who: Except(roles.Controller), Attempt: "read a kit", Make: at(OpRead, func(c *Context, _ roles.Role) string { return c.Kit }), Want: refused},
 	{Who: Every, Attempt: "read a secret file", Make: at(OpRead, func(c *Context, _ roles.Role) string { return c.Secret }), Want: refused},
-	{Who: Except(roles.Controller), Attempt: "connect to the broker socket", Make: at(OpConnect, func(c *Context, _ roles.Role) string { return c.Cfg.BrokerSocket() }), Want: refused},
+	{Who: Except(roles.Controller, roles.Builder, roles.Timing), Attempt: "connect to the broker socket", Make: at(OpConnect, func(c *Context, _ roles.Role) string { return c.Cfg.BrokerSocket() }), Want: refused},
+	// The judge's users make no unix socket at all (roles.NoUnixSocketKinds).
+	{Who: Only(roles.Builder, roles.Timing), Attempt: "connect to the broker socket", Make: at(OpConnect, func(c *Context, _ roles.Role) string { return c.Cfg.BrokerSocket() }), Want: notPerm},
 	{Who: Except(roles.Controller), Attempt: "open the controller's environ", Make: at(OpRead, func(c *Context, _ roles.Role) string { return procEnviron(c.ControllerPID) }), Want: refused, WantFor: otherProcWant},
 	{Who: Every, Attempt: "open the broker's environ", Make: at(OpRead, func(c *Context, _ roles.Role) string { return procEnviron(c.BrokerPID) }), Want: refused, WantFor: otherProcWant},
 	{Who: Every, Attempt: "signal the broker", Make: pid(OpSignal, func(c *Context, _ roles.Role) int { return c.BrokerPID }), Want: notPerm},
@@ -324,6 +326,21 @@ var Policy = []Row{
 	{Who: Every, Attempt: "set up Linux AIO, whose writes raise no event the disk check sees", Make: one(OpAIO, ""), Want: notPerm},
 	{Who: Every, Attempt: "make the broker its tracer with PTRACE_TRACEME", Make: one(OpTraceMe, ""), Want: notPerm, Alone: true},
 	{Who: Every, Attempt: "inject terminal input with TIOCSTI", Make: one(OpTIOCSTI, ""), Want: notPerm},
+	// Issue 27: the judge's users reach no listener a lane opened to every
+	// role, and make none; lanes and agents watch no other role's opens.
+	{Who: Only(roles.Builder, roles.Timing), Attempt: "make a unix socket, which could reach a listener a lane opened to every role", Make: one(OpUnixSocket, ""), Want: notPerm},
+	{Who: Except(roles.Builder, roles.Timing), Attempt: "make a unix socket, as reaching its API socket does", Make: one(OpUnixSocket, ""), Want: succeeds},
+	{Who: Every, Attempt: "make a socket pair, which has no name another role reaches", Make: one(OpSocketPair, ""), Want: succeeds},
+	{Who: Only(roles.Builder, roles.Timing), Attempt: "make a FIFO in its own temp folder", Make: at(OpMkfifo, func(c *Context, r roles.Role) string { return tmpOf(c, r.Name) }), Want: refused, Lost: hostpolicy.LandlockFS},
+	{Who: Except(roles.Builder, roles.Timing), Attempt: "make a FIFO in its own temp folder", Make: at(OpMkfifo, func(c *Context, r roles.Role) string { return tmpOf(c, r.Name) }), Want: succeeds},
+	{Who: Only(roles.Lane, roles.Agent, roles.Builder, roles.Timing), Attempt: "watch a folder every role reads with inotify, which shows another role's opens", Make: one(OpInotify, "/usr/bin"), Want: notPerm},
+	{Who: Only(roles.Lane, roles.Agent, roles.Builder, roles.Timing), Attempt: "watch with fanotify (FAN_REPORT_FID, open to an unprivileged user)", Make: one(OpFanotify, ""), Want: notPerm},
+	{Who: Only(roles.Lane, roles.Agent, roles.Builder, roles.Timing), Attempt: "watch a folder every role reads with dnotify (fcntl F_NOTIFY)", Make: one(OpDnotify, "/usr/bin"), Want: notPerm},
+	{Who: Only(roles.Controller), Attempt: "watch a folder with inotify (a role that runs no lane's code)", Make: one(OpInotify, "/usr/bin"), Want: succeeds},
+	// A role's HOME and TMPDIR are root's, for its group: it cannot open
+	// them to other roles.
+	{Who: Every, Attempt: "open its own HOME to every role (chmod 0755)", Make: at(OpOpenUp, func(c *Context, r roles.Role) string { return filepath.Join(c.Cfg.ScratchDir(), "home", r.Name) }), Want: notPerm},
+	{Who: Every, Attempt: "open its own temp folder to every role (chmod 0755)", Make: at(OpOpenUp, func(c *Context, r roles.Role) string { return tmpOf(c, r.Name) }), Want: notPerm},
 	{Who: Every, Attempt: "connect to the broker's abstract unix socket", Make: func(c *Context, r roles.Role) []Attempt {
 		if inEgress(c, r) {
 			return nil // abstractFromEgress
@@ -548,7 +565,8 @@ var Policy = []Row{
 		}
 		return c.Cfg.RoleAPISocket(fmt.Sprintf("%s-%d", other, r.Index))
 	}), Want: refused},
-	{Who: Except(roles.Controller), Attempt: "connect to the harness API's operator socket", Make: at(OpConnect, func(c *Context, _ roles.Role) string { return existing(c.Cfg.APISocket()) }), Want: refused},
+	{Who: Except(roles.Controller, roles.Builder, roles.Timing), Attempt: "connect to the harness API's operator socket", Make: at(OpConnect, func(c *Context, _ roles.Role) string { return existing(c.Cfg.APISocket()) }), Want: refused},
+	{Who: Only(roles.Builder, roles.Timing), Attempt: "connect to the harness API's operator socket", Make: at(OpConnect, func(c *Context, _ roles.Role) string { return existing(c.Cfg.APISocket()) }), Want: notPerm},
 }
 
 // DiskRows run in a phase of their own (diskPhase), for the first lane:

@@ -39,12 +39,21 @@ type RoleSpec struct {
 	// proxy's, on the loopback of the command's own network namespace.
 	EgressPort int
 	FenceOnly  bool // the GPU fence alone: READ_FILE, WRITE_FILE, IOCTL_DEV
+	// NoMeetingPoints refuses making a unix socket or a FIFO even in its
+	// own places: the judge's users, which run a lane's code with the kit's
+	// hidden inputs, leave nothing in a folder that another role could
+	// connect to or open.
+	NoMeetingPoints bool
 }
+
+// meetingPointRights make a file another process reaches by its name.
+const meetingPointRights = ll.AccessFSMakeSock | ll.AccessFSMakeFifo
 
 // RolePolicy builds a command's rule set: everything readable but the GPU
 // device files it may not open, writable only in its own places and on
 // the safe devices, no TCP unless its network policy is open, abstract
-// unix sockets and signals scoped to its own domain. It returns the
+// unix sockets and signals scoped to its own domain, and with
+// NoMeetingPoints no socket or FIFO made anywhere. It returns the
 // folders it walked, whose changes make the rule set stale.
 func RolePolicy(s RoleSpec) (*Policy, []string, error) {
 	always := []string{s.DevRoot, "/dev"}
@@ -68,8 +77,12 @@ func RolePolicy(s RoleSpec) (*Policy, []string, error) {
 	for _, d := range s.GPU {
 		p.Rules = append(p.Rules, Rule{Path: d, Access: readRights | ll.AccessFSWriteFile})
 	}
+	own := uint64(RoleRights)
+	if s.NoMeetingPoints {
+		own &^= meetingPointRights
+	}
 	for _, w := range s.Writable {
-		p.Rules = append(p.Rules, Rule{Path: w, Access: RoleRights})
+		p.Rules = append(p.Rules, Rule{Path: w, Access: own})
 	}
 	if !s.Network.AllowsInet() {
 		// No TCP bind or connect at all: Landlock pins ports, not

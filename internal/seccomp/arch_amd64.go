@@ -31,4 +31,6 @@ const (
 	sysChmod = unix.SYS_CHMOD
 	sysMkdir = unix.SYS_MKDIR
 	sysMknod = unix.SYS_MKNOD
+
+	sysInotifyInit = unix.SYS_INOTIFY_INIT
 )

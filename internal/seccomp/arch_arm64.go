@@ -27,4 +27,6 @@ const (
 	sysChmod = noSyscall
 	sysMkdir = noSyscall
 	sysMknod = noSyscall
+
+	sysInotifyInit = noSyscall
 )

@@ -2,7 +2,6 @@ package seccomp
 
 import (
 	"fmt"
-	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -46,8 +45,10 @@ type Cache struct {
 }
 
 // key names an option set; Options holds a slice, so it is not comparable.
+// Every field is in it (%+v), so an option added later cannot make two
+// sets share one filter.
 func (o Options) key() string {
-	return fmt.Sprintf("%s|%t|%t|%t|%s", o.Network, o.AllowPerf, o.FileHelper, o.Controller, strings.Join(o.Weakened, ","))
+	return fmt.Sprintf("%+v", o)
 }
 
 // Get returns the filter for o, assembling it on first use.

@@ -23,6 +23,10 @@ func everyOptionSet() []Options {
 			for _, helper := range []bool{false, true} {
 				out = append(out, Options{Network: network, AllowPerf: perf, FileHelper: helper})
 			}
+			// The judge's users: no unix socket, no watch.
+			out = append(out, Options{Network: network, AllowPerf: perf, NoUnixSockets: true, NoWatches: true},
+				Options{Network: network, AllowPerf: perf, NoUnixSockets: true},
+				Options{Network: network, AllowPerf: perf, NoWatches: true})
 		}
 	}
 	out = append(out, ControllerOptions())
@@ -54,6 +58,7 @@ var interestingArgs = func() []uint64 {
 		unix.CLONE_NEWUSER | sigchld, unix.CLONE_NEWNET, unix.CLONE_NEWTIME, uint64(unix.SIGCHLD),
 		unix.CLONE_VM | unix.CLONE_FS | unix.CLONE_FILES | unix.CLONE_SIGHAND | unix.CLONE_THREAD,
 		unix.PTRACE_TRACEME, unix.PTRACE_ATTACH,
+		unix.F_NOTIFY, unix.F_SETSIG, unix.F_GETFL, uint64(unix.SIGSTOP), uint64(unix.SIGUSR1),
 	}
 	out := slices.Clone(low)
 	for _, v := range low {

@@ -35,6 +35,15 @@ type Options struct {
 	// __lanefs`), which needs its RESOLVE_BENEATH and checks every mode it
 	// is asked for itself. Every other command gets ENOSYS.
 	FileHelper bool `json:"file_helper,omitempty"`
+	// NoUnixSockets refuses socket(AF_UNIX) whatever the network policy:
+	// the judge's users, whose command runs a lane's code with the kit's
+	// hidden inputs, reach no other role's listener and listen for none.
+	// socketpair stays: the pair it makes has no name another role reaches.
+	NoUnixSockets bool `json:"no_unix_sockets,omitempty"`
+	// NoWatches refuses inotify, fanotify and dnotify (fcntl F_NOTIFY):
+	// watching a folder every role reads tells one role when another
+	// opens or reads a file there.
+	NoWatches bool `json:"no_watches,omitempty"`
 	// Controller selects the controller daemon's filter (ControllerOptions)
 	// instead of a role command's: its own sockets (restrictControllerSockets),
 	// no ptrace at all, and openat2 kept for the kit loader's
@@ -62,8 +71,8 @@ func (o Options) weakened(name string) bool {
 // Validate refuses options the filter cannot honour, naming the bad value.
 func (o Options) Validate() error {
 	if o.Controller {
-		if o.Network != "" || o.AllowPerf || o.FileHelper {
-			return fmt.Errorf("seccomp: the controller's filter takes no network policy, perf or file helper (got %q, %v, %v)", o.Network, o.AllowPerf, o.FileHelper)
+		if o.Network != "" || o.AllowPerf || o.FileHelper || o.NoUnixSockets || o.NoWatches {
+			return fmt.Errorf("seccomp: the controller's filter takes no network policy, perf, file helper, unix socket or watch rule (got %q, %v, %v, %v, %v)", o.Network, o.AllowPerf, o.FileHelper, o.NoUnixSockets, o.NoWatches)
 		}
 		return nil
 	}

@@ -80,8 +80,13 @@ func makeRules(a *assembler, o Options) {
 		denyAIO(a)
 	}
 	denyTerminalInjection(a)
-	if !o.weakened(WeakenStopSignals) {
+	refuseStops := !o.weakened(WeakenStopSignals)
+	if refuseStops {
 		denyStopSignals(a)
+	}
+	restrictFcntl(a, refuseStops, o.NoWatches)
+	if o.NoWatches {
+		denyWatches(a)
 	}
 	denySetIDModes(a)
 	if !o.weakened(WeakenSetIDOpenat2) {
@@ -321,15 +326,50 @@ func denyStopSignals(a *assembler) {
 			refuseStopSignal(a)
 		})
 	}
-	a.syscallBlock("stop signals", unix.SYS_FCNTL, func() {
-		// The command is an unsigned int in the kernel's fcntl.
-		allow := a.exitLabel(actionAllow)
+}
+
+// restrictFcntl decides fcntl, which two rules share: F_SETSIG is refused
+// a stop signal (setSig, denyStopSignals' rule), and F_NOTIFY, dnotify,
+// is refused outright (notify, denyWatches' rule). Every other command
+// passes. The command is an unsigned int in the kernel's fcntl.
+func restrictFcntl(a *assembler, setSig, notify bool) {
+	if !setSig && !notify {
+		return
+	}
+	a.syscallBlock("fcntl", unix.SYS_FCNTL, func() {
 		a.loadArgLow(1)
+		if !setSig {
+			a.decide(bpf.JumpEqual, unix.F_NOTIFY, actionEPERM, actionAllow)
+			return
+		}
+		allow, deny := a.exitLabel(actionAllow), a.exitLabel(actionEPERM)
+		if notify {
+			a.jumpIf(bpf.JumpEqual, unix.F_NOTIFY, deny, next)
+		}
 		a.jumpIf(bpf.JumpEqual, unix.F_SETSIG, next, allow)
 		a.loadArgLow(2)
 		refuseStopSignal(a)
 		a.placeExit(allow, actionAllow)
+		a.placeExit(deny, actionEPERM)
 	})
+}
+
+// denyWatches refuses the calls that watch files: inotify, fanotify (an
+// unprivileged user may watch with FAN_REPORT_FID) and, in restrictFcntl,
+// dnotify. Every role reads /usr, /etc and the run's research folders, so
+// a watch there tells a lane when another lane opens its area and when
+// the timing user's candidate opens and reads a file: a side channel on
+// the judge's timing, and a covert one from a candidate that modulates
+// its opens. The add and mark calls are refused too, in case a watch
+// descriptor reaches the role from elsewhere.
+func denyWatches(a *assembler) {
+	var nrs []uint32
+	for _, nr := range []int{sysInotifyInit, unix.SYS_INOTIFY_INIT1, unix.SYS_INOTIFY_ADD_WATCH, unix.SYS_FANOTIFY_INIT, unix.SYS_FANOTIFY_MARK} {
+		if nr != noSyscall {
+			nrs = append(nrs, uint32(nr))
+		}
+	}
+	a.denyCalls("watches", actionEPERM, nrs...)
 }
 
 // refuseStopSignal ends a block: EPERM when the accumulator holds a stop
@@ -491,6 +531,11 @@ func denySharedSysVIPC(a *assembler) {
 //     is its egress proxy, and Landlock lets it connect to that port only.
 //   - open: no check.
 //
+// NoUnixSockets refuses socket(AF_UNIX) under every policy: a unix socket
+// is how a command reaches a listener another role made in a folder it
+// opened to all, or listens for one, and Landlock bounds only the bind.
+// socketpair stays AF_UNIX only: its pair has no name to reach.
+//
 // Everything refused gets EPERM. socketpair is AF_UNIX only under none and
 // api (no other family implements it).
 func restrictSockets(a *assembler, o Options) {
@@ -500,8 +545,20 @@ func restrictSockets(a *assembler, o Options) {
 	}
 	switch policy {
 	case NetworkOpen:
+		if o.NoUnixSockets {
+			a.syscallBlock("network", unix.SYS_SOCKET, func() {
+				a.loadArgLow(0) // domain, an int
+				a.decide(bpf.JumpEqual, unix.AF_UNIX, actionEPERM, actionAllow)
+			})
+		}
 		return
 	case NetworkNone, NetworkAPI:
+		if o.NoUnixSockets {
+			// No socket at all: AF_UNIX is refused, and the policy
+			// refuses every other family.
+			a.denyCalls("network", actionEPERM, unix.SYS_SOCKET)
+			break
+		}
 		a.syscallBlock("network", unix.SYS_SOCKET, func() {
 			a.loadArgLow(0) // domain, an int
 			a.decide(bpf.JumpEqual, unix.AF_UNIX, actionAllow, actionEPERM)
@@ -513,7 +570,11 @@ func restrictSockets(a *assembler, o Options) {
 			inet, deny := a.newLabel(), a.newLabel()
 			a.loadArgLow(0) // domain, an int
 			a.jumpIf(bpf.JumpEqual, unix.AF_UNIX, next, inet)
-			a.ret(actionAllow)
+			if o.NoUnixSockets {
+				a.ret(actionEPERM)
+			} else {
+				a.ret(actionAllow)
+			}
 			a.place(inet)
 			ipFamily := a.newLabel()
 			a.jumpIf(bpf.JumpEqual, unix.AF_INET, ipFamily, next)
