@@ -79,7 +79,7 @@ func stopFloods(tb testing.TB, floods []*roleProc) {
 // BenchmarkFlood is lane 16's ordinary calls (its trial's details, a
 // recorded step, an exec of /bin/true, a 4 KiB file write, in turn) on a
 // rig of 16 lanes, idle and then while the other 15 flood every path at
-// once (connect-and-close loops, 40 idle connections, two 16 MiB bodies
+// once (connect-and-close loops, 40 idle connections, an 8 MiB body
 // withheld their last byte, two execs whose output is never read, exec
 // storms, dd with fsync, file writes, recorded steps). It prints lane 16's
 // p99 idle and flooded, their ratio (the bound is 2x) and its errors (the
