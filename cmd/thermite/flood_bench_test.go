@@ -15,7 +15,12 @@ import (
 // floodRig is a rig of lanes lanes, each with an open trial, for the
 // flood: every lane's trial, in lane order.
 func floodRig(tb testing.TB, lanes int) (*testrig.Rig, []controller.TrialInfo) {
-	r := testrig.New(tb, testrig.Options{Lanes: lanes})
+	return floodRigWith(tb, lanes, testrig.Options{Lanes: lanes})
+}
+
+// floodRigWith is floodRig on a rig of options o.
+func floodRigWith(tb testing.TB, lanes int, o testrig.Options) (*testrig.Rig, []controller.TrialInfo) {
+	r := testrig.New(tb, o)
 	p := filepath.Join(r.Dir, "project")
 	os.MkdirAll(p, 0o755)
 	os.WriteFile(filepath.Join(p, "README"), []byte("hello project\n"), 0o644)

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"fmt"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,7 +18,13 @@ import (
 // storms, dd with fsync, file writes and recorded steps. Meanwhile the
 // last lane's agent makes ordinary calls (its trial's details, a step,
 // an exec, a file write): every one succeeds, and its trial stays open.
-// It asserts errors, never timings (BenchmarkFlood measures those).
+// Before the flood, every other lane's agent holds all its token may of
+// request bodies (two of 16 MiB, withheld their last byte) on a rig whose
+// api.max_inflight_bytes is 16 MiB a lane: the last lane's calls go
+// through on its own share. Throughout, a process of the last lane's
+// agent that ended is left unreaped (a zombie, whose table only root may
+// read): it hides nothing, and the disk checks must not end the trial
+// for it. It asserts errors, never timings (BenchmarkFlood measures those).
 func TestLanesFloodingEveryPathLeaveTheSixteenthServed(t *testing.T) {
 	testrig.RequireRoot(t)
 	lanes := 16
@@ -24,8 +32,26 @@ func TestLanesFloodingEveryPathLeaveTheSixteenthServed(t *testing.T) {
 		lanes = 5
 	}
 	lanes = max(envOr("THERMITE_FLOOD_LANES", lanes), 5)
-	r, trials := floodRig(t, lanes)
+	r, trials := floodRigWith(t, lanes, testrig.Options{Lanes: lanes, APIExtra: fmt.Sprintf("max_inflight_bytes = %d\n", lanes*16<<20)})
 	victim := trials[len(trials)-1]
+	zombie := startAs(t, r, "agent-"+strconv.Itoa(victim.Lane), "exit")
+	defer zombie.cmd.Wait()
+
+	var holders []*roleProc
+	for _, tr := range trials[:len(trials)-1] {
+		h := startAs(t, r, "agent-"+strconv.Itoa(tr.Lane), "withheld", "ATTACK_SOCKET="+tr.APISocket, "ATTACK_TOKEN="+tokenOf(t, tr),
+			"ATTACK_PATH=/v1/fs/write", "ATTACK_N=2", "ATTACK_LEN="+strconv.Itoa(16<<20))
+		t.Logf("lane %d's agent: %s", tr.Lane, h.expect("withheld ", time.Minute))
+		holders = append(holders, h)
+	}
+	held := ordinaryCalls(t, r, victim, 8, 2*time.Minute)
+	for _, h := range holders {
+		h.stop()
+	}
+	if field(t, held, "errors") != 0 {
+		t.Fatalf("lane %d's ordinary calls while %d lanes hold all the bodies their tokens may: %s", victim.Lane, len(holders), held)
+	}
+
 	floods := startFloods(t, r, trials, 2*time.Minute, 10*time.Millisecond)
 	line := ordinaryCalls(t, r, victim, 24, 2*time.Minute)
 	var report []string
