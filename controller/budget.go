@@ -61,43 +61,40 @@ func refuse(w http.ResponseWriter, r *http.Request, code int, msg string) {
 }
 
 // byteBudget bounds the bytes of request bodies held at once: each
-// token's, and all tokens' together.
+// token's, and all tokens' together, shared fairly (fairShare): every
+// lane's trial is guaranteed its floor of the total, so lanes that hold
+// all they may leave the others theirs.
 type byteBudget struct {
-	mu       sync.Mutex
-	total    int64
-	max      int64
-	perToken int64
-	byTrial  map[string]int64
+	mu    sync.Mutex
+	share *fairShare
 }
 
-func newByteBudget(max, perToken int64) *byteBudget {
-	return &byteBudget{max: max, perToken: perToken, byTrial: map[string]int64{}}
+// newByteBudget divides all among the trials of lanes lanes (one open
+// trial each), each at most perToken; unit is the largest body.
+func newByteBudget(all, perToken, unit int64, lanes int) *byteBudget {
+	return &byteBudget{share: newFairShare(all, perToken, unit, lanes)}
 }
 
 // reserveBody decides whether a trial's request may hold n more bytes of
-// body: within api.max_inflight_bytes_per_token for its token and
-// api.max_inflight_bytes for the whole API. It returns the release, or
-// the HTTP status and the one line that refuse it.
+// body: within api.max_inflight_bytes_per_token for its token and its
+// fair share of api.max_inflight_bytes. It returns the release, or the
+// HTTP status and the one line that refuse it.
 func (b *byteBudget) reserveBody(trial string, n int64) (release func(), code int, msg string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if mine := b.byTrial[trial] + n; mine > b.perToken {
-		return nil, http.StatusTooManyRequests, fmt.Sprintf("this token already holds %d bytes of request bodies; %d more is over its %d-byte limit", mine-n, n, b.perToken)
+	f := b.share
+	if ok, own := f.admitShare(trial, n); !ok {
+		if own {
+			return nil, http.StatusTooManyRequests, fmt.Sprintf("this token already holds %d bytes of request bodies; %d more is over its %d-byte limit", f.held[trial], n, f.perHolder)
+		}
+		return nil, http.StatusServiceUnavailable, fmt.Sprintf("this token holds %d bytes of request bodies; %d more is over its guaranteed %d bytes, and the %d bytes the API's tokens share above theirs are in use (the API holds %d of its %d-byte limit): try again", f.held[trial], n, f.floor, f.pool, f.sum, f.max)
 	}
-	if b.total+n > b.max {
-		return nil, http.StatusServiceUnavailable, fmt.Sprintf("the API holds %d bytes of request bodies; %d more is over its %d-byte limit: try again", b.total, n, b.max)
-	}
-	b.byTrial[trial] += n
-	b.total += n
 	var once sync.Once
 	return func() {
 		once.Do(func() {
 			b.mu.Lock()
 			defer b.mu.Unlock()
-			b.total -= n
-			if b.byTrial[trial] -= n; b.byTrial[trial] <= 0 {
-				delete(b.byTrial, trial)
-			}
+			b.share.releaseShare(trial, n)
 		})
 	}, 0, ""
 }
@@ -134,13 +131,13 @@ func readBody(w http.ResponseWriter, r *http.Request, rt *trialRT, limit int64) 
 	return body, 0, ""
 }
 
-// connBudget counts the API's open connections, per peer and in all.
+// connBudget counts the API's open connections, per peer and in all,
+// shared fairly (fairShare): every role that may connect is guaranteed
+// its floor of the total, so roles that hold all they may leave the
+// others (and the operator) theirs.
 type connBudget struct {
-	mu      sync.Mutex
-	total   int
-	max     int
-	perPeer int
-	peers   map[string]int
+	mu    sync.Mutex
+	share *fairShare
 	// warned is when each refused peer was last logged, so a flood is one
 	// line per peer every few seconds, not one per connection.
 	warned  map[string]time.Time
@@ -148,23 +145,24 @@ type connBudget struct {
 	log     *slog.Logger
 }
 
-func newConnBudget(max, perPeer int, log *slog.Logger) *connBudget {
-	return &connBudget{max: max, perPeer: perPeer, peers: map[string]int{}, warned: map[string]time.Time{}, refused: map[string]int{}, log: log}
+// newConnBudget divides all among peers peers, each at most perPeer.
+func newConnBudget(all, perPeer, peers int, log *slog.Logger) *connBudget {
+	return &connBudget{share: newFairShare(int64(all), int64(perPeer), 1, peers), warned: map[string]time.Time{}, refused: map[string]int{}, log: log}
 }
 
 // admitConn decides whether a new connection from peer may be served:
-// within api.max_conns_per_peer for that peer and api.max_conns for all.
+// within api.max_conns_per_peer for that peer and its fair share of
+// api.max_conns.
 func (b *connBudget) admitConn(peer string) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.peers[peer] < b.perPeer && b.total < b.max {
-		b.peers[peer]++
-		b.total++
+	if ok, _ := b.share.admitShare(peer, 1); ok {
 		return true
 	}
 	b.refused[peer]++
 	if now := time.Now(); now.Sub(b.warned[peer]) > 5*time.Second {
-		b.log.Warn("API connection refused: over its budget", "peer", peer, "open", b.peers[peer], "max_conns_per_peer", b.perPeer, "open_all", b.total, "max_conns", b.max, "refused_since_last", b.refused[peer])
+		f := b.share
+		b.log.Warn("API connection refused: over its budget", "peer", peer, "open", f.held[peer], "max_conns_per_peer", f.perHolder, "guaranteed", f.floor, "open_all", f.sum, "max_conns", f.max, "refused_since_last", b.refused[peer])
 		b.warned[peer] = now
 		b.refused[peer] = 0
 	}
@@ -174,10 +172,7 @@ func (b *connBudget) admitConn(peer string) bool {
 func (b *connBudget) release(peer string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.total--
-	if b.peers[peer]--; b.peers[peer] <= 0 {
-		delete(b.peers, peer)
-	}
+	b.share.releaseShare(peer, 1)
 }
 
 // peerKey names who is at the other end of an API connection: the uid

@@ -84,24 +84,28 @@ func TestUnreachableBrokerDoesNotEndATrial(t *testing.T) {
 // TestBudgets: the per-token and total byte budgets, the per-peer and
 // total connection budgets, and a body refused from its Content-Length.
 func TestBudgets(t *testing.T) {
-	b := newByteBudget(100, 60)
-	r1, _, _ := b.reserveBody("a", 60)
+	// Two lanes, 100 bytes in all, 60 a token: each trial is guaranteed 50.
+	b := newByteBudget(100, 60, 10, 2)
+	r1, _, _ := b.reserveBody("a", 50)
 	if r1 == nil {
-		t.Fatal("a's first 60 bytes refused")
+		t.Fatal("a's first 50 bytes refused")
 	}
-	if r, code, _ := b.reserveBody("a", 1); r != nil || code != http.StatusTooManyRequests {
+	if r, code, _ := b.reserveBody("a", 11); r != nil || code != http.StatusTooManyRequests {
 		t.Fatalf("a over its token's budget: %d", code)
 	}
-	if r, code, _ := b.reserveBody("b", 50); r != nil || code != http.StatusServiceUnavailable {
-		t.Fatalf("b over the total: %d", code)
+	if r, code, _ := b.reserveBody("a", 1); r != nil || code != http.StatusServiceUnavailable {
+		t.Fatalf("a over its share with no pool: %d", code)
+	}
+	if r, _, _ := b.reserveBody("b", 50); r == nil {
+		t.Fatal("b refused its share while a holds its own")
 	}
 	r1()
 	r1()
-	if r, _, _ := b.reserveBody("b", 60); r == nil {
-		t.Fatal("b refused after a's release")
+	if r, _, _ := b.reserveBody("c", 50); r == nil {
+		t.Fatal("c refused after a's release")
 	}
 
-	cb := newConnBudget(3, 2, slog.New(slog.NewJSONHandler(io.Discard, nil)))
+	cb := newConnBudget(3, 2, 1, slog.New(slog.NewJSONHandler(io.Discard, nil)))
 	for i, want := range []bool{true, true, false} {
 		if got := cb.admitConn("uid 1"); got != want {
 			t.Fatalf("uid 1's connection %d: admitted %v, want %v (a per-peer cap of 2)", i+1, got, want)
@@ -123,5 +127,79 @@ func TestBudgets(t *testing.T) {
 	h.ServeHTTP(w, req)
 	if w.Code != http.StatusRequestEntityTooLarge || strings.Count(strings.TrimSpace(w.Body.String()), "\n") != 0 || w.Header().Get("Connection") != "close" {
 		t.Fatalf("oversized step: %d %q %v", w.Code, w.Body.String(), w.Header())
+	}
+}
+
+// TestFairShareLeavesTheSixteenthLaneItsShare: 15 lanes that each hold all
+// their token may (two 16 MiB bodies) cannot keep the 16th from its own
+// largest body, nor the operator's uid from its connections; with more
+// lanes than whole bodies fit, every lane keeps a floor for small bodies
+// while the largest share a pool; and every release gives back exactly
+// what was taken.
+func TestFairShareLeavesTheSixteenthLaneItsShare(t *testing.T) {
+	const mib = 1 << 20
+	b := newByteBudget(256*mib, 32*mib, 16*mib, 16)
+	var releases []func()
+	for lane := 1; lane <= 15; lane++ {
+		trial := fmt.Sprintf("t%d", lane)
+		r, _, msg := b.reserveBody(trial, 16*mib)
+		if r == nil {
+			t.Fatalf("lane %d's first body: %s", lane, msg)
+		}
+		releases = append(releases, r)
+		r, code, msg := b.reserveBody(trial, 16*mib)
+		if r != nil || code != http.StatusServiceUnavailable || !strings.Contains(msg, "guaranteed") {
+			t.Fatalf("lane %d's second body, over its share: %d %q", lane, code, msg)
+		}
+	}
+	if r, _, msg := b.reserveBody("t16", 16*mib); r == nil {
+		t.Fatalf("lane 16's largest body behind 15 full lanes: %s", msg)
+	} else {
+		r()
+	}
+	for _, r := range releases {
+		r()
+	}
+	if f := b.share; f.sum != 0 || f.borrowed != 0 || len(f.held) != 0 {
+		t.Fatalf("all released, the budget still holds %d (%d borrowed, %v)", f.sum, f.borrowed, f.held)
+	}
+
+	// 32 lanes: 16 MiB floors would not fit, so half is floors (4 MiB) and
+	// half a pool for the largest bodies.
+	b = newByteBudget(256*mib, 32*mib, 16*mib, 32)
+	if f := b.share; f.floor != 4*mib || f.pool != 128*mib {
+		t.Fatalf("32 lanes: floor %d pool %d, want 4 MiB and 128 MiB", f.floor, f.pool)
+	}
+	for lane := 1; lane <= 8; lane++ {
+		if r, _, msg := b.reserveBody(fmt.Sprintf("t%d", lane), 16*mib+4*mib); r == nil {
+			t.Fatalf("lane %d's large body from the pool: %s", lane, msg)
+		}
+	}
+	if r, code, _ := b.reserveBody("t9", 16*mib); r != nil || code != http.StatusServiceUnavailable {
+		t.Fatalf("a large body with the pool taken: %d", code)
+	}
+	for lane := 9; lane <= 32; lane++ {
+		if r, _, msg := b.reserveBody(fmt.Sprintf("t%d", lane), 4*mib); r == nil {
+			t.Fatalf("lane %d's small body with the pool taken: %s", lane, msg)
+		}
+	}
+	if f := b.share; f.sum > f.max {
+		t.Fatalf("the budget holds %d, over its %d", f.sum, f.max)
+	}
+
+	// Connections: 15 lanes' and agents' uids at their cap leave the
+	// operator's and lane 16's theirs, even with max_conns lowered.
+	peers := 1 + 2*16
+	cb := newConnBudget(1000, 64, peers, slog.New(slog.NewJSONHandler(io.Discard, nil)))
+	for uid := 1; uid <= 30; uid++ {
+		for cb.admitConn(fmt.Sprintf("uid %d", uid)) {
+		}
+	}
+	for _, who := range []string{"uid 0", "uid 31", "uid 32"} {
+		for i := int64(0); i < cb.share.floor; i++ {
+			if !cb.admitConn(who) {
+				t.Fatalf("%s's connection %d of its guaranteed %d refused behind 30 full peers", who, i+1, cb.share.floor)
+			}
+		}
 	}
 }

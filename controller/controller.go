@@ -123,8 +123,11 @@ func (c *Controller) serve() error {
 	opSrv := &http.Server{Handler: c.operatorRoutes(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute}
 	opL = &peerListener{Listener: opL, allow: c.OperatorAllowed, log: c.log, name: "the operator socket"}
 
-	c.conns = newConnBudget(c.apiMaxConns(), c.cfg.API.MaxConnsPerPeer, c.log)
-	c.bodies = newByteBudget(c.cfg.API.MaxInflightBytes, c.cfg.API.MaxInflightBytesPerToken)
+	// Every peer the budget may see has its floor (config.APIPeers): when
+	// max_conns is lowered under the descriptor limit, a full lane still
+	// cannot take another's.
+	c.conns = newConnBudget(c.apiMaxConns(), c.cfg.API.MaxConnsPerPeer, config.APIPeers(c.cfg.Lanes, len(c.cfg.Agent.Egress) > 0), c.log)
+	c.bodies = newByteBudget(c.cfg.API.MaxInflightBytes, c.cfg.API.MaxInflightBytesPerToken, c.cfg.API.MaxBodyBytes, c.cfg.Lanes)
 	apiLs, err := c.listenAPI()
 	if err != nil {
 		return err

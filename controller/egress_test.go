@@ -13,7 +13,7 @@ import (
 // connections leaves another's proxy, and the API's loopback clients,
 // theirs.
 func TestAgentFillsAnotherAgentsProxyBudgetRefused(t *testing.T) {
-	budget := newConnBudget(10, 1, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	budget := newConnBudget(10, 1, 2, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	listen := func(peer string) net.Listener {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {

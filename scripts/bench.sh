@@ -12,13 +12,14 @@ run() { go test -run '^$' "$@" | tee -a "$out" >&2; }
 run -bench 'RunTrue|StopUser500|Fence|Policy|Selftest|API' -benchtime "${n}x" -timeout 60m ./cmd/thermite/
 run -bench 'Start' -benchtime "${n}x" -timeout 30m ./internal/spawn/
 run -bench 'TimingNoise' -benchtime 1x -timeout 30m ./cmd/thermite/
+run -bench 'Flood$' -benchtime 1x -timeout 30m ./cmd/thermite/
 run -bench 'SetIDSweep100k' -benchtime 10x -timeout 30m ./internal/confined/
 run -bench 'Hash1GiB' -benchtime 3x -timeout 30m ./internal/hashtree/
 run -bench 'Load' -benchtime "${n}x" -timeout 10m ./internal/seccomp/
 awk '
 /^Benchmark/ {
 	name=$1; sub(/-[0-9]+$/, "", name); ns[name]=$3
-	for (i = 4; i < NF; i++) if ($(i+1) ~ /^(p50-µs|p99-µs|cv%-pinned|cv%-unpinned|MB\/s|full\/exec|setpriv\/exec|broker-lane\/exec|broker-lane-dial\/exec|broker-cpu-µs\/run|broker-switches\/run|run-as\/setpriv|run-as-light\/setpriv|no-cgroup\/exec|µs-dispatch|µs-linear|µs-allow|roles|wall-ms|cpu-ms)$/) metric[name, $(i+1)] = $i
+	for (i = 4; i < NF; i++) if ($(i+1) ~ /^(p50-µs|p99-µs|cv%-pinned|cv%-unpinned|MB\/s|full\/exec|setpriv\/exec|broker-lane\/exec|broker-lane-dial\/exec|broker-cpu-µs\/run|broker-switches\/run|run-as\/setpriv|run-as-light\/setpriv|no-cgroup\/exec|µs-dispatch|µs-linear|µs-allow|roles|wall-ms|cpu-ms|idle-p99-µs|flooded-p99-µs|ratio-p99|errors)$/) metric[name, $(i+1)] = $i
 }
 function row(label, a, b, aim) {
 	if ((a in ns) && (b in ns)) printf "%-52s %12.3f ms %12.3f ms %7.2fx   %s\n", label, ns[a]/1e6, ns[b]/1e6, ns[a]/ns[b], aim
@@ -55,6 +56,7 @@ END {
 	p50("bare Run vs os/exec", "BenchmarkAPI/exec/bare-run", "BenchmarkAPI/exec/direct", "")
 	row("StopUser of 500 processes, cgroup vs helper alone", "BenchmarkStopUser500/cgroup", "BenchmarkStopUser500/helper", "(v2: cgroup.kill)")
 	if (("BenchmarkLoad", "µs-dispatch") in metric) printf "%-52s %9.1f µs p50 %9.1f µs p50 %7.2fx   %s (ALLOW alone %.1f µs)\n", "seccomp filter attach, dispatch vs the linear list", metric["BenchmarkLoad", "µs-dispatch"], metric["BenchmarkLoad", "µs-linear"], metric["BenchmarkLoad", "µs-dispatch"]/metric["BenchmarkLoad", "µs-linear"], "", metric["BenchmarkLoad", "µs-allow"]
+	if (("BenchmarkFlood", "ratio-p99") in metric) printf "%-52s %9d µs p99 %9d µs p99 %7.2fx   %s (errors %d)\n", "lane 16 API calls p99, 15 lanes flooding vs idle", metric["BenchmarkFlood", "flooded-p99-µs"], metric["BenchmarkFlood", "idle-p99-µs"], metric["BenchmarkFlood", "ratio-p99"], "<= 2x, 0 errors", metric["BenchmarkFlood", "errors"]
 	for (k = 10; k <= 38; k += 28) {
 		s = "BenchmarkSelftest/roles-" k
 		if ((s, "wall-ms") in metric) printf "%-52s %12.0f ms %28s   %s (CPU %.0f ms)\n", "isolation self-test, " k " roles (its own wall time)", metric[s, "wall-ms"], "", (k == 38 ? "<= 1000 ms on a quiet machine" : ""), metric[s, "cpu-ms"]

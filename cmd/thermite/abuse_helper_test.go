@@ -75,6 +75,15 @@ func attackMain(mode string) int {
 	case "calls":
 		calls(sock, token, envInt("ATTACK_N"))
 		return 0
+	case "exit":
+		// Ends at once; its parent (the test) leaves it unreaped.
+		return 0
+	case "flood":
+		flood(sock, token, time.Duration(envInt("ATTACK_MS"))*time.Millisecond)
+		return 0
+	case "ordinary":
+		ordinary(sock, token, envInt("ATTACK_N"))
+		return 0
 	case "connect-close":
 		connectClose(sock, envInt("ATTACK_N"), time.Duration(envInt("ATTACK_MS"))*time.Millisecond)
 		return 0

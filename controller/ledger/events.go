@@ -37,22 +37,31 @@ func seqKey(n uint64) []byte {
 
 // AddEvent appends e and returns its sequence number, which increases with
 // every event ever added (bbolt's bucket sequence, committed with the event).
+// It returns once the event is committed, with the others waiting then
+// (eventQueue).
 func (l *Ledger) AddEvent(e Event) (uint64, error) {
-	var seq uint64
-	err := l.update("add event "+e.Kind, func(tx *bolt.Tx) error {
-		var err error
-		seq, err = addEventTx(tx, e)
-		return err
-	})
-	return seq, err
+	p := &pendingEvent{e: e, done: make(chan struct{})}
+	if l.events.add(p) {
+		go l.commitEvents()
+	}
+	<-p.done
+	return p.seq, p.err
+}
+
+// validEvent refuses an event the ledger must not hold.
+func validEvent(e Event) error {
+	if e.Kind == "" {
+		return fmt.Errorf("%w: event without a kind", ErrInvalid)
+	}
+	if len(e.Data) > 0 && !json.Valid(e.Data) {
+		return fmt.Errorf("%w: event %s: data is not JSON", ErrInvalid, e.Kind)
+	}
+	return nil
 }
 
 func addEventTx(tx *bolt.Tx, e Event) (uint64, error) {
-	if e.Kind == "" {
-		return 0, fmt.Errorf("%w: event without a kind", ErrInvalid)
-	}
-	if len(e.Data) > 0 && !json.Valid(e.Data) {
-		return 0, fmt.Errorf("%w: event %s: data is not JSON", ErrInvalid, e.Kind)
+	if err := validEvent(e); err != nil {
+		return 0, err
 	}
 	b := tx.Bucket(tEvents.bucket)
 	seq, err := b.NextSequence()

@@ -81,8 +81,9 @@ var allBuckets = [][]byte{
 
 // Ledger is an open ledger file. Its methods are safe for concurrent use.
 type Ledger struct {
-	db   *bolt.DB
-	path string
+	db     *bolt.DB
+	path   string
+	events eventQueue
 }
 
 // Open opens or creates the ledger at path with mode 0600. It refuses an
@@ -106,7 +107,7 @@ func Open(path string) (*Ledger, error) {
 		}
 		return nil, fmt.Errorf("ledger: %s: open: %w", path, err)
 	}
-	l := &Ledger{db: db, path: path}
+	l := &Ledger{db: db, path: path, events: eventQueue{byTrial: map[string][]*pendingEvent{}}}
 	if err := l.init(); err != nil {
 		db.Close()
 		return nil, err

@@ -2,6 +2,7 @@ package procs
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -104,7 +105,7 @@ func HeldUnlinkedOn(procRoot string, uid int, skip map[int]bool, skipDev uint64,
 		seen: map[inode]int64{}, mapped: map[inode]int64{}, unread: map[inode]string{}}
 	// A process whose table cannot be read may be between a change of
 	// uid and its exec (not dumpable for that moment): such ones are
-	// asked again, all together, for up to a second before they count.
+	// asked again, all together, until refusalHides says they count.
 	var refused []int
 	var hidden []string
 	for _, pid := range pids {
@@ -117,7 +118,9 @@ func HeldUnlinkedOn(procRoot string, uid int, skip map[int]bool, skipDev uint64,
 		case err == nil, errors.Is(err, os.ErrNotExist), errors.Is(err, unix.ESRCH):
 			// measured, or gone
 		case errors.Is(err, os.ErrPermission):
-			refused = append(refused, pid)
+			if !zombie(procRoot, pid) {
+				refused = append(refused, pid)
+			}
 		default:
 			hidden = append(hidden, describePID(procRoot, pid, err))
 		}
@@ -176,22 +179,30 @@ type heldScan struct {
 }
 
 // retryRefused asks the processes whose tables could not be read again,
-// every 20 ms for up to a second; those still refused then are hidden.
+// every 20 ms, until each is read, gone, a zombie, or refusalHides says
+// it counts as hidden.
 func (s *heldScan) retryRefused(refused []int) (hidden []string, err error) {
-	for deadline := time.Now().Add(time.Second); len(refused) > 0; {
-		if time.Now().After(deadline) {
-			for _, pid := range refused {
-				hidden = append(hidden, describePID(s.procRoot, pid, fmt.Errorf("its descriptors cannot be read: %w", os.ErrPermission)))
-			}
-			break
-		}
+	// What each refused process had run when first refused: a process
+	// that is only becoming a role's command needs a few milliseconds of
+	// CPU to reach its exec, however long a loaded machine makes it wait.
+	firstCPU := map[int]time.Duration{}
+	for _, pid := range refused {
+		firstCPU[pid] = cpuTime(s.procRoot, pid)
+	}
+	for t0 := time.Now(); len(refused) > 0; {
 		time.Sleep(20 * time.Millisecond)
 		var again []int
 		for _, pid := range refused {
 			switch err := s.scan(pid); {
 			case tooMany(err):
 				return nil, fmt.Errorf("%w: %w", ErrHidden, err)
-			case errors.Is(err, os.ErrPermission):
+			case !errors.Is(err, os.ErrPermission), zombie(s.procRoot, pid):
+				// Measured, gone, or ended and not yet reaped: a zombie
+				// keeps no descriptor nor mapping, and its table is
+				// refused to all but root.
+			case refusalHides(cpuTime(s.procRoot, pid)-firstCPU[pid], time.Since(t0)):
+				hidden = append(hidden, describePID(s.procRoot, pid, fmt.Errorf("its descriptors cannot be read (refused for %v, running %v of CPU meanwhile): %w", time.Since(t0).Round(time.Millisecond), cpuTime(s.procRoot, pid)-firstCPU[pid], os.ErrPermission)))
+			default:
 				again = append(again, pid)
 			}
 		}
@@ -403,6 +414,61 @@ func readDir(dir string) ([]string, error) {
 }
 
 // describePID names a process for the error: its pid and command name.
+// refusedCPU and refusedWall bound how long a process whose descriptors
+// cannot be read is asked again before it counts as hiding them: the CPU
+// it runs meanwhile, or the time that passes however little it runs.
+const (
+	refusedCPU  = 200 * time.Millisecond
+	refusedWall = 5 * time.Second
+)
+
+// refusalHides decides whether a process refused since its first refusal
+// counts as hiding its files: once it has run refusedCPU of CPU (a
+// process between its change of uid and its exec needs far less; one
+// that made itself undumpable goes on running), or after refusedWall. On
+// a machine other lanes load, a command on its way to its exec may wait
+// seconds for the CPU: the wall time alone must not end its trial.
+func refusalHides(cpu, wall time.Duration) bool {
+	return cpu >= refusedCPU || wall >= refusedWall
+}
+
+// zombie reports whether a process has ended and waits for its parent
+// to reap it (state Z or X in /proc/<pid>/stat).
+func zombie(procRoot string, pid int) bool {
+	b, err := os.ReadFile(procRoot + "/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return false
+	}
+	return b[i+2] == 'Z' || b[i+2] == 'X'
+}
+
+// cpuTime is the user and system time a process has run, from
+// /proc/<pid>/stat (readable however undumpable it is); 0 when it is gone.
+func cpuTime(procRoot string, pid int) time.Duration {
+	b, err := os.ReadFile(procRoot + "/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	// The fields after the command's closing parenthesis, from the state
+	// (field 3): utime and stime are fields 14 and 15, in clock ticks of
+	// 1/100 s (USER_HZ).
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(utime+stime) * 10 * time.Millisecond
+}
+
 func describePID(procRoot string, pid int, err error) string {
 	comm, _ := os.ReadFile(procRoot + "/" + strconv.Itoa(pid) + "/comm")
 	return fmt.Sprintf("process %d (%s): %v", pid, strings.TrimSpace(string(comm)), err)
