@@ -113,7 +113,8 @@ fi
 # a tar in the cache (about 50 s once).
 rootfs_tar=$cache/rootfs-bookworm-minbase.tar
 if [ ! -s "$rootfs_tar" ]; then
-	mirror=${THERMITE_VM_MIRROR:-$(grep -hoE '^(URIs:|deb) +[a-z]+://[^ ]+/debian/?( |$)' /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '{ print $2 }' | head -n 1)}
+	# grep exits 2 for a sources file this machine lacks (pipefail).
+	mirror=${THERMITE_VM_MIRROR:-$(grep -shoE '^(URIs:|deb) +[a-z]+://[^ ]+/debian/?( |$)' /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '{ print $2 }' | head -n 1 || true)}
 	[ -n "$mirror" ] || skip "no Debian archive in the machine's apt sources for debootstrap"
 	t=$(now)
 	rfs=$(mktemp -d "$cache/tmp/rootfs.XXXXXX")

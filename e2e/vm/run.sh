@@ -72,8 +72,9 @@ if [ ! -s "$cache/kernel/current" ]; then
 		mkdir -p "$cache/apt/lists/partial" "$cache/apt/sources.list.d"
 		# The security archive sits beside the main archive the machine
 		# already uses: its URI with /debian-security for /debian.
-		base=$(grep -hoE '^(URIs:|deb) +[a-z]+://[^ ]+/debian/?( |$)' /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources 2>/dev/null |
-			awk '{ print $2 }' | head -n 1)
+		# grep exits 2 for a sources file this machine lacks (pipefail).
+		base=$(grep -shoE '^(URIs:|deb) +[a-z]+://[^ ]+/debian/?( |$)' /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources 2>/dev/null |
+			awk '{ print $2 }' | head -n 1 || true)
 		[ -n "$base" ] || skip "no Debian archive in the machine's apt sources to find bookworm-security beside"
 		echo "deb ${base%/}-security bookworm-security main" >"$cache/apt/sources.list"
 		aptopts=(-o "Dir::Etc::SourceList=$cache/apt/sources.list" -o "Dir::Etc::SourceParts=$cache/apt/sources.list.d"
