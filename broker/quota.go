@@ -137,6 +137,7 @@ func (b *Broker) quotaUsage(r roles.Role, fs *quota.FS) (u *rpc.DiskUsage, ok bo
 		}
 	}
 	u = &rpc.DiskUsage{Quota: true, Bytes: max(q.Bytes, 0), Entries: max(q.Inodes, 0)}
+	b.addRootOwnedTops(r, fs.Dev, u)
 	errs := b.measureFolders(r, fs.Dev, u)
 	// Unlinked files on scratch's file system are in the quota; those
 	// elsewhere (a memfd, another file system) only a process holds, so
@@ -150,6 +151,20 @@ func (b *Broker) quotaUsage(r roles.Role, fs *quota.FS) (u *rpc.DiskUsage, ok bo
 		}
 	}
 	return u, true, errors.Join(errs...)
+}
+
+// addRootOwnedTops adds the blocks of the role's HOME and TMPDIR
+// themselves, which are root's (so that the role cannot open them to other
+// roles): the quota charges a folder's own blocks to its owner, so a role
+// that grows its HOME's directory with entries would be charged nothing.
+func (b *Broker) addRootOwnedTops(r roles.Role, dev uint64, u *rpc.DiskUsage) {
+	for _, top := range []string{b.homeOf(r), b.tmpOf(r)} {
+		var st unix.Stat_t
+		if unix.Lstat(top, &st) == nil && uint64(st.Dev) == dev && int(st.Uid) != r.UID {
+			u.Bytes += st.Blocks * 512
+			u.Entries++
+		}
+	}
 }
 
 // chargeRetired takes the share of each of uids in a folder being retired
