@@ -135,81 +135,12 @@ func (b *Broker) Serve() (err error) {
 			b.reopenTmp()
 		}
 	}()
-	egress := len(b.cfg.Agent.Egress) > 0
-	if err := caps.Verify(caps.BrokerFor(egress)); err != nil {
-		if egress && caps.Verify(caps.Broker) == nil {
-			return fmt.Errorf("agent.egress: the broker lacks CAP_SYS_ADMIN and CAP_NET_ADMIN, which starting agents in network namespaces of their own takes (give the broker's container SYS_ADMIN and NET_ADMIN, or leave agent.egress empty: agents then get no egress)")
-		}
-		return fmt.Errorf("broker: %w", err)
-	}
-	// Inheritable served the broker's own exec; nothing it forks carries it.
-	// (A test build that hands roles an ambient capability needs it kept.)
-	if !(weaken.Enabled && weaken.Has(weaken.CapAmb)) {
-		if err := caps.ClearInheritable(); err != nil {
-			return fmt.Errorf("broker: %w", err)
-		}
-	}
-	if !caps.BoundingCleared() {
-		b.note("the capability bounding set holds the broker's six: this container gives no CAP_SETPCAP to clear it, so role commands keep it too (unusable under no_new_privs with a non-zero uid)")
-	}
-	// Orphans of role commands become the broker's children, so the
-	// reaper can reap them and kill(-1) loops see them go.
-	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
-		return fmt.Errorf("broker: child subreaper: %w", err)
-	}
-	b.reaper = newReaper(func(pid int) {
-		b.log.Warn("a role process stopped under the broker's trace (PTRACE_TRACEME got past the filter); killed", "pid", pid)
-	})
-	if b.devnull, err = os.OpenFile("/dev/null", os.O_RDWR, 0); err != nil {
-		return fmt.Errorf("broker: %w", err)
-	}
-	if b.online, err = cpuset.Online(); err != nil {
-		return fmt.Errorf("broker: cpus: %w", err)
-	}
-	if b.judgeCPUs, err = b.cfg.JudgeCPUSet(); err != nil {
-		return fmt.Errorf("judge_cpus: %w", err)
-	}
-	if !b.online.Contains(b.judgeCPUs) {
-		return fmt.Errorf("judge_cpus: %s is not among the CPUs this broker may use (%s)", b.judgeCPUs, b.online)
-	}
-	if err := b.checkUsers(); err != nil {
-		return err
-	}
-	if err := checkAncestors(b.cfg.StateDir); err != nil {
-		return err
-	}
-	// Leftovers go first, so nothing of a role writes into scratch while
-	// it is cleared.
-	if err := b.stopAllRoles(); err != nil {
-		return fmt.Errorf("broker: stop leftovers: %w", err)
-	}
-	if err := b.prepareState(); err != nil {
-		return err
-	}
-	b.probeQuota()
-	// A broker that died with the places closed left their modes here.
-	if err := b.restoreClosedTmp(); err != nil {
-		return err
-	}
-	if err := b.installControlKey(); err != nil {
-		return err
-	}
-	if b.secrets, err = readSecrets(b.cfg.SecretsDir); err != nil {
-		return err
-	}
-	b.log.Info("secrets read", "folder", b.cfg.SecretsDir, "count", len(b.secrets))
-	if err := b.initFence(); err != nil {
+	if err := b.runStartSteps(preparationSteps); err != nil {
 		return err
 	}
 	b.initCgroups()
 	defer b.closeCgroups()
-	if err := b.decideKernelPolicy(); err != nil {
-		return err
-	}
-	if err := b.listenAPI(); err != nil {
-		return err
-	}
-	if err := b.makeEgressNets(); err != nil {
+	if err := b.runStartSteps(kernelSteps); err != nil {
 		return err
 	}
 	l, err := b.listen()
@@ -233,6 +164,126 @@ func (b *Broker) Serve() (err error) {
 		return err
 	}
 
+	b.superviseUntilSignal(l, notify)
+	return nil
+}
+
+// runStartSteps runs steps in order; the first refusal ends the start.
+func (b *Broker) runStartSteps(steps []func(*Broker) error) error {
+	for _, step := range steps {
+		if err := step(b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// preparationSteps are the start-up's steps before the cgroups: the
+// broker's own capabilities and process, the host's users, CPUs and
+// folders, leftovers stopped, the state and the secrets read.
+var preparationSteps = []func(*Broker) error{
+	(*Broker).checkOwnCaps,
+	(*Broker).becomeSubreaper,
+	(*Broker).openDevNull,
+	(*Broker).readCPUs,
+	(*Broker).checkUsers,
+	func(b *Broker) error { return checkAncestors(b.cfg.StateDir) },
+	// Leftovers go first, so nothing of a role writes into scratch while
+	// it is cleared.
+	func(b *Broker) error {
+		if err := b.stopAllRoles(); err != nil {
+			return fmt.Errorf("broker: stop leftovers: %w", err)
+		}
+		return nil
+	},
+	(*Broker).prepareState,
+	func(b *Broker) error { b.probeQuota(); return nil },
+	// A broker that died with the places closed left their modes here.
+	(*Broker).restoreClosedTmp,
+	(*Broker).installControlKey,
+	(*Broker).loadSecrets,
+	(*Broker).initFence,
+}
+
+// kernelSteps are the start-up's steps once the cgroups are set up: the
+// kernel's policy decided, the API's sockets, the agents' networks.
+var kernelSteps = []func(*Broker) error{
+	(*Broker).decideKernelPolicy,
+	(*Broker).listenAPI,
+	(*Broker).makeEgressNets,
+}
+
+// checkOwnCaps refuses a broker without the capabilities its work takes
+// and clears the ones nothing it forks should carry.
+func (b *Broker) checkOwnCaps() error {
+	egress := len(b.cfg.Agent.Egress) > 0
+	if err := caps.Verify(caps.BrokerFor(egress)); err != nil {
+		if egress && caps.Verify(caps.Broker) == nil {
+			return fmt.Errorf("agent.egress: the broker lacks CAP_SYS_ADMIN and CAP_NET_ADMIN, which starting agents in network namespaces of their own takes (give the broker's container SYS_ADMIN and NET_ADMIN, or leave agent.egress empty: agents then get no egress)")
+		}
+		return fmt.Errorf("broker: %w", err)
+	}
+	// Inheritable served the broker's own exec; nothing it forks carries it.
+	// (A test build that hands roles an ambient capability needs it kept.)
+	if !(weaken.Enabled && weaken.Has(weaken.CapAmb)) {
+		if err := caps.ClearInheritable(); err != nil {
+			return fmt.Errorf("broker: %w", err)
+		}
+	}
+	if !caps.BoundingCleared() {
+		b.note("the capability bounding set holds the broker's six: this container gives no CAP_SETPCAP to clear it, so role commands keep it too (unusable under no_new_privs with a non-zero uid)")
+	}
+	return nil
+}
+
+// becomeSubreaper makes orphans of role commands the broker's children,
+// so the reaper can reap them and kill(-1) loops see them go.
+func (b *Broker) becomeSubreaper() error {
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("broker: child subreaper: %w", err)
+	}
+	b.reaper = newReaper(func(pid int) {
+		b.log.Warn("a role process stopped under the broker's trace (PTRACE_TRACEME got past the filter); killed", "pid", pid)
+	})
+	return nil
+}
+
+// openDevNull opens the /dev/null that role commands and the controller
+// get for the stdio they are not given.
+func (b *Broker) openDevNull() (err error) {
+	if b.devnull, err = os.OpenFile("/dev/null", os.O_RDWR, 0); err != nil {
+		return fmt.Errorf("broker: %w", err)
+	}
+	return nil
+}
+
+// readCPUs reads the CPUs this broker may use and refuses judge_cpus
+// outside them.
+func (b *Broker) readCPUs() (err error) {
+	if b.online, err = cpuset.Online(); err != nil {
+		return fmt.Errorf("broker: cpus: %w", err)
+	}
+	if b.judgeCPUs, err = b.cfg.JudgeCPUSet(); err != nil {
+		return fmt.Errorf("judge_cpus: %w", err)
+	}
+	if !b.online.Contains(b.judgeCPUs) {
+		return fmt.Errorf("judge_cpus: %s is not among the CPUs this broker may use (%s)", b.judgeCPUs, b.online)
+	}
+	return nil
+}
+
+// loadSecrets reads the secrets folder.
+func (b *Broker) loadSecrets() (err error) {
+	if b.secrets, err = readSecrets(b.cfg.SecretsDir); err != nil {
+		return err
+	}
+	b.log.Info("secrets read", "folder", b.cfg.SecretsDir, "count", len(b.secrets))
+	return nil
+}
+
+// superviseUntilSignal runs the controller until SIGTERM or SIGINT, then
+// stops it and every role and closes l.
+func (b *Broker) superviseUntilSignal(l *net.UnixListener, notify *notifier) {
 	b.setPhase(rpc.PhaseController, "")
 	ctlDone := make(chan struct{})
 	go func() {
@@ -252,7 +303,6 @@ func (b *Broker) Serve() (err error) {
 	<-ctlDone
 	b.shutdown(l)
 	b.log.Info("stopped")
-	return nil
 }
 
 func (b *Broker) shutdown(l *net.UnixListener) {

@@ -27,12 +27,6 @@ var longFuncAllowed = map[string]string{
 	// so every step from clone to execve is written inline, as the comment
 	// above it says.
 	"internal/spawn forkExec": "the vfork child may only make raw system calls in one frame",
-
-	// Issue 28: in areas that other engineers were reworking while this
-	// test landed; the next landing cuts them and removes the entries.
-	"broker Broker.Serve":         "issue 28: the broker's rooms",
-	"selftest placeCanaries":      "issue 28: the self-test's rework (canaries as a table)",
-	"selftest startsUnderStopper": "issue 28: the self-test's rework",
 }
 
 // TestNoLongFunctions fails when a function that is not a test's is over

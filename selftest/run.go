@@ -495,46 +495,103 @@ func randomName(prefix string) string {
 
 // placeCanaries puts a target where each real one lives, with the same
 // owner and mode, when the real one does not exist yet. undo removes them.
+// Each canary is placed in turn; a failed one does not stop the others,
+// and every failure is returned.
 func placeCanaries(h Host, c *Context, undo *[]func()) error {
-	ctl := c.Table.Controller()
-	var errs []error
-	state := c.Cfg.StateDir
-	file := func(path string, uid, gid int, mode os.FileMode) error {
-		if err := placeFile(state, path, uid, gid, mode); err != nil {
-			return err
-		}
-		*undo = append(*undo, func() { removePlaced(state, path) })
-		return nil
+	p := &canaryPlacer{h: h, c: c, undo: undo, state: c.Cfg.StateDir, ctl: c.Table.Controller()}
+	for _, place := range canaries {
+		place(p)
 	}
-	dir := func(path string, uid, gid int, mode os.FileMode) error {
-		if err := placeDir(state, path, uid, gid, mode); err != nil {
-			return err
-		}
-		*undo = append(*undo, func() { removePlaced(state, path) })
-		return nil
-	}
+	return errors.Join(p.errs...)
+}
 
-	// The ledger and the kits live in the controller's folder.
+// canaries are placeCanaries' targets, one function each, in the order
+// they are placed: later ones use the folders of earlier ones (the lanes'
+// and agents' folders the trials folder, the timed runs the stored build).
+var canaries = []func(*canaryPlacer){
+	(*canaryPlacer).ledger,
+	(*canaryPlacer).kit,
+	(*canaryPlacer).secret,
+	(*canaryPlacer).storedBuild,
+	(*canaryPlacer).laneWorkspaces,
+	(*canaryPlacer).buildDir,
+	(*canaryPlacer).openDir,
+	(*canaryPlacer).agentFolders,
+	(*canaryPlacer).laneAreas,
+	func(p *canaryPlacer) { p.c.EndedToken = endedToken(p.c) },
+	(*canaryPlacer).timedRuns,
+}
+
+// canaryPlacer is what placing the canaries shares: the host, the context
+// it fills, the undo list, the failures so far, and the folders that later
+// canaries go into.
+type canaryPlacer struct {
+	h     Host
+	c     *Context
+	undo  *[]func()
+	state string
+	ctl   roles.Role
+	errs  []error
+
+	trialsDir      string // the lanes' workspaces and the agents' folders
+	storedBuildDir string // the stored build's folder, the timed runs' link
+}
+
+// file places a file at path and its removal in undo.
+func (p *canaryPlacer) file(path string, uid, gid int, mode os.FileMode) error {
+	if err := placeFile(p.state, path, uid, gid, mode); err != nil {
+		return err
+	}
+	*p.undo = append(*p.undo, func() { removePlaced(p.state, path) })
+	return nil
+}
+
+// dir places a folder at path and its removal in undo.
+func (p *canaryPlacer) dir(path string, uid, gid int, mode os.FileMode) error {
+	if err := placeDir(p.state, path, uid, gid, mode); err != nil {
+		return err
+	}
+	*p.undo = append(*p.undo, func() { removePlaced(p.state, path) })
+	return nil
+}
+
+// handBack puts in undo the handing of path back to the controller.
+func (p *canaryPlacer) handBack(path string) {
+	*p.undo = append(*p.undo, func() { p.h.HandFolder(&rpc.HandFolderRequest{Path: path, Role: p.ctl.Name}) })
+}
+
+// ledger: the ledger lives in the controller's folder.
+func (p *canaryPlacer) ledger() {
+	c, ctl := p.c, p.ctl
 	c.Ledger = filepath.Join(c.Cfg.ControllerDir(), "ledger.db")
 	if _, err := os.Lstat(c.Ledger); err != nil {
-		errs = append(errs, file(c.Ledger, ctl.UID, ctl.GID, 0o600))
+		p.errs = append(p.errs, p.file(c.Ledger, ctl.UID, ctl.GID, 0o600))
 	}
+}
+
+// kit: the kits live in the controller's folder.
+func (p *canaryPlacer) kit() {
+	c, ctl := p.c, p.ctl
 	kits := filepath.Join(c.Cfg.ControllerDir(), "kits")
 	c.Kit = firstFile(kits, "kit.toml")
 	if c.Kit == "" {
 		if _, err := os.Lstat(kits); err != nil {
-			errs = append(errs, dir(kits, ctl.UID, ctl.GID, 0o700))
+			p.errs = append(p.errs, p.dir(kits, ctl.UID, ctl.GID, 0o700))
 		}
 		k := filepath.Join(kits, randomName("selftest-"))
-		errs = append(errs, dir(k, ctl.UID, ctl.GID, 0o700))
+		p.errs = append(p.errs, p.dir(k, ctl.UID, ctl.GID, 0o700))
 		c.Kit = filepath.Join(k, "kit.toml")
-		errs = append(errs, file(c.Kit, ctl.UID, ctl.GID, 0o600))
+		p.errs = append(p.errs, p.file(c.Kit, ctl.UID, ctl.GID, 0o600))
 	}
-	// A secret: a real one if there is one, a canary beside them if the
-	// folder is empty, and on a rig with no secrets folder (a fresh machine,
-	// the embedded defaults) a canary in a root-only folder of the broker's
-	// that stands in for it: the property is the same, root's files stay
-	// root's. The self-test makes nothing outside the state dir.
+}
+
+// secret: a real one if there is one, a canary beside them if the folder
+// is empty, and on a rig with no secrets folder (a fresh machine, the
+// embedded defaults) a canary in a root-only folder of the broker's that
+// stands in for it: the property is the same, root's files stay root's.
+// The self-test makes nothing outside the state dir.
+func (p *canaryPlacer) secret() {
+	c := p.c
 	names, _ := readNames(c.Cfg.SecretsDir)
 	_, noFolder := os.Lstat(c.Cfg.SecretsDir)
 	switch {
@@ -542,130 +599,158 @@ func placeCanaries(h Host, c *Context, undo *[]func()) error {
 		c.Secret = filepath.Join(c.Cfg.SecretsDir, names[0])
 	case noFolder == nil:
 		c.Secret = filepath.Join(c.Cfg.SecretsDir, ".selftest-canary")
-		errs = append(errs, file(c.Secret, 0, 0, 0o600))
+		p.errs = append(p.errs, p.file(c.Secret, 0, 0, 0o600))
 	default:
 		standIn := filepath.Join(c.Cfg.BrokerDir(), randomName("selftest-secrets-"))
-		errs = append(errs, dir(standIn, 0, 0, 0o700))
+		p.errs = append(p.errs, p.dir(standIn, 0, 0, 0o700))
 		c.Secret = filepath.Join(standIn, "canary")
-		errs = append(errs, file(c.Secret, 0, 0, 0o600))
+		p.errs = append(p.errs, p.file(c.Secret, 0, 0, 0o600))
 	}
-	// A stored build: read-only, reachable only by its exact path.
+}
+
+// storedBuild: read-only, reachable only by its exact path.
+func (p *canaryPlacer) storedBuild() {
+	c, ctl := p.c, p.ctl
 	sb := filepath.Join(c.Cfg.StoreDir(), randomName("selftest-"))
-	errs = append(errs, dir(sb, ctl.UID, ctl.GID, 0o700))
+	p.storedBuildDir = sb
+	p.errs = append(p.errs, p.dir(sb, ctl.UID, ctl.GID, 0o700))
 	c.StoredFile = filepath.Join(sb, "program")
-	errs = append(errs, file(c.StoredFile, ctl.UID, ctl.GID, 0o555), os.Chmod(sb, 0o555))
-	// A workspace for each lane, handed to it as a trial's would be.
-	trials := filepath.Join(c.Cfg.ScratchDir(), "trials", randomName("selftest-"))
-	errs = append(errs, dir(trials, ctl.UID, ctl.GID, 0o711))
+	p.errs = append(p.errs, p.file(c.StoredFile, ctl.UID, ctl.GID, 0o555), os.Chmod(sb, 0o555))
+}
+
+// laneWorkspaces: a workspace for each lane, handed to it as a trial's
+// would be.
+func (p *canaryPlacer) laneWorkspaces() {
+	c, ctl := p.c, p.ctl
+	p.trialsDir = filepath.Join(c.Cfg.ScratchDir(), "trials", randomName("selftest-"))
+	p.errs = append(p.errs, p.dir(p.trialsDir, ctl.UID, ctl.GID, 0o711))
 	for _, r := range c.Table.Roles {
 		if r.Kind != roles.Lane {
 			continue
 		}
-		ws := filepath.Join(trials, r.Name)
-		if err := dir(ws, ctl.UID, ctl.GID, 0o700); err != nil {
-			errs = append(errs, err)
+		ws := filepath.Join(p.trialsDir, r.Name)
+		if err := p.dir(ws, ctl.UID, ctl.GID, 0o700); err != nil {
+			p.errs = append(p.errs, err)
 			continue
 		}
-		if _, err := h.HandFolder(&rpc.HandFolderRequest{Path: ws, Role: r.Name, Mode: 0o700}); err != nil {
-			errs = append(errs, err)
+		if _, err := p.h.HandFolder(&rpc.HandFolderRequest{Path: ws, Role: r.Name, Mode: 0o700}); err != nil {
+			p.errs = append(p.errs, err)
 			continue
 		}
 		c.Workspace[r.Index] = ws
-		*undo = append(*undo, func() { h.HandFolder(&rpc.HandFolderRequest{Path: ws, Role: ctl.Name}) })
+		p.handBack(ws)
 	}
-	// A build folder handed to the builder, as a build's is.
+}
+
+// buildDir: a build folder handed to the builder, as a build's is.
+func (p *canaryPlacer) buildDir() {
+	c, ctl := p.c, p.ctl
 	builds := filepath.Join(c.Cfg.ScratchDir(), "builds", randomName("selftest-"))
-	errs = append(errs, dir(builds, ctl.UID, ctl.GID, 0o711))
+	p.errs = append(p.errs, p.dir(builds, ctl.UID, ctl.GID, 0o711))
 	c.BuildDir = filepath.Join(builds, "src")
-	if err := dir(c.BuildDir, ctl.UID, ctl.GID, 0o700); err != nil {
-		errs = append(errs, err)
-	} else if _, err := h.HandFolder(&rpc.HandFolderRequest{Path: c.BuildDir, Role: "builder", Mode: 0o700}); err != nil {
-		errs = append(errs, err)
+	if err := p.dir(c.BuildDir, ctl.UID, ctl.GID, 0o700); err != nil {
+		p.errs = append(p.errs, err)
+	} else if _, err := p.h.HandFolder(&rpc.HandFolderRequest{Path: c.BuildDir, Role: "builder", Mode: 0o700}); err != nil {
+		p.errs = append(p.errs, err)
 	} else {
-		bd := c.BuildDir
-		*undo = append(*undo, func() { h.HandFolder(&rpc.HandFolderRequest{Path: bd, Role: ctl.Name}) })
+		p.handBack(c.BuildDir)
 	}
-	// A folder whose mode lets everyone write: only the rule set keeps a
-	// role out of it.
+}
+
+// openDir: a folder whose mode lets everyone write: only the rule set
+// keeps a role out of it.
+func (p *canaryPlacer) openDir() {
+	c := p.c
 	c.OpenDir = filepath.Join(c.Cfg.ScratchDir(), randomName("selftest-open-"))
-	errs = append(errs, dir(c.OpenDir, 0, 0, 0o777))
-	// An agent folder with a token for each agent, handed to it as a
-	// trial's is; a research run with an area handed to each lane.
+	p.errs = append(p.errs, p.dir(c.OpenDir, 0, 0, 0o777))
+}
+
+// agentFolders: an agent folder with a token for each agent, handed to it
+// as a trial's is.
+func (p *canaryPlacer) agentFolders() {
+	c, ctl := p.c, p.ctl
 	for _, r := range c.Table.Roles {
 		if r.Kind != roles.Agent {
 			continue
 		}
-		ad := filepath.Join(trials, r.Name)
-		if err := dir(ad, ctl.UID, ctl.GID, 0o700); err != nil {
-			errs = append(errs, err)
+		ad := filepath.Join(p.trialsDir, r.Name)
+		if err := p.dir(ad, ctl.UID, ctl.GID, 0o700); err != nil {
+			p.errs = append(p.errs, err)
 			continue
 		}
-		errs = append(errs, file(filepath.Join(ad, "token"), ctl.UID, ctl.GID, 0o600))
-		if _, err := h.HandFolder(&rpc.HandFolderRequest{Path: ad, Role: r.Name, Mode: 0o700}); err != nil {
-			errs = append(errs, err)
+		p.errs = append(p.errs, p.file(filepath.Join(ad, "token"), ctl.UID, ctl.GID, 0o600))
+		if _, err := p.h.HandFolder(&rpc.HandFolderRequest{Path: ad, Role: r.Name, Mode: 0o700}); err != nil {
+			p.errs = append(p.errs, err)
 			continue
 		}
 		c.AgentDir[r.Index] = ad
-		*undo = append(*undo, func() { h.HandFolder(&rpc.HandFolderRequest{Path: ad, Role: ctl.Name}) })
+		p.handBack(ad)
 	}
+}
+
+// laneAreas: a research run with an area handed to each lane.
+func (p *canaryPlacer) laneAreas() {
+	c, ctl := p.c, p.ctl
 	c.ResearchRun = filepath.Join(c.Cfg.ResearchDir(), randomName("selftest-"))
-	errs = append(errs, dir(c.ResearchRun, ctl.UID, ctl.GID, 0o755))
+	p.errs = append(p.errs, p.dir(c.ResearchRun, ctl.UID, ctl.GID, 0o755))
 	lanes := filepath.Join(c.ResearchRun, "lanes")
-	errs = append(errs, dir(lanes, ctl.UID, ctl.GID, 0o755))
+	p.errs = append(p.errs, p.dir(lanes, ctl.UID, ctl.GID, 0o755))
 	for _, r := range c.Table.Roles {
 		if r.Kind != roles.Lane {
 			continue
 		}
 		area := filepath.Join(lanes, r.Name)
-		if err := dir(area, ctl.UID, ctl.GID, 0o700); err != nil {
-			errs = append(errs, err)
+		if err := p.dir(area, ctl.UID, ctl.GID, 0o700); err != nil {
+			p.errs = append(p.errs, err)
 			continue
 		}
-		if _, err := h.HandFolder(&rpc.HandFolderRequest{Path: area, Role: r.Name, Mode: 0o700}); err != nil {
-			errs = append(errs, err)
+		if _, err := p.h.HandFolder(&rpc.HandFolderRequest{Path: area, Role: r.Name, Mode: 0o700}); err != nil {
+			p.errs = append(p.errs, err)
 			continue
 		}
 		c.LaneArea[r.Index] = area
-		*undo = append(*undo, func() { h.HandFolder(&rpc.HandFolderRequest{Path: area, Role: ctl.Name}) })
+		p.handBack(area)
 	}
-	c.EndedToken = endedToken(c)
-	// A timed run's folder for each timing user, made as the judge makes
-	// one: the controller's, with a read-only kit copy, a link to the
-	// stored build and an out/ of the timing user's own, then opened to the
-	// timing user alone by the broker (the same request the judge makes).
+}
+
+// timedRuns: a timed run's folder for each timing user, made as the judge
+// makes one: the controller's, with a read-only kit copy, a link to the
+// stored build and an out/ of the timing user's own, then opened to the
+// timing user alone by the broker (the same request the judge makes).
+func (p *canaryPlacer) timedRuns() {
+	c, ctl := p.c, p.ctl
 	for _, r := range c.Table.Roles {
 		if r.Kind != roles.Timing {
 			continue
 		}
 		run := filepath.Join(c.Cfg.ScratchDir(), "runs", randomName("selftest-"))
-		if err := dir(run, ctl.UID, ctl.GID, 0o700); err != nil {
-			errs = append(errs, err)
+		if err := p.dir(run, ctl.UID, ctl.GID, 0o700); err != nil {
+			p.errs = append(p.errs, err)
 			continue
 		}
 		kit := filepath.Join(run, "kit")
-		errs = append(errs, dir(kit, ctl.UID, ctl.GID, 0o755))
+		p.errs = append(p.errs, p.dir(kit, ctl.UID, ctl.GID, 0o755))
 		c.RunKit[r.Index] = filepath.Join(kit, "input.txt")
-		errs = append(errs, file(c.RunKit[r.Index], ctl.UID, ctl.GID, 0o444), os.Chmod(kit, 0o555))
+		p.errs = append(p.errs, p.file(c.RunKit[r.Index], ctl.UID, ctl.GID, 0o444), os.Chmod(kit, 0o555))
 		build := filepath.Join(run, "build")
-		if err := placeSymlink(state, build, sb, ctl.UID, ctl.GID); err != nil {
-			errs = append(errs, err)
+		if err := placeSymlink(p.state, build, p.storedBuildDir, ctl.UID, ctl.GID); err != nil {
+			p.errs = append(p.errs, err)
 		} else {
 			c.RunBuild[r.Index] = build
 		}
 		out := filepath.Join(run, "out")
-		errs = append(errs, dir(out, ctl.UID, ctl.GID, 0o700))
-		if _, err := h.HandFolder(&rpc.HandFolderRequest{Path: out, Role: r.Name, Mode: 0o700}); err != nil {
-			errs = append(errs, err)
+		p.errs = append(p.errs, p.dir(out, ctl.UID, ctl.GID, 0o700))
+		if _, err := p.h.HandFolder(&rpc.HandFolderRequest{Path: out, Role: r.Name, Mode: 0o700}); err != nil {
+			p.errs = append(p.errs, err)
 		}
 		c.RunOut[r.Index] = out
-		*undo = append(*undo, func() { h.HandFolder(&rpc.HandFolderRequest{Path: out, Role: ctl.Name}) })
-		if err := h.RunFolder(&rpc.RunFolderRequest{Path: run, Role: r.Name}); err != nil {
-			errs = append(errs, err)
+		p.handBack(out)
+		if err := p.h.RunFolder(&rpc.RunFolderRequest{Path: run, Role: r.Name}); err != nil {
+			p.errs = append(p.errs, err)
 			continue
 		}
 		c.RunDir[r.Index] = run
 	}
-	return errors.Join(errs...)
 }
 
 // listenCanaries opens, for the probes to aim at, an abstract unix socket,

@@ -204,173 +204,230 @@ func startsPhase(h Host, c *Context, record func([]rpc.Probe)) {
 // it ends the lane's processes from here (a start of a helper would wait
 // behind the held one), so that the self-test goes on and says so.
 func startsUnderStopper(h Host, c *Context, lane, other roles.Role, plan []Attempt) ([]Outcome, string) {
-	s := &startsSeen{lane: lane.Name, other: other.Name}
-	c.Starts = s
+	r := &startsRun{
+		h: h, c: c, lane: lane, other: other,
+		s:         &startsSeen{lane: lane.Name, other: other.Name},
+		tmp:       tmpOf(c, lane.Name),
+		probeDone: make(chan struct{}), stopping: make(chan struct{}), stopped: make(chan struct{}), allDone: make(chan struct{}),
+		wait: stopperFor + stopperHold + startsBound,
+	}
+	c.Starts = r.s
 	data, _ := json.Marshal(plan)
-	tmp := tmpOf(c, lane.Name)
-	clearMarks := func() {
-		for _, m := range startsMarks {
-			removePlaced(c.Cfg.StateDir, filepath.Join(tmp, m))
-		}
+	r.clearMarks()
+	defer r.clearMarks()
+	go r.runLaneProbe(data)
+	go r.watchStopMarks()
+	r.wg.Add(2)
+	go r.startLaneCommands()
+	go r.runOtherCommands()
+	go r.letProbeGo()
+	if !r.awaitEnd() {
+		return held1(plan, r.s.held), ""
 	}
-	clearMarks()
-	defer clearMarks()
-	var (
-		mu                  sync.Mutex
-		outs                []Outcome
-		why                 string
-		laneDone, otherDone bool
-		wg                  sync.WaitGroup
-		// laneDuring and otherDuring count the starts and commands begun
-		// and ended while the probe stopped its own processes.
-		laneDuring, otherDuring int
-		enough                  sync.Once
-	)
-	probeDone, stopping, stopped, allDone := make(chan struct{}), make(chan struct{}), make(chan struct{}), make(chan struct{})
-	closed := func(ch chan struct{}) bool {
-		select {
-		case <-ch:
-			return true
-		default:
-			return false
-		}
-	}
-	// over says whether a loop may end: a start or command begun once the
-	// probe had stopped stopping (or was done) has ended.
-	over := func(begun bool) bool { return begun || closed(probeDone) }
-	// during says whether a start or command began while the probe
-	// stopped its own processes; seen counts one that did, and tells the
-	// probe it is enough once both counts are reached (with s locked).
-	during := func() bool { return closed(stopping) && !closed(stopped) }
-	seen := func(count *int) {
-		*count++
-		if laneDuring >= startsWhileStopping && otherDuring >= runsWhileStopping {
-			enough.Do(func() { placeFile(c.Cfg.StateDir, filepath.Join(tmp, enoughMark), 0, 0, 0o644) })
-		}
-	}
-	wait := stopperFor + stopperHold + startsBound
-	go func() {
-		o, w := probeOutcomes(h.RunProbe(lane, nil, data))
-		mu.Lock()
-		outs, why = o, w
-		mu.Unlock()
-		close(probeDone)
-	}()
-	go func() {
-		for _, m := range []struct {
-			name string
-			ch   chan struct{}
-		}{{stoppingMark, stopping}, {stoppedMark, stopped}} {
-			if !awaitFile(filepath.Join(tmp, m.name), wait, probeDone) {
-				return
-			}
-			close(m.ch)
-		}
-	}()
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		for {
-			after, began := closed(stopped), during()
-			pid, stop, err := h.StartCanary(lane, nil)
-			// A command of the lane found stopped once started shows the
-			// lane's stops reach its new commands (where no signal scope
-			// keeps them out).
-			stoppedNow := err == nil && processStopped(pid)
-			mu.Lock()
-			s.laneStarts++
-			if err != nil {
-				s.laneFailed++
-			}
-			if stoppedNow {
-				s.laneStopped++
-			}
-			if began && during() {
-				seen(&laneDuring)
-			}
-			mu.Unlock()
-			if err == nil {
-				stop()
-			}
-			if over(after) {
-				break
-			}
-		}
-		mu.Lock()
-		laneDone = true
-		mu.Unlock()
-	}()
-	go func() {
-		defer wg.Done()
-		for n := 1; ; n++ {
-			after, began := closed(stopped), during()
-			t0 := time.Now()
-			bad := commandBad(h.RunProbe(other, nil, []byte("[]")))
-			if took := time.Since(t0); bad == "" && took > startsBound {
-				bad = fmt.Sprintf("took %s, more than %s", took.Round(time.Millisecond), startsBound)
-			}
-			mu.Lock()
-			s.otherRuns = n
-			if bad != "" && s.otherBad == "" {
-				s.otherBad = fmt.Sprintf("%s's command %d while %s stopped its own processes: %s", other.Name, n, lane.Name, bad)
-			}
-			if began && during() {
-				seen(&otherDuring)
-			}
-			mu.Unlock()
-			if over(after) {
-				break
-			}
-		}
-		mu.Lock()
-		otherDone = true
-		mu.Unlock()
-	}()
-	go func() {
-		wg.Wait()
-		// The starts went on after the stops: the probe may let go.
-		placeFile(c.Cfg.StateDir, filepath.Join(tmp, goOnMark), 0, 0, 0o644)
-		<-probeDone
-		close(allDone)
-	}()
-
-	select {
-	case <-allDone:
-	case <-time.After(wait):
-		mu.Lock()
-		var held []string
-		if !otherDone {
-			held = append(held, fmt.Sprintf("%s's command %d had not ended", other.Name, s.otherRuns+1))
-		}
-		if !laneDone {
-			held = append(held, fmt.Sprintf("%s's start %d had not returned", lane.Name, s.laneStarts+1))
-		}
-		if !closed(probeDone) {
-			held = append(held, fmt.Sprintf("%s's probe had not ended", lane.Name))
-		}
-		s.held = fmt.Sprintf("the broker's starts were held: %s after %s began stopping its own processes, %s", wait, lane.Name, strings.Join(held, ", "))
-		mu.Unlock()
-		endProcessesOf(lane.UID)
-		select {
-		case <-allDone:
-		case <-time.After(startsBound):
-			mu.Lock()
-			s.held += "; they stayed held after its processes were ended"
-			mu.Unlock()
-			return held1(plan, s.held), ""
-		}
-	}
-	if s.held == "" {
-		s.after = commandBad(h.RunProbe(lane, nil, []byte("[]")))
+	if r.s.held == "" {
+		r.s.after = commandBad(h.RunProbe(lane, nil, []byte("[]")))
 	}
 	h.StopUser(lane)
 	h.StopUser(other)
-	if why != "" && s.held != "" {
+	if r.why != "" && r.s.held != "" {
 		// The probe itself was ended to let the broker go on: the row
 		// says what was held, not that its probe could not run.
-		return held1(plan, s.held), ""
+		return held1(plan, r.s.held), ""
 	}
-	return outs, why
+	return r.outs, r.why
+}
+
+// startsRun is what startsUnderStopper's goroutines share: the lane's
+// probe, the lane's starts and the other role's commands beside it.
+type startsRun struct {
+	h           Host
+	c           *Context
+	lane, other roles.Role
+	s           *startsSeen
+	tmp         string // the lane's tmp, where the marks are
+
+	mu                  sync.Mutex // guards what follows, and s
+	outs                []Outcome
+	why                 string
+	laneDone, otherDone bool
+	// laneDuring and otherDuring count the starts and commands begun
+	// and ended while the probe stopped its own processes.
+	laneDuring, otherDuring int
+	enough                  sync.Once
+
+	wg                                    sync.WaitGroup // the lane's starts and the other's commands
+	probeDone, stopping, stopped, allDone chan struct{}
+	wait                                  time.Duration
+}
+
+// clearMarks removes the marks of the lane's probe.
+func (r *startsRun) clearMarks() {
+	for _, m := range startsMarks {
+		removePlaced(r.c.Cfg.StateDir, filepath.Join(r.tmp, m))
+	}
+}
+
+// closed says whether ch is closed.
+func closed(ch chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// over says whether a loop may end: a start or command begun once the
+// probe had stopped stopping (or was done) has ended.
+func (r *startsRun) over(begun bool) bool { return begun || closed(r.probeDone) }
+
+// during says whether a start or command began while the probe stopped
+// its own processes.
+func (r *startsRun) during() bool { return closed(r.stopping) && !closed(r.stopped) }
+
+// seen counts one start or command that began while the probe stopped its
+// own processes, and tells the probe it is enough once both counts are
+// reached (with r.mu held).
+func (r *startsRun) seen(count *int) {
+	*count++
+	if r.laneDuring >= startsWhileStopping && r.otherDuring >= runsWhileStopping {
+		r.enough.Do(func() { placeFile(r.c.Cfg.StateDir, filepath.Join(r.tmp, enoughMark), 0, 0, 0o644) })
+	}
+}
+
+// runLaneProbe runs the lane's probe with the plan in data.
+func (r *startsRun) runLaneProbe(data []byte) {
+	o, w := probeOutcomes(r.h.RunProbe(r.lane, nil, data))
+	r.mu.Lock()
+	r.outs, r.why = o, w
+	r.mu.Unlock()
+	close(r.probeDone)
+}
+
+// watchStopMarks closes stopping and then stopped as the probe's marks
+// for them appear.
+func (r *startsRun) watchStopMarks() {
+	for _, m := range []struct {
+		name string
+		ch   chan struct{}
+	}{{stoppingMark, r.stopping}, {stoppedMark, r.stopped}} {
+		if !awaitFile(filepath.Join(r.tmp, m.name), r.wait, r.probeDone) {
+			return
+		}
+		close(m.ch)
+	}
+}
+
+// startLaneCommands starts the lane's commands one after another, each
+// ended at once, until one begun after the probe stopped stopping ended.
+func (r *startsRun) startLaneCommands() {
+	defer r.wg.Done()
+	s := r.s
+	for {
+		after, began := closed(r.stopped), r.during()
+		pid, stop, err := r.h.StartCanary(r.lane, nil)
+		// A command of the lane found stopped once started shows the
+		// lane's stops reach its new commands (where no signal scope
+		// keeps them out).
+		stoppedNow := err == nil && processStopped(pid)
+		r.mu.Lock()
+		s.laneStarts++
+		if err != nil {
+			s.laneFailed++
+		}
+		if stoppedNow {
+			s.laneStopped++
+		}
+		if began && r.during() {
+			r.seen(&r.laneDuring)
+		}
+		r.mu.Unlock()
+		if err == nil {
+			stop()
+		}
+		if r.over(after) {
+			break
+		}
+	}
+	r.mu.Lock()
+	r.laneDone = true
+	r.mu.Unlock()
+}
+
+// runOtherCommands runs the other role's commands one after another, each
+// within startsBound, until one begun after the probe stopped stopping
+// ended.
+func (r *startsRun) runOtherCommands() {
+	defer r.wg.Done()
+	s, lane, other := r.s, r.lane, r.other
+	for n := 1; ; n++ {
+		after, began := closed(r.stopped), r.during()
+		t0 := time.Now()
+		bad := commandBad(r.h.RunProbe(other, nil, []byte("[]")))
+		if took := time.Since(t0); bad == "" && took > startsBound {
+			bad = fmt.Sprintf("took %s, more than %s", took.Round(time.Millisecond), startsBound)
+		}
+		r.mu.Lock()
+		s.otherRuns = n
+		if bad != "" && s.otherBad == "" {
+			s.otherBad = fmt.Sprintf("%s's command %d while %s stopped its own processes: %s", other.Name, n, lane.Name, bad)
+		}
+		if began && r.during() {
+			r.seen(&r.otherDuring)
+		}
+		r.mu.Unlock()
+		if r.over(after) {
+			break
+		}
+	}
+	r.mu.Lock()
+	r.otherDone = true
+	r.mu.Unlock()
+}
+
+// letProbeGo tells the probe to let its processes go once the starts and
+// commands are done, and closes allDone once the probe is.
+func (r *startsRun) letProbeGo() {
+	r.wg.Wait()
+	// The starts went on after the stops: the probe may let go.
+	placeFile(r.c.Cfg.StateDir, filepath.Join(r.tmp, goOnMark), 0, 0, 0o644)
+	<-r.probeDone
+	close(r.allDone)
+}
+
+// awaitEnd waits for everything to end. Where a start is still held when
+// every bound has run out, it says what in s.held and ends the lane's
+// processes; it returns false where they stayed held after that.
+func (r *startsRun) awaitEnd() bool {
+	s, lane, other := r.s, r.lane, r.other
+	select {
+	case <-r.allDone:
+		return true
+	case <-time.After(r.wait):
+	}
+	r.mu.Lock()
+	var held []string
+	if !r.otherDone {
+		held = append(held, fmt.Sprintf("%s's command %d had not ended", other.Name, s.otherRuns+1))
+	}
+	if !r.laneDone {
+		held = append(held, fmt.Sprintf("%s's start %d had not returned", lane.Name, s.laneStarts+1))
+	}
+	if !closed(r.probeDone) {
+		held = append(held, fmt.Sprintf("%s's probe had not ended", lane.Name))
+	}
+	s.held = fmt.Sprintf("the broker's starts were held: %s after %s began stopping its own processes, %s", r.wait, lane.Name, strings.Join(held, ", "))
+	r.mu.Unlock()
+	endProcessesOf(lane.UID)
+	select {
+	case <-r.allDone:
+		return true
+	case <-time.After(startsBound):
+		r.mu.Lock()
+		s.held += "; they stayed held after its processes were ended"
+		r.mu.Unlock()
+		return false
+	}
 }
 
 // held1 answers every attempt of plan with what was held.
