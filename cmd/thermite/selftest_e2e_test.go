@@ -178,6 +178,15 @@ func TestSelftestCatchesBreakage(t *testing.T) {
 				stopRow,
 				// This build has no role cgroups either, so no cpuset.
 				"move onto a judge CPU a timed run holds", "widen its affinity beyond its judge CPUs",
+				// Only the filter refuses the file watches, and the judge's
+				// users their unix sockets (without which their connects to
+				// the broker's and the operator's socket are EACCES, not
+				// the filter's EPERM); only the rule set their FIFOs.
+				"watch a folder every role reads with inotify, which shows another role's opens",
+				"watch with fanotify", "watch a folder every role reads with dnotify",
+				"make a unix socket, which could reach a listener a lane opened to every role",
+				"connect to the broker socket", "connect to the harness API's operator socket",
+				"make a FIFO in its own temp folder",
 			},
 			roles: "lane-1",
 		},
