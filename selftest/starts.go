@@ -55,9 +55,10 @@ const (
 	// Go runtime waiting on the thread, the self-test itself) that long.
 	stopperHold = 4 * time.Second
 	// startsBound is how long another role's command may take to start
-	// and end meanwhile: generous for a command that ends at once, and
-	// short of stopperHold, which a held start takes at least.
-	startsBound = 2 * time.Second
+	// and end meanwhile: generous for a command that ends at once (a
+	// loaded qemu without KVM took 2.2 s), and a second short of
+	// stopperHold, which a held start takes at least.
+	startsBound = 3 * time.Second
 	// startsWhileStopping of the lane's starts, and runsWhileStopping of
 	// the other role's commands, begun and ended while the probe stopped
 	// its own processes, are enough where its filter refused every one of
