@@ -433,7 +433,10 @@ func refusalHides(cpu, wall time.Duration) bool {
 }
 
 // zombie reports whether a process has ended and waits for its parent
-// to reap it (state Z or X in /proc/<pid>/stat).
+// to reap it (state Z or X in /proc/<pid>/stat), all its threads with it:
+// a main thread that ended alone is a zombie too, while another thread
+// keeps every descriptor (num_threads, which counts the zombie leader
+// until it is reaped, is then over 1).
 func zombie(procRoot string, pid int) bool {
 	b, err := os.ReadFile(procRoot + "/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
@@ -443,7 +446,12 @@ func zombie(procRoot string, pid int) bool {
 	if i < 0 || i+2 >= len(b) {
 		return false
 	}
-	return b[i+2] == 'Z' || b[i+2] == 'X'
+	// After the name: state (field 3) ... num_threads (field 20).
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 18 || f[17] != "1" {
+		return false
+	}
+	return f[0] == "Z" || f[0] == "X"
 }
 
 // cpuTime is the user and system time a process has run, from

@@ -53,12 +53,15 @@ func TestCPUTime(t *testing.T) {
 // line of state S, and a process that is gone are not.
 func TestZombie(t *testing.T) {
 	root := t.TempDir()
-	for pid, state := range map[string]string{"7": "Z", "8": "S"} {
+	// state, then fields 4 to 19, then num_threads (field 20).
+	for pid, st := range map[string]string{"7": "Z 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0", "8": "S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0",
+		// A main thread that ended alone: another thread lives on.
+		"10": "Z 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 2 0"} {
 		os.MkdirAll(filepath.Join(root, pid), 0o755)
-		os.WriteFile(filepath.Join(root, pid, "stat"), []byte(pid+" (x) y) "+state+" 1 1 1 0\n"), 0o644)
+		os.WriteFile(filepath.Join(root, pid, "stat"), []byte(pid+" (x) y) "+st+"\n"), 0o644)
 	}
-	if !zombie(root, 7) || zombie(root, 8) || zombie(root, 9) {
-		t.Fatalf("zombie of Z, S, gone: %v %v %v", zombie(root, 7), zombie(root, 8), zombie(root, 9))
+	if !zombie(root, 7) || zombie(root, 8) || zombie(root, 9) || zombie(root, 10) {
+		t.Fatalf("zombie of Z, S, gone, Z with a live thread: %v %v %v %v", zombie(root, 7), zombie(root, 8), zombie(root, 9), zombie(root, 10))
 	}
 	cmd := exec.Command("/bin/true")
 	if err := cmd.Start(); err != nil {
