@@ -2,11 +2,8 @@ package standin
 
 import (
 	"bufio"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"net/http"
-	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -16,19 +13,10 @@ import (
 // CA, and returns the answer.
 func chatPost(t *testing.T, p *Provider, method, path, body string) *http.Response {
 	t.Helper()
-	pem, err := os.ReadFile(p.CAFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		t.Fatalf("no certificate in %s", p.CAFile)
-	}
-	c := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
 	req, _ := http.NewRequest(method, p.URL+path, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer x")
-	res, err := c.Do(req)
+	res, err := client(t, p).Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, path, err)
 	}

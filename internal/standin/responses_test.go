@@ -1,79 +1,24 @@
 package standin
 
 import (
-	"bufio"
-	"crypto/tls"
-	"crypto/x509"
-	"encoding/json"
-	"net/http"
-	"os"
 	"reflect"
 	"strings"
 	"testing"
 )
 
-// responsesClient is an HTTPS client that trusts p's CA.
-func responsesClient(t *testing.T, p *Provider) *http.Client {
-	t.Helper()
-	pem, err := os.ReadFile(p.CAFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		t.Fatalf("%s holds no certificate", p.CAFile)
-	}
-	return &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
-}
-
-// responsesEvent is one server-sent event: its name and its data.
-type responsesEvent struct {
-	name string
-	data map[string]any
-}
-
 // postResponses sends body to /v1/responses and reads the streamed
 // answer's events.
-func postResponses(t *testing.T, p *Provider, body string) []responsesEvent {
+func postResponses(t *testing.T, p *Provider, body string) []sseEvent {
 	t.Helper()
-	res, err := responsesClient(t, p).Post(p.URL+"/v1/responses", "application/json", strings.NewReader(body))
+	res, err := client(t, p).Post(p.URL+"/v1/responses", "application/json", strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer res.Body.Close()
-	if res.StatusCode != 200 || res.Header.Get("Content-Type") != "text/event-stream" {
-		t.Fatalf("POST /v1/responses: %s %s", res.Status, res.Header.Get("Content-Type"))
+	if res.StatusCode != 200 {
+		t.Fatalf("POST /v1/responses: %s", res.Status)
 	}
-	var events []responsesEvent
-	var name string
-	sc := bufio.NewScanner(res.Body)
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case strings.HasPrefix(line, "event: "):
-			name = strings.TrimPrefix(line, "event: ")
-		case strings.HasPrefix(line, "data: "):
-			var data map[string]any
-			if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &data); err != nil {
-				t.Fatalf("event %s: %v", name, err)
-			}
-			if data["type"] != name {
-				t.Errorf("event %s carries type %v", name, data["type"])
-			}
-			events = append(events, responsesEvent{name, data})
-		}
-	}
-	return events
-}
-
-// responsesKinds are the events' names in order.
-func responsesKinds(events []responsesEvent) []string {
-	out := make([]string, len(events))
-	for i, e := range events {
-		out[i] = e.name
-	}
-	return out
+	return readEvents(t, res)
 }
 
 // codexRequest is a request as Codex 0.171.0 sends one (trimmed): its
@@ -120,8 +65,8 @@ func TestResponsesStreamsACallOfANamespacedTool(t *testing.T) {
 	events := postResponses(t, p, body)
 	want := []string{"response.created", "response.output_item.added", "response.function_call_arguments.delta",
 		"response.function_call_arguments.done", "response.output_item.done", "response.completed"}
-	if !reflect.DeepEqual(responsesKinds(events), want) {
-		t.Fatalf("events %v, want %v", responsesKinds(events), want)
+	if !reflect.DeepEqual(names(events), want) {
+		t.Fatalf("events %v, want %v", names(events), want)
 	}
 	item := events[4].data["item"].(map[string]any)
 	if item["type"] != "function_call" || item["namespace"] != "mcp__thermite" || item["name"] != "research_note" || item["arguments"] != `{"body":"hi"}` || item["call_id"] == "" {
@@ -142,8 +87,8 @@ func TestResponsesStreamsAFinalMessage(t *testing.T) {
 	events := postResponses(t, p, strings.Replace(codexRequest, "%s", "", 1))
 	want := []string{"response.created", "response.output_item.added", "response.content_part.added", "response.output_text.delta",
 		"response.output_text.done", "response.content_part.done", "response.output_item.done", "response.completed"}
-	if !reflect.DeepEqual(responsesKinds(events), want) {
-		t.Fatalf("events %v, want %v", responsesKinds(events), want)
+	if !reflect.DeepEqual(names(events), want) {
+		t.Fatalf("events %v, want %v", names(events), want)
 	}
 	if d := events[3].data["delta"]; d != "all done" {
 		t.Errorf("delta %v", d)
