@@ -166,24 +166,20 @@ func (b *Broker) stopHelper(r roles.Role) (int, error) {
 	return 0, lastErr
 }
 
-func (b *Broker) stopLock(uid int) *sync.Mutex {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	lk := b.stops.stopLocks[uid]
-	if lk == nil {
-		lk = &sync.Mutex{}
-		b.stops.stopLocks[uid] = lk
-	}
-	return lk
-}
+// stopLock is the user's lock for one stop at a time.
+func (b *Broker) stopLock(uid int) *sync.Mutex { return b.lockOf(b.stops.stopLocks, uid) }
 
-func (b *Broker) userLock(uid int) *sync.Mutex {
+// userLock is the user's lock for a command and the stop after it.
+func (b *Broker) userLock(uid int) *sync.Mutex { return b.lockOf(b.stops.userLocks, uid) }
+
+// lockOf is uid's lock in locks, made on first use (under b.mu).
+func (b *Broker) lockOf(locks map[int]*sync.Mutex, uid int) *sync.Mutex {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	lk := b.stops.userLocks[uid]
+	lk := locks[uid]
 	if lk == nil {
 		lk = &sync.Mutex{}
-		b.stops.userLocks[uid] = lk
+		locks[uid] = lk
 	}
 	return lk
 }
