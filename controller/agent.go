@@ -171,13 +171,22 @@ func (c *Controller) piAgent(rt *trialRT, req AgentRequest) (*rpc.RunRequest, er
 // agent folder before it is handed to agent-N (the controller cannot
 // write there after): Pi's settings, which load thermite's extension.
 func (c *Controller) writeAgentHome(dir string) error {
-	for _, f := range piFiles(c.cfg.Agent.PiExtension) {
+	if err := writeHomeFiles(dir, piFiles(c.cfg.Agent.PiExtension)); err != nil {
+		return fmt.Errorf("agent folder: %w", err)
+	}
+	return nil
+}
+
+// writeHomeFiles writes files below dir, the controller's own (0600, their
+// folders 0700), before dir is handed to its role.
+func writeHomeFiles(dir string, files []homeFile) error {
+	for _, f := range files {
 		p := filepath.Join(dir, f.path)
 		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
-			return fmt.Errorf("agent folder: %w", err)
+			return err
 		}
 		if err := os.WriteFile(p, []byte(f.data), 0o600); err != nil {
-			return fmt.Errorf("agent folder: %w", err)
+			return err
 		}
 	}
 	return nil
@@ -233,14 +242,10 @@ func (c *Controller) writeLaneHome(rt *trialRT, home, lane string) error {
 	if err := os.Mkdir(home, 0o700); err != nil {
 		return err
 	}
-	for _, f := range files {
-		p := filepath.Join(home, f.path)
-		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
-			return err
-		}
-		if err := os.WriteFile(p, []byte(f.data), 0o600); err != nil {
-			return err
-		}
+	// A home half written is removed: the next run would take it as made.
+	if err := writeHomeFiles(home, files); err != nil {
+		os.RemoveAll(home)
+		return err
 	}
 	if err := c.broker.handFolder(home, lane, 0o700, false); err != nil {
 		os.RemoveAll(home)
