@@ -50,6 +50,9 @@ type measureState struct {
 // systems that a mapping alone keeps counts its blocks, read through
 // /proc/PID/map_files with a capability raised for that stat
 // (statMapped); where the broker holds none, it counts as hidden too.
+// A unix socket of the role's that keeps descriptors in flight (a deleted
+// file there is in no table) counts as hidden once it stays so past the
+// bounds a refused table has.
 // The thread runs off the CPUs a timed run holds, so the measure never
 // disturbs it. It holds the stop
 // lock, so it never measures while the role's processes are being ended.

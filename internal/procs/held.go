@@ -24,8 +24,10 @@ type Held struct {
 
 // ErrHidden says that a process keeps its open files from the measure: its
 // descriptor table cannot be read by its own user (it made itself not
-// dumpable), or the measure was killed. The trial's own processes did it,
-// so it counts as over every cap.
+// dumpable), a unix socket it holds keeps descriptors sent to it and never
+// received (in flight: a deleted file there is in no process's table), or
+// the measure was killed. The trial's own processes did it, so it counts
+// as over every cap.
 var ErrHidden = errors.New("keeps its open files from the measure")
 
 // MaxMappings bounds the mappings (lines of /proc/PID/maps) one measure
@@ -95,7 +97,10 @@ type StatMapped func(path string, st *unix.Stat_t) error
 // (no capability, or the mapping moved each time it was read) the file
 // counts as hidden (ErrHidden, naming the process and the file): a
 // mapping shows its own length, not the file's blocks, and a lane could
-// keep any number of such files each counted as one page.
+// keep any number of such files each counted as one page. A process whose
+// unix socket keeps descriptors in flight (fdinfo's scm_fds), past the
+// bounds a refused table has (refusalHides), counts as hidden too, naming
+// the socket: what a descriptor in flight keeps, no table shows.
 func HeldUnlinkedOn(procRoot string, uid int, skip map[int]bool, skipDev uint64, disk map[uint64]bool, statMapped StatMapped) (Held, error) {
 	pids, err := ByUIDOwned(procRoot, uid)
 	if err != nil {
@@ -117,7 +122,7 @@ func HeldUnlinkedOn(procRoot string, uid int, skip map[int]bool, skipDev uint64,
 			return Held{}, fmt.Errorf("%w: %w", ErrHidden, err)
 		case err == nil, errors.Is(err, os.ErrNotExist), errors.Is(err, unix.ESRCH):
 			// measured, or gone
-		case errors.Is(err, os.ErrPermission):
+		case errors.Is(err, os.ErrPermission), errors.Is(err, errInFlight):
 			if !zombie(procRoot, pid) {
 				refused = append(refused, pid)
 			}
@@ -176,11 +181,16 @@ type heldScan struct {
 	// mappings are the lines of maps read, links the /proc links stat'ed,
 	// stats the map_files entries stat'ed, each bounded.
 	mappings, links, stats int
+	// fdinfo is where a socket's fdinfo is read (inFlight).
+	fdinfo [512]byte
 }
 
-// retryRefused asks the processes whose tables could not be read again,
-// every 20 ms, until each is read, gone, a zombie, or refusalHides says
-// it counts as hidden.
+// retryRefused asks the processes whose tables could not be read, or
+// whose sockets kept descriptors in flight, again, every 20 ms, until each
+// is read with none in flight, gone, a zombie, or refusalHides says it
+// counts as hidden. Passing a descriptor keeps it in flight for a moment
+// (until the peer's recvmsg); a program that passes handles is seen with
+// none in flight when asked again.
 func (s *heldScan) retryRefused(refused []int) (hidden []string, err error) {
 	// What each refused process had run when first refused: a process
 	// that is only becoming a role's command needs a few milliseconds of
@@ -193,17 +203,23 @@ func (s *heldScan) retryRefused(refused []int) (hidden []string, err error) {
 		time.Sleep(20 * time.Millisecond)
 		var again []int
 		for _, pid := range refused {
-			switch err := s.scan(pid); {
+			err := s.scan(pid)
+			waited, ran := time.Since(t0).Round(time.Millisecond), cpuTime(s.procRoot, pid)-firstCPU[pid]
+			switch {
 			case tooMany(err):
 				return nil, fmt.Errorf("%w: %w", ErrHidden, err)
-			case !errors.Is(err, os.ErrPermission), zombie(s.procRoot, pid):
+			case err == nil, errors.Is(err, os.ErrNotExist), errors.Is(err, unix.ESRCH), zombie(s.procRoot, pid):
 				// Measured, gone, or ended and not yet reaped: a zombie
 				// keeps no descriptor nor mapping, and its table is
 				// refused to all but root.
-			case refusalHides(cpuTime(s.procRoot, pid)-firstCPU[pid], time.Since(t0)):
-				hidden = append(hidden, describePID(s.procRoot, pid, fmt.Errorf("its descriptors cannot be read (refused for %v, running %v of CPU meanwhile): %w", time.Since(t0).Round(time.Millisecond), cpuTime(s.procRoot, pid)-firstCPU[pid], os.ErrPermission)))
-			default:
+			case !errors.Is(err, os.ErrPermission) && !errors.Is(err, errInFlight):
+				hidden = append(hidden, describePID(s.procRoot, pid, err))
+			case !refusalHides(ran, time.Since(t0)):
 				again = append(again, pid)
+			case errors.Is(err, errInFlight):
+				hidden = append(hidden, describePID(s.procRoot, pid, fmt.Errorf("%w (so for %v, running %v of CPU meanwhile)", err, waited, ran)))
+			default:
+				hidden = append(hidden, describePID(s.procRoot, pid, fmt.Errorf("its descriptors cannot be read (refused for %v, running %v of CPU meanwhile): %w", waited, ran, os.ErrPermission)))
 			}
 		}
 		refused = again
@@ -215,22 +231,25 @@ func (s *heldScan) retryRefused(refused []int) (hidden []string, err error) {
 // task works in or is rooted at, the executable): when no name links it
 // any more, its blocks. A deleted folder keeps its blocks (ext4 frees
 // them when the last reference goes) as a file does, and so does a
-// deleted symlink an O_PATH descriptor holds.
-func (s *heldScan) held(link string) {
+// deleted symlink an O_PATH descriptor holds. It returns the file's type
+// (S_IFMT bits; 0 where it cannot be stat'ed).
+func (s *heldScan) held(link string) uint32 {
 	var st unix.Stat_t
 	if unix.Stat(link, &st) != nil {
-		return // closed since, or not a file one can stat
+		return 0 // closed since, or not a file one can stat
 	}
-	switch st.Mode & unix.S_IFMT {
+	kind := st.Mode & unix.S_IFMT
+	switch kind {
 	case unix.S_IFREG, unix.S_IFDIR, unix.S_IFLNK:
 	default:
-		return
+		return kind
 	}
 	if st.Nlink != 0 || (s.skipDev != 0 && st.Dev == s.skipDev) {
-		return
+		return kind
 	}
 	k := inode{st.Dev, st.Ino}
 	s.seen[k] = max(s.seen[k], st.Blocks*512)
+	return kind
 }
 
 // readMaps reads a process's deleted mappings within the bound.
@@ -243,24 +262,35 @@ func (s *heldScan) readMaps(base string) (map[inode]deletedMapping, error) {
 }
 
 // scan takes in what one process holds: its tasks' links, then its
-// deleted mappings.
+// deleted mappings; then it names a socket keeping descriptors in flight.
 func (s *heldScan) scan(pid int) error {
 	base := s.procRoot + "/" + strconv.Itoa(pid)
-	if err := s.scanTasks(base, pid); err != nil {
+	err := s.scanTasks(base, pid)
+	if err != nil && !errors.Is(err, errInFlight) && !errors.Is(err, errInFlightUnseen) {
 		return err
 	}
-	return s.scanMappings(base, pid)
+	// A socket's descriptors in flight are named once the mappings,
+	// too, are taken in.
+	if merr := s.scanMappings(base, pid); merr != nil {
+		return merr
+	}
+	return err
 }
 
 // scanTasks takes in every task's descriptors, working folder and root,
 // and the process's executable. Every task: a thread cloned without
 // CLONE_FILES or CLONE_FS has a descriptor table, a working folder and a
 // root of its own, which the leader's /proc/PID/fd and cwd do not show.
+//
+// A socket keeping descriptors in flight (or one whose in-flight count
+// the kernel does not show) is named in the error returned once the rest
+// is taken in: the first such one, every task's files counted still.
 func (s *heldScan) scanTasks(base string, pid int) error {
 	tids, err := readDir(base + "/task")
 	if err != nil {
 		return err
 	}
+	var firstFlight error
 	for i, tid := range tids {
 		tb := base + "/task/" + tid
 		fds, err := readDir(tb + "/fd")
@@ -274,7 +304,9 @@ func (s *heldScan) scanTasks(base string, pid int) error {
 			return errTooManyLinks
 		}
 		for _, fd := range fds {
-			s.held(tb + "/fd/" + fd)
+			if s.held(tb+"/fd/"+fd) == unix.S_IFSOCK && firstFlight == nil {
+				firstFlight = s.inFlight(tb, fd)
+			}
 		}
 		s.held(tb + "/cwd")
 		s.held(tb + "/root")
@@ -282,7 +314,7 @@ func (s *heldScan) scanTasks(base string, pid int) error {
 			s.held(base + "/exe")
 		}
 	}
-	return nil
+	return firstFlight
 }
 
 // scanMappings takes in the process's deleted mappings: those off the

@@ -223,3 +223,54 @@ func TestLaneKeepsTooManyDeletedFilesByMappingsIsHidden(t *testing.T) {
 		t.Errorf("%d map_files entries stat'ed past the bound, want none", stats)
 	}
 }
+
+// A socket's fdinfo with no scm_fds line is no unix socket on a kernel
+// that shows descriptors in flight (Linux 5.9 and later), and hides
+// nothing; on a kernel that shows none, any socket might keep files in
+// flight, and the measure fails closed, naming the socket.
+func TestLaneSocketOnAKernelShowingNoDescriptorsInFlightIsHidden(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the stand-in /proc's entries must be root's or the user's, as the kernel's are")
+	}
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fds[0])
+	defer unix.Close(fds[1])
+	root := t.TempDir()
+	p := standInProcess(root, 4242, []int{4242}, "")
+	os.WriteFile(filepath.Join(p, "comm"), []byte("attack\n"), 0o644)
+	os.Symlink(fmt.Sprintf("/proc/self/fd/%d", fds[0]), filepath.Join(p, "task", "4242", "fd", "3"))
+	os.MkdirAll(filepath.Join(p, "task", "4242", "fdinfo"), 0o755)
+	os.WriteFile(filepath.Join(p, "task", "4242", "fdinfo", "3"), []byte("pos:\t0\nflags:\t02000002\nmnt_id:\t10\nino:\t1\n"), 0o644)
+
+	if !showsInFlight() {
+		t.Skip("this kernel shows no scm_fds: the case below is the kernel's own")
+	}
+	if h, err := HeldUnlinked(root, 5000, nil); err != nil || h.Files != 0 {
+		t.Fatalf("a socket with no scm_fds on a kernel that shows them: %+v %v, want nothing held nor hidden", h, err)
+	}
+	saved := showsInFlight
+	showsInFlight = func() bool { return false }
+	defer func() { showsInFlight = saved }()
+	_, err = HeldUnlinked(root, 5000, nil)
+	if !errors.Is(err, ErrHidden) || !strings.Contains(err.Error(), "process 4242 (attack): holds a socket whose descriptors in flight this kernel does not show (fdinfo scm_fds, Linux 5.9 and later): descriptor 3 (") {
+		t.Fatalf("a socket on a kernel that shows no scm_fds: %v, want %v naming process 4242 and its descriptor 3", err, ErrHidden)
+	}
+}
+
+// scmFDs reads the count from an fdinfo, and says where it has none.
+func TestScmFDs(t *testing.T) {
+	for in, want := range map[string][2]int{
+		"pos:\t0\nflags:\t02000002\nmnt_id:\t10\nino:\t92057\nscm_fds: 2\n": {2, 1},
+		"pos:\t0\nscm_fds:\t0\n": {0, 1},
+		"pos:\t0\nino:\t1\n":     {0, 0},
+		"scm_fds: x\n":           {0, 0},
+	} {
+		n, shown := scmFDs([]byte(in))
+		if n != want[0] || shown != (want[1] == 1) {
+			t.Errorf("scmFDs(%q) = %d, %v; want %d, %v", in, n, shown, want[0], want[1] == 1)
+		}
+	}
+}
