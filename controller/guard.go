@@ -58,7 +58,7 @@ func DecoySeen(t ledger.Trial, r *http.Request, body []byte) string {
 	// well-formed escape even where others are not, and escapes of
 	// escapes too: a server at the other end reads them so.
 	unescaped := func(v string) bool {
-		return has(v) || has(percentUndone(v))
+		return anyPercentStage(v, has)
 	}
 	switch {
 	case unescaped(r.URL.Path) || unescaped(r.URL.RawQuery):
@@ -80,13 +80,19 @@ func DecoySeen(t ledger.Trial, r *http.Request, body []byte) string {
 	return ""
 }
 
-// percentUndone undoes every well-formed %XX escape in s (ParseUint takes
-// no sign), again and again while that changes it (at most 8 times: %2541
-// is %41 is A), and leaves a malformed one and '+' as they are.
-func percentUndone(s string) string {
-	for range 8 {
+// anyPercentStage reports whether f holds for s or for any stage of
+// undoing its well-formed %XX escapes (ParseUint takes no sign), each pass
+// over the last (at most 8: %2541 is %41 is A), a malformed escape and '+'
+// left as they are. Every stage is asked, not only the last: in "%0%41KIA"
+// one pass gives "%0AKIA", which a server may read, and the next would eat
+// its A as "%0A".
+func anyPercentStage(s string, f func(string) bool) bool {
+	for range 9 {
+		if f(s) {
+			return true
+		}
 		if !strings.Contains(s, "%") {
-			return s
+			return false
 		}
 		var b strings.Builder
 		for i := 0; i < len(s); i++ {
@@ -100,11 +106,11 @@ func percentUndone(s string) string {
 			b.WriteByte(s[i])
 		}
 		if b.Len() == len(s) {
-			return s
+			return false
 		}
 		s = b.String()
 	}
-	return s
+	return false
 }
 
 // anyString reports whether f holds for any string in a decoded JSON value.
