@@ -70,7 +70,7 @@ bench: build
 # commands and API calls for SOAK_TIME (default 2m); prints each quarter
 # and how the last compares with the first.
 soak: build
-	$(GO) test -run '^$$' -bench Soak -benchtime 1x -timeout 60m ./cmd/thermite/
+	$(GO) test -run '^$$' -bench Soak -benchtime 1x -timeout 60m ./e2e/rig/
 
 # The GPU build: cgo and go-nvml (which loads the driver's library at run
 # time), linked dynamically against glibc only. landlocktsync keeps

@@ -9,10 +9,10 @@ n=${BENCH_N:-200}
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 run() { go test -run '^$' "$@" | tee -a "$out" >&2; }
-run -bench 'RunTrue|StopUser500|Fence|Policy|Selftest|API' -benchtime "${n}x" -timeout 60m ./cmd/thermite/
+run -bench 'RunTrue|StopUser500|Fence|Policy|Selftest|API' -benchtime "${n}x" -timeout 60m ./e2e/rig/
 run -bench 'Start' -benchtime "${n}x" -timeout 30m ./internal/spawn/
-run -bench 'TimingNoise' -benchtime 1x -timeout 30m ./cmd/thermite/
-run -bench 'Flood$' -benchtime 1x -timeout 30m ./cmd/thermite/
+run -bench 'TimingNoise' -benchtime 1x -timeout 30m ./e2e/rig/
+run -bench 'Flood$' -benchtime 1x -timeout 30m ./e2e/rig/
 run -bench 'SetIDSweep100k' -benchtime 10x -timeout 30m ./internal/confined/
 run -bench 'Hash1GiB' -benchtime 3x -timeout 30m ./internal/hashtree/
 run -bench 'Load' -benchtime "${n}x" -timeout 10m ./internal/seccomp/

@@ -1,0 +1,95 @@
+package rig
+
+import (
+	"cmp"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"thermite/controller"
+	"thermite/internal/standin"
+	"thermite/internal/testrig"
+)
+
+// The shared set-up of the agent programs' end-to-end tests (Pi, Claude
+// Code, Codex, OpenCode, one file each): the program as `make agents`
+// installed it, a rig whose agent.egress lists a stand-in provider, and
+// the places no agent program may reach.
+
+// agentsDir is where `make agents` installs the agent programs.
+func agentsDir() string { return cmp.Or(os.Getenv("THERMITE_AGENTS"), "/opt/thermite/agents") }
+
+// agentProgram is the path of an installed agent program's command
+// (node_modules/.bin/NAME), or skips the test saying what it needs.
+func agentProgram(t *testing.T, name string) string {
+	t.Helper()
+	testrig.RequireRoot(t)
+	p := filepath.Join(agentsDir(), "node_modules", ".bin", name)
+	if _, err := os.Stat(p); err != nil {
+		t.Skipf("needs the agent program %s: run `make agents` (installs Pi, Claude Code, Codex and OpenCode into %s)", name, agentsDir())
+	}
+	if _, err := exec.LookPath("node"); err != nil {
+		t.Skip("needs node (Debian's nodejs) for the agent programs: run `make agents`")
+	}
+	return p
+}
+
+// agentTrial is a rig whose agent.egress lists one stand-in provider, with
+// a trial open on lane 1 (the program's) and one on lane 2 (the other
+// lane whose workspace it must not reach).
+type agentTrial struct {
+	r        *testrig.Rig
+	provider *standin.Provider
+	trial    controller.TrialInfo
+	other    controller.TrialInfo
+}
+
+// newAgentTrial starts the stand-in with script, the rig, and both trials.
+func newAgentTrial(t *testing.T, script standin.Script, o testrig.Options) *agentTrial {
+	t.Helper()
+	testrig.RequireRoot(t)
+	dir := t.TempDir()
+	// The lane's user reads the CA file: its folder and the test's
+	// folder above it (0700 as t.TempDir makes them) open to all.
+	os.Chmod(dir, 0o755)
+	os.Chmod(filepath.Dir(dir), 0o755)
+	p := standin.Start(t, dir, script)
+	o.Extra += "\n[agent]\negress = [\"" + p.Addr + "\"]\n"
+	r := testrig.New(t, o)
+	project := makeProject(t, r)
+	a := &agentTrial{r: r, provider: p}
+	a.trial, _ = startTrial(t, r, 1, project)
+	a.other, _ = startTrial(t, r, 2, project)
+	os.WriteFile(filepath.Join(a.other.Workspace, "secret-of-lane-2"), []byte("lane 2's own\n"), 0o600)
+	return a
+}
+
+// agent runs the program through `thermite trial agent` with harness
+// (pi or lane), as an operator does.
+func (a *agentTrial) agent(harness string, env []string, argv ...string) (stdout, stderr string, code int) {
+	args := []string{"trial", "agent", a.trial.ID, "--harness", harness}
+	for _, e := range env {
+		args = append(args, "--env", e)
+	}
+	return a.r.Thermite(append(append(args, "--"), argv...)...)
+}
+
+// forbidden are the places no agent program may read, by what they are:
+// the judge's state (the ledger), another lane's workspace, and the
+// agent's token (agent-N's, which the lane's user must not read).
+func (a *agentTrial) forbidden() map[string]string {
+	return map[string]string{
+		"the judge's ledger":       filepath.Join(a.r.Cfg.ControllerDir(), "ledger.db"),
+		"another lane's workspace": filepath.Join(a.other.Workspace, "secret-of-lane-2"),
+		"the agent's token":        a.trial.TokenFile,
+	}
+}
+
+// refusedResult reports whether the program showed its model a refusal
+// for a tool call: the result names EACCES's text or the errno.
+func refusedResult(res standin.Result) bool {
+	o := strings.ToLower(res.Output)
+	return strings.Contains(o, "permission denied") || strings.Contains(o, "eacces") || strings.Contains(o, "operation not permitted")
+}

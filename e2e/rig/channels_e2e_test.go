@@ -1,0 +1,388 @@
+package rig
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"thermite/internal/testrig"
+	"thermite/selftest"
+)
+
+// Issue 27: the kernel's channels between roles. Each test is one attack,
+// run for real as the role's user, asserting the exact refusal or that the
+// attack leaves the other role's work as it was, and that the allowed form
+// still works.
+
+// requirePython skips a test whose attack is written in Python.
+func requirePython(t *testing.T) {
+	t.Helper()
+	if _, err := exec.LookPath("/usr/bin/python3"); err != nil {
+		t.Skip("needs /usr/bin/python3 to run the attack as the role")
+	}
+}
+
+// pyAs runs a Python script as a role through `thermite run-as`; each line
+// it prints is "WHAT ok" or "WHAT ERRNO".
+func pyAs(t *testing.T, r *testrig.Rig, role, script string, args ...string) map[string]string {
+	t.Helper()
+	got, err := pyRun(r, role, script, args...)
+	if err != "" {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// pyRun is pyAs for another goroutine than the test's: it says what went
+// wrong rather than ending the test.
+func pyRun(r *testrig.Rig, role, script string, args ...string) (map[string]string, string) {
+	argv := append([]string{"/usr/bin/python3", "-c", pyPrelude + script}, args...)
+	out, stderr, code := r.RunAs(role, nil, argv...)
+	if code != 0 {
+		return nil, fmt.Sprintf("python as %s: exit %d: %s%s", role, code, out, stderr)
+	}
+	return pyOutcomes(out), ""
+}
+
+// pyPrelude gives a script try_(what, f): it prints what f got.
+const pyPrelude = `
+import os, sys, errno, fcntl, socket, time
+def try_(what, f):
+    try:
+        f()
+        print(what, "ok", flush=True)
+    except OSError as e:
+        print(what, errno.errorcode.get(e.errno, str(e.errno)), flush=True)
+`
+
+func pyOutcomes(out string) map[string]string {
+	got := map[string]string{}
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		if i := strings.LastIndex(l, " "); i > 0 {
+			got[l[:i]] = l[i+1:]
+		}
+	}
+	return got
+}
+
+// A lane reads what it can of the timing user's process, and of another
+// lane's, while each runs. Every file the kernel guards with a ptrace check
+// (what it reads and writes, its environment, the call it sits in, its
+// kernel stack, its descriptors and mappings) is refused: their uids are
+// not the lane's, and Landlock keeps ptrace within the lane's own domain.
+// The same files of the lane's own process are read. Where /proc hides
+// other users' processes (hidepid=invisible, the rig check's row), every
+// file of theirs, stat, status, schedstat and cmdline too, is not there at
+// all (ENOENT); without it those four are read, which the rig check names.
+func TestLaneReadingTheTimingUsersAndAnotherLanesProcFilesRefused(t *testing.T) {
+	requirePython(t)
+	r := newRig(t)
+	others := []string{"run", "lane-2"}
+	done := make(chan string, len(others))
+	target := map[string]int{}
+	for _, role := range others {
+		go func() {
+			_, stderr, _ := r.RunAs(role, nil, "sleep", "20")
+			done <- stderr
+		}()
+		var pids []int
+		if !waitFor(10*time.Second, func() bool { pids = r.Procs(role); return len(pids) > 0 }) {
+			t.Fatalf("%s's sleep did not start", role)
+		}
+		target[role] = pids[0]
+	}
+	guarded := []string{"io", "environ", "syscall", "stack", "fd", "maps", "mem", "pagemap", "fdinfo", "map_files"}
+	unguarded := []string{"stat", "status", "schedstat", "cmdline"}
+	hidden := selftest.ProcHidesOthers("/proc")
+	script := `
+for who in sys.argv[1:]:
+    name, pid = who.split("=")
+    for f in ` + pyList(append(guarded, unguarded...)) + `:
+        p = "/proc/%s/%s" % (pid, f)
+        try_(f + " of " + name, lambda: os.listdir(p) if os.path.isdir(p) else open(p, "rb").read(1))
+`
+	got := pyAs(t, r, "lane-1", script, "run="+strconv.Itoa(target["run"]), "lane-2="+strconv.Itoa(target["lane-2"]), "self=self")
+	want := "EACCES"
+	if hidden {
+		want = "ENOENT"
+	}
+	for _, role := range others {
+		for _, f := range unguarded {
+			g := got[f+" of "+role]
+			switch {
+			case hidden && g != "ENOENT":
+				t.Errorf("lane-1 reads /proc/%d/%s of %s where /proc hides it: %s, want ENOENT", target[role], f, role, g)
+			case !hidden:
+				t.Logf("without hidepid lane-1 reads /proc/%d/%s of %s: %s", target[role], f, role, g)
+			}
+		}
+		for _, f := range guarded {
+			if g := got[f+" of "+role]; g != want {
+				t.Errorf("lane-1 reads /proc/%d/%s of %s: %s, want %s", target[role], f, role, g, want)
+			}
+		}
+	}
+	for _, f := range guarded {
+		// Its own mem and pagemap have nothing at offset 0, and its own
+		// kernel stack takes CAP_SYS_ADMIN: the rest it reads.
+		if g := got[f+" of self"]; g != "ok" && f != "mem" && f != "pagemap" && f != "stack" {
+			t.Errorf("lane-1 reads its own /proc/self/%s: %s, want ok", f, g)
+		}
+	}
+	for _, role := range others {
+		r.Thermite("stop", role)
+		<-done
+	}
+}
+
+func pyList(xs []string) string {
+	q := make([]string, len(xs))
+	for i, x := range xs {
+		q[i] = strconv.Quote(x)
+	}
+	return "[" + strings.Join(q, ", ") + "]"
+}
+
+// POSIX named semaphores and shared memory live in /dev/shm, POSIX message
+// queues in the kernel's mqueue file system: a lane makes neither, so no
+// other role can open one. Its own TMPDIR still takes a file.
+func TestLaneNamedSemaphoreAndQueueRefused(t *testing.T) {
+	requirePython(t)
+	r := newRig(t)
+	got := pyAs(t, r, "lane-1", `
+import ctypes
+rt = ctypes.CDLL("librt.so.1", use_errno=True)
+def mq():
+    if rt.mq_open(b"/thermite-channel", os.O_CREAT | os.O_RDWR, 0o666, None) < 0:
+        raise OSError(ctypes.get_errno(), "mq_open")
+    rt.mq_unlink(b"/thermite-channel")
+try_("mq_open", mq)
+try_("sem in /dev/shm", lambda: os.close(os.open("/dev/shm/sem.thermite-channel", os.O_CREAT | os.O_RDWR, 0o666)))
+try_("shm in /dev/shm", lambda: os.close(os.open("/dev/shm/thermite-channel", os.O_CREAT | os.O_RDWR, 0o666)))
+try_("file in TMPDIR", lambda: os.close(os.open(os.environ["TMPDIR"] + "/sem.own", os.O_CREAT | os.O_RDWR, 0o600)))
+`)
+	for what, want := range map[string]string{"mq_open": "EACCES", "sem in /dev/shm": "EACCES", "shm in /dev/shm": "EACCES", "file in TMPDIR": "ok"} {
+		if got[what] != want {
+			t.Errorf("lane-1: %s: %s, want %s", what, got[what], want)
+		}
+	}
+}
+
+// A lane leaves a process holding every lock it can take on what other
+// roles open: flock on the run's research folders and on /etc/passwd and
+// /etc/group, a POSIX read lock on both, and a write lease on a file of its
+// research area. The locks are advisory and the controller and broker take
+// none of them (the broker's own lock, /etc/.pwd.lock, is root's 0600: the
+// lane cannot open it), and what opens a lane's files opens them O_PATH
+// or O_NONBLOCK, which no lease holds: another lane's trial on the same
+// run starts, runs a command and ends, and the lane's own trial ends, each
+// in its usual time.
+func TestLaneLockingSharedFilesCannotStallTheController(t *testing.T) {
+	requirePython(t)
+	r := newRig(t)
+	t1, _ := startTrial(t, r, 1, makeProject(t, r))
+	holder := `
+import os, fcntl, time, sys
+held = []
+for p in sys.argv[1:]:
+    fd = os.open(p, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    if os.path.isfile(p):
+        fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    held.append(fd)
+lease = os.path.join(sys.argv[1], "lanes", "lane-1", "leased")
+fd = os.open(lease, os.O_CREAT | os.O_WRONLY, 0o644)
+fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_WRLCK)
+held.append(fd)
+open(os.environ["HOME"] + "/locked", "w").close()
+time.sleep(600)
+`
+	locked := []string{t1.ResearchDir, filepath.Join(t1.ResearchDir, "lanes"), filepath.Join(t1.ResearchDir, "pages"), "/etc/passwd", "/etc/group"}
+	argv := append([]string{"trial", "exec", t1.ID, "--", "sh", "-c", `setsid -f /usr/bin/python3 -c "$0" "$@" </dev/null >/dev/null 2>&1`, holder}, locked...)
+	if _, stderr, code := r.Thermite(argv...); code != 0 {
+		t.Fatalf("trial exec the lock holder: exit %d %s", code, stderr)
+	}
+	lane1 := r.Role("lane-1")
+	mark := filepath.Join(r.Cfg.ScratchDir(), "home", lane1.Name, "locked")
+	if !waitFor(10*time.Second, func() bool { _, err := os.Stat(mark); return err == nil }) {
+		t.Fatal("lane-1's lock holder did not take its locks (a lock or the lease refused)")
+	}
+	timed := func(what string, max time.Duration, f func()) {
+		t.Helper()
+		start := time.Now()
+		f()
+		if d := time.Since(start); d > max {
+			t.Errorf("%s took %v while lane-1 holds its locks, want under %v", what, d.Round(time.Millisecond), max)
+		} else {
+			t.Logf("%s: %v", what, d.Round(time.Millisecond))
+		}
+	}
+	var t2 struct{ ID string }
+	timed("lane 2's trial start on the same run", 10*time.Second, func() {
+		info, _ := startTrial(t, r, 2, makeProject(t, r))
+		t2.ID = info.ID
+	})
+	timed("lane 2's command", 10*time.Second, func() {
+		if out, stderr, code := r.Thermite("trial", "exec", t2.ID, "--", "cat", "README"); code != 0 || !strings.Contains(out, "hello project") {
+			t.Errorf("lane 2's command: exit %d %q %s", code, out, stderr)
+		}
+	})
+	timed("lane 2's trial end", 10*time.Second, func() {
+		if _, stderr, code := r.Thermite("trial", "end", t2.ID); code != 0 {
+			t.Errorf("lane 2's trial end: exit %d %s", code, stderr)
+		}
+	})
+	timed("lane 1's trial end (stop, measure, publish)", 10*time.Second, func() {
+		if _, stderr, code := r.Thermite("trial", "end", t1.ID); code != 0 {
+			t.Errorf("lane 1's trial end: exit %d %s", code, stderr)
+		}
+	})
+	// The broker's own lock is out of every role's reach.
+	if _, err := os.Stat("/etc/.pwd.lock"); err == nil {
+		if got := r.Probe("lane-2", "read", "/etc/.pwd.lock"); got != "EACCES" {
+			t.Errorf("lane-2 opens /etc/.pwd.lock: %s, want EACCES", got)
+		}
+	}
+}
+
+// A lane makes a FIFO and a listening unix socket in its research area,
+// then its trial ends: the publish walk holds each by O_PATH and never
+// opens it, so the end is not held. Published, neither is any use: no role
+// may open the FIFO to write (Landlock grants no write outside a role's own
+// places), so a reader waits on it alone.
+func TestLaneFIFOInResearchAreaCannotStallAnotherRole(t *testing.T) {
+	requirePython(t)
+	r := newRig(t)
+	t1, _ := startTrial(t, r, 1, makeProject(t, r))
+	fifo := filepath.Join(t1.LaneArea, "pipe")
+	sock := filepath.Join(t1.LaneArea, "sock")
+	if _, stderr, code := r.Thermite("trial", "exec", t1.ID, "--", "sh", "-c", "mkfifo -m 0666 "+fifo+" && ls -l "+fifo); code != 0 {
+		t.Fatalf("lane-1 makes a FIFO in its research area: exit %d %s", code, stderr)
+	}
+	listener := `import socket, os, time, sys
+s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); os.chmod(sys.argv[1], 0o777); s.listen(8); time.sleep(600)`
+	if _, stderr, code := r.Thermite("trial", "exec", t1.ID, "--", "sh", "-c", `setsid -f /usr/bin/python3 -c "$0" "$1" </dev/null >/dev/null 2>&1`, listener, sock); code != 0 {
+		t.Fatalf("lane-1 listens in its research area: exit %d %s", code, stderr)
+	}
+	if !waitFor(10*time.Second, func() bool { _, err := os.Stat(sock); return err == nil }) {
+		t.Fatal("lane-1's socket did not appear")
+	}
+	start := time.Now()
+	if _, stderr, code := r.Thermite("trial", "end", t1.ID); code != 0 {
+		t.Fatalf("trial end: exit %d %s", code, stderr)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("the trial's end took %v with a FIFO in its research area", d)
+	}
+	var st os.FileInfo
+	st, err := os.Lstat(fifo)
+	if err != nil || st.Mode()&os.ModeNamedPipe == 0 {
+		t.Fatalf("the published FIFO: %v %v", st, err)
+	}
+	t.Logf("published FIFO: %v uid %d", st.Mode(), st.Sys().(*syscall.Stat_t).Uid)
+	got := pyAs(t, r, "lane-2", `
+try_("write the FIFO", lambda: os.close(os.open(sys.argv[1], os.O_WRONLY | os.O_NONBLOCK)))
+s = socket.socket(socket.AF_UNIX)
+try_("connect the socket", lambda: s.connect(sys.argv[2]))
+`, fifo, sock)
+	if got["write the FIFO"] != "EACCES" {
+		t.Errorf("lane-2 opens the published FIFO to write: %s, want EACCES", got["write the FIFO"])
+	}
+	// Its listener was stopped with the trial: nothing answers.
+	if got["connect the socket"] != "ECONNREFUSED" {
+		t.Errorf("lane-2 connects to the published socket: %s, want ECONNREFUSED", got["connect the socket"])
+	}
+}
+
+// heldMemfds lists the memfds named name among a process's descriptors.
+func heldMemfds(t *testing.T, pid int, name string) []string {
+	t.Helper()
+	dir := "/proc/" + strconv.Itoa(pid) + "/fd"
+	ents, err := os.ReadDir(dir)
+	if os.IsNotExist(err) {
+		return nil // the process ended
+	} else if err != nil {
+		t.Fatalf("%s: %v", dir, err)
+	}
+	var held []string
+	for _, e := range ents {
+		if l, err := os.Readlink(filepath.Join(dir, e.Name())); err == nil && strings.Contains(l, "memfd:"+name) {
+			held = append(held, e.Name()+" -> "+l)
+		}
+	}
+	return held
+}
+
+// An agent hands a memfd (and a pidfd of itself) over the socket of
+// another role's it reaches by design, its harness API socket, with a
+// request in the same message, and keeps its end open: the controller
+// reads its connections with read(2), which takes no descriptors, so the
+// kernel drops them and the controller holds none (every API listener is
+// the same server: a lane's own socket is read the same way). Passed over
+// a socketpair of its own, the same memfd arrives and reads back.
+func TestAgentPassingAMemfdOverItsAPISocketKeepsNothingInTheController(t *testing.T) {
+	requirePython(t)
+	r := newRig(t)
+	info, _ := startTrial(t, r, 1, makeProject(t, r))
+	name := "thermite-channel-" + ipcKey()
+	sent := filepath.Join(r.Cfg.ScratchDir(), "home", "agent-1", "sent")
+	type answer struct {
+		got map[string]string
+		err string
+	}
+	answered := make(chan answer, 1)
+	go func() {
+		var a answer
+		a.got, a.err = pyRun(r, "agent-1", `
+import array
+name = sys.argv[2]
+mfd = os.memfd_create(name); os.write(mfd, b"from agent-1")
+pfd = os.pidfd_open(os.getpid())
+fds = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [mfd, pfd]))]
+a, b = socket.socketpair()
+a.sendmsg([b"x"], fds)
+msg, anc, _, _ = b.recvmsg(1, socket.CMSG_SPACE(8))
+got = array.array("i"); got.frombytes(anc[0][2])
+os.lseek(got[0], 0, 0)
+print("own socketpair", "ok" if os.read(got[0], 100) == b"from agent-1" else "lost", flush=True)
+s = socket.socket(socket.AF_UNIX)
+def send():
+    s.connect(sys.argv[1])
+    s.sendmsg([b"GET /v1/trial HTTP/1.1\r\nHost: api\r\nConnection: keep-alive\r\n\r\n"], fds)
+    s.settimeout(10)
+    if not s.recv(100).startswith(b"HTTP/1.1"):
+        raise OSError(errno.EPROTO, "no HTTP answer")
+try_("the API socket", send)
+open(os.environ["HOME"] + "/sent", "w").close()
+time.sleep(3)
+`, info.APISocket, name)
+		answered <- a
+	}()
+	// While the lane still holds its connection and its memfd.
+	if waitFor(10*time.Second, func() bool { _, err := os.Stat(sent); return err == nil }) {
+		if held := heldMemfds(t, controllerPID(t, r), name); len(held) > 0 {
+			t.Errorf("the controller holds agent-1's memfd: %v", held)
+		}
+		// The listing does see a memfd where one is held: the agent's own.
+		seen := false
+		for _, pid := range r.Procs("agent-1") {
+			seen = seen || len(heldMemfds(t, pid, name)) > 0
+		}
+		if !seen {
+			t.Error("no process of agent-1 shows its memfd, so the controller's listing proves nothing")
+		}
+	}
+	a := <-answered
+	if a.err != "" {
+		t.Fatal(a.err)
+	}
+	if got := a.got; got["own socketpair"] != "ok" || got["the API socket"] != "ok" {
+		t.Fatalf("agent-1 passing a memfd: %v, want both ok", got)
+	}
+}
