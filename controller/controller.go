@@ -167,10 +167,12 @@ func (c *Controller) serve() error {
 	c.resumeTrials()
 	go c.watchDisks()
 	go c.watchRetention()
-	c.recordSelftest()
+	// The self-test's record is asked for once the servers below serve:
+	// the broker's status pings this controller's operator socket, which
+	// until then would hold the answer a whole ping timeout (1 s).
 	go func() {
 		t := time.NewTicker(30 * time.Second)
-		for range t.C {
+		for ; ; <-t.C {
 			c.recordSelftest()
 		}
 	}()
