@@ -116,12 +116,15 @@ func TestRigOnKernelsAndCgroupSetups(t *testing.T) {
 			t.Errorf("verdict: %q", r.Sentence)
 		}
 		held(t, r)
-		// The stop with cgroup.kill beside the helper alone: figures, not
-		// an assertion on speed (software emulation on a shared machine).
-		if len(r.StopCgroupMS) == 0 || len(r.StopHelperMS) == 0 {
-			t.Errorf("no stop figures: cgroup %v, helper %v", r.StopCgroupMS, r.StopHelperMS)
+		// The stop with cgroup.kill beside the helper alone, where asked
+		// for: figures, not an assertion on speed (software emulation on a
+		// shared machine).
+		if os.Getenv("THERMITE_VM_STOPBENCH") == "1" {
+			if len(r.StopCgroupMS) == 0 || len(r.StopHelperMS) == 0 {
+				t.Errorf("no stop figures: cgroup %v, helper %v", r.StopCgroupMS, r.StopHelperMS)
+			}
+			t.Logf("stop of 50 sleepers: with the role's cgroup (cgroup.kill, then the helper) %v ms; the helper alone %v ms", r.StopCgroupMS, r.StopHelperMS)
 		}
-		t.Logf("stop of 50 sleepers: with the role's cgroup (cgroup.kill, then the helper) %v ms; the helper alone %v ms", r.StopCgroupMS, r.StopHelperMS)
 		// The quota path: scratch on an ext4 made with the quota feature.
 		q := r.Quota
 		if q == nil {
