@@ -165,7 +165,7 @@ func (b *Broker) spawnCommand(c *command) (*spawn.Command, error) {
 		}
 		// The clock's test build slows the timed runs' starts only: the
 		// child is a vfork child, and the broker's starts wait on it.
-		sc.Weakened.SlowStart = weaken.Has(weaken.SlowShim) && c.role.Kind == roles.Timing
+		sc.Weakened.SlowStart = weaken.Has(weaken.SlowStart) && c.role.Kind == roles.Timing
 		sc.Weakened.Unguarded = weaken.Has(weaken.UnguardedStart)
 	}
 	return sc, nil

@@ -31,6 +31,7 @@
 #                             Both defaults are made here with debootstrap
 #                             when missing; other names must exist.
 #   THERMITE_CTEST_MIRROR     the Debian mirror for debootstrap
+#   THERMITE_CTEST_BASES_ONLY=1  make the base images if missing, then stop
 #   THERMITE_CTEST_KEEP=1     keep the containers, the volume, the images and
 #                             the temp folder to look around after a failure
 #
@@ -242,6 +243,9 @@ if [ -n "$(missing_bases)" ]; then
 fi
 T_BASE_S=$(secs "$T_BASE" "$(now)")
 say "base images $BASE_IMAGE ($(mb "$BASE_IMAGE")), $CC_BASE_IMAGE ($(mb "$CC_BASE_IMAGE")): $BASE_MADE (${T_BASE_S} s)"
+if [ "${THERMITE_CTEST_BASES_ONLY:-}" = 1 ]; then
+	exit 0 # CI makes the bases beside its other set-up, the test later
+fi
 
 # ---------------------------------------------------------------- configuration
 # The harness image is built as a rig with two dedicated cards would build

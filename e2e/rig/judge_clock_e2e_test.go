@@ -17,7 +17,7 @@ import (
 // the start's 300 ms, stored per repeat, and given to the check (which
 // scores 0 unless it sees one wall time and one CPU time per repeat).
 func TestJudgeClockStartsAtExecve(t *testing.T) {
-	r := testrig.New(t, testrig.Options{Tags: "thermite_weaken", Env: []string{"THERMITE_WEAKEN=" + weaken.SlowShim}})
+	r := testrig.New(t, testrig.Options{Tags: "thermite_weaken", Env: []string{"THERMITE_WEAKEN=" + weaken.SlowStart}})
 	importKit(t, r, "clock", `name = "clock"
 [build]
 command = ["sh", "-c", "echo x > x"]

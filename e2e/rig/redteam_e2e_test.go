@@ -403,7 +403,7 @@ func TestLaneStoppingItsOwnStartsDuringAGCCannotStallTheBroker(t *testing.T) {
 // then (kill(-1, SIGSTOP) in a loop, where Landlock cannot scope signals)
 // would freeze the whole broker for as long as it likes. The race made
 // wide: a thermite_weaken build whose timed runs' starts spend 600 ms
-// between the uid switch and execve (slow-shim), a process of the timing
+// between the uid switch and execve (slow-start), a process of the timing
 // user (started here, outside any Landlock domain, as a process of a role
 // whose signals are not scoped would be) stopping every process of its
 // user in a loop, and GOGC=1 with lane-2's commands going on throughout,
@@ -418,7 +418,7 @@ func TestRolesProcessStoppingAStartDuringAGCCannotFreezeTheBrokerForGood(t *test
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: it starts a broker and role users")
 	}
-	r := testrig.New(t, testrig.Options{Tags: "thermite_weaken", Env: []string{"THERMITE_WEAKEN=" + weaken.SlowShim, "GOGC=1"}})
+	r := testrig.New(t, testrig.Options{Tags: "thermite_weaken", Env: []string{"THERMITE_WEAKEN=" + weaken.SlowStart, "GOGC=1"}})
 	run := r.Role("run")
 	stopperCmd := exec.Command("/bin/sh", "-c", "while :; do kill -STOP -1 2>/dev/null; done")
 	stopperCmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(run.UID), Gid: uint32(run.GID)}, Setsid: true}

@@ -141,6 +141,10 @@ type Options struct {
 	APIExtra  string // more keys for the [api] section
 	// ServeArgs are more arguments for `thermite serve`.
 	ServeArgs []string
+	// Alone keeps the test from running beside other tests (see
+	// Parallel): it measures time, load or the machine's shared pools, or
+	// changes what every rig on the machine sees.
+	Alone bool
 }
 
 // Rig is one throwaway rig.
@@ -164,6 +168,9 @@ type Rig struct {
 func New(t testing.TB, o Options) *Rig {
 	t.Helper()
 	RequireRoot(t)
+	if !o.Alone {
+		Parallel(t)
+	}
 	if o.Lanes == 0 {
 		o.Lanes = 2
 	}
@@ -237,6 +244,28 @@ closed_tmp = [%q, %q, %q]
 		}
 	}
 	return r
+}
+
+// parallelized holds the top-level tests Parallel has let run beside
+// others, so that a test that makes a second rig is not marked twice
+// (t.Parallel panics then).
+var parallelized sync.Map
+
+// Parallel lets a top-level test run beside the package's other parallel
+// tests (go test's -parallel bounds how many): each rig has its own role
+// prefix, uid range, state folder, stand-in temporary places and cgroups,
+// so rigs do not see each other. Every test that makes a rig is parallel
+// unless its Options say Alone; THERMITE_TEST_ALONE=1 runs every test
+// alone, to tell a test's own failure from one its neighbours caused.
+// Subtests and benchmarks stay as they are.
+func Parallel(t testing.TB) {
+	tt, ok := t.(*testing.T)
+	if !ok || strings.Contains(tt.Name(), "/") || os.Getenv("THERMITE_TEST_ALONE") == "1" {
+		return
+	}
+	if _, done := parallelized.LoadOrStore(tt, true); !done {
+		tt.Parallel()
+	}
 }
 
 // reserveDir holds one marker per uid range a running test holds.

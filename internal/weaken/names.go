@@ -20,7 +20,7 @@ const (
 	// SlowShim makes a timed run's start spend 300 ms of CPU and 300 ms
 	// asleep before its exec, so a test sees whether the judge's clock
 	// counts the start.
-	SlowShim = "slow-shim"
+	SlowStart = "slow-start"
 	// SharedHeldCard leaves a held card's node in its GPU group and its
 	// holders running, as before issue 12.
 	SharedHeldCard = "shared-held-card"
