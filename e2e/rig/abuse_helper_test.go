@@ -84,6 +84,9 @@ func attackMain(mode string) int {
 	case "ordinary":
 		ordinary(sock, token, envInt("ATTACK_N"))
 		return 0
+	case "over-cap":
+		overCap(sock, token, envInt("ATTACK_N"))
+		return 0
 	case "connect-close":
 		connectClose(sock, envInt("ATTACK_N"), time.Duration(envInt("ATTACK_MS"))*time.Millisecond)
 		return 0
