@@ -129,16 +129,17 @@ func TestSlowDiskCheckOfOneLaneLeavesAnotherOnTime(t *testing.T) {
 	for i := 1; i <= 3; i++ {
 		// Lane 2's check of the last round ends (its measure answered at
 		// once) before the next round starts it again.
-		for deadline := time.Now().Add(time.Minute); rts[1].checking.Load(); time.Sleep(time.Millisecond) {
+		for deadline := time.Now().Add(time.Minute); rts[1].checking.Load() || counts(l2.Name) < i; time.Sleep(time.Millisecond) {
 			if time.Now().After(deadline) {
-				t.Fatalf("round %d: lane 2's check never ended while lane 1's was held", i)
+				t.Fatalf("round %d: lane 2's check of round %d never ended while lane 1's was held (%d measures)", i, i-1, counts(l2.Name))
 			}
 		}
 		round(i)
-		waitFor(l2.Name, "a round while lane 1's measure is held")
 	}
-	if n := counts(l2.Name); n < 4 {
-		t.Fatalf("lane 2 measured %d times in 4 rounds while lane 1's measure was held, want 4", n)
+	for deadline := time.Now().Add(time.Minute); counts(l2.Name) < 4; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("lane 2 measured %d times in 4 rounds while lane 1's measure was held, want 4", counts(l2.Name))
+		}
 	}
 	if n := counts(l1.Name); n != 1 {
 		t.Fatalf("lane 1 asked %d times while its one measure was still out, want 1", n)

@@ -84,6 +84,12 @@ func attackMain(mode string) int {
 	case "ordinary":
 		ordinary(sock, token, envInt("ATTACK_N"))
 		return 0
+	case "over-runs":
+		overRuns(sock, token, envInt("ATTACK_N"))
+		return 0
+	case "exec-storm":
+		execStorm(sock, token, envInt("ATTACK_N"))
+		return 0
 	case "over-cap":
 		overCap(sock, token, envInt("ATTACK_N"))
 		return 0
