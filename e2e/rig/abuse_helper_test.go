@@ -395,16 +395,14 @@ func startAs(t testing.TB, r *testrig.Rig, role, mode string, env ...string) *ro
 // startThroughBroker starts this test binary as role the way the rig
 // starts a role's command (`thermite run-as`: its confinement, its
 // cgroup, an agent's own network namespace), with THERMITE_ATTACK=mode
-// and env, within timeout, under wrap (a command that runs the rest, such
-// as nice -n 10; none when empty). Its stdin and stdout are run-as's.
-func startThroughBroker(t testing.TB, r *testrig.Rig, role, mode string, timeout time.Duration, wrap []string, env ...string) *roleProc {
+// and env, within timeout. Its stdin and stdout are run-as's.
+func startThroughBroker(t testing.TB, r *testrig.Rig, role, mode string, timeout time.Duration, env ...string) *roleProc {
 	t.Helper()
 	args := []string{"--config", r.Config, "run-as", role, "--timeout", timeout.String(), "--env", "THERMITE_ATTACK=" + mode}
 	for _, e := range env {
 		args = append(args, "--env", e)
 	}
-	args = append(append(args, "--"), wrap...)
-	cmd := exec.Command(r.Bin, append(args, helperBinary(t, r), "-test.run=^TestAttackHelper$")...)
+	cmd := exec.Command(r.Bin, append(args, "--", helperBinary(t, r), "-test.run=^TestAttackHelper$")...)
 	return startProc(t, cmd, role)
 }
 
