@@ -74,9 +74,12 @@ bench: build
 
 # A rig as it runs all day: 16 lanes starting and ending trials with
 # commands and API calls for SOAK_TIME (default 2m); prints each quarter
-# and how the last compares with the first.
+# and how the last compares with the first. Then the flood soak: 15 lanes
+# flooding every path for SOAK_TIME (default 3m) while lane 16 leaves
+# marks and the judge times a build every JUDGE_EVERY (default 20s); it
+# prints the judge's timing idle and flooded and checks nothing was lost.
 soak: build
-	$(GO) test -run '^$$' -bench Soak -benchtime 1x -timeout 60m ./e2e/rig/
+	$(GO) test -run '^$$' -bench '^Benchmark(Flood)?Soak$$' -benchtime 1x -timeout 90m ./e2e/rig/
 
 # The GPU build: cgo and go-nvml (which loads the driver's library at run
 # time), linked dynamically against glibc only. landlocktsync keeps

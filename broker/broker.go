@@ -72,6 +72,8 @@ type Broker struct {
 	holds   holdSet
 	stops   stopState
 	self    selftestState
+	// starts orders the broker's starts, one at a time (startgate.go).
+	starts startGate
 }
 
 // listenerSet is what the broker listens on for others.
@@ -457,6 +459,7 @@ func (b *Broker) status() *rpc.Status {
 	b.mu.Lock()
 	st.ControllerPID = b.ctl.pid
 	st.ControllerRuns = b.ctl.starts
+	st.Starts = b.starts.snapshot()
 	if b.self.result != nil {
 		// The verdict without its rows: `selftest isolation --json` has them.
 		sum := *b.self.result

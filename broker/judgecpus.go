@@ -65,6 +65,7 @@ func (b *Broker) applyCPUSetsLocked() error {
 	for uid, g := range b.cgroups.groups {
 		groups[uid] = g
 	}
+	ctl := b.cgroups.ctl
 	b.mu.Unlock()
 	var errs []error
 	for uid, g := range groups {
@@ -74,6 +75,16 @@ func (b *Broker) applyCPUSetsLocked() error {
 		}
 		if err := b.setGroupCPUs(r, g); err != nil {
 			errs = append(errs, err)
+		}
+	}
+	if ctl != nil {
+		// The controller daemon (and a kit's check it runs) is narrowed as
+		// a role is: busy with lanes' calls, it would otherwise run on the
+		// CPUs a timed repeat holds, and move the judge's clock.
+		if s := b.online.Minus(b.holds.heldCPUs()); len(s) > 0 {
+			if err := ctl.SetCPUs(s); err != nil {
+				errs = append(errs, fmt.Errorf("cpuset of the controller: %w", err))
+			}
 		}
 	}
 	return errors.Join(errs...)

@@ -25,11 +25,13 @@ func (b *Broker) Run(c *rpc.Conn, req *rpc.RunRequest, files []*os.File) (*rpc.R
 	if len(files) != 0 && len(files) != 3 {
 		return nil, fmt.Errorf("run: %d descriptors: give stdin, stdout and stderr, or none", len(files))
 	}
+	received := time.Now()
 	cmd, timeout, err := b.prepareRun(req, files)
 	if err != nil {
 		return nil, fmt.Errorf("run: %w", err)
 	}
 	defer cmd.release()
+	cmd.received = received
 	res, err := b.execute(cmd, timeout, c)
 	if err == nil && res != nil && res.Stopped == rpc.StoppedCanceled && c.Peek() == rpc.PeerSent {
 		// The frames are read and dropped before the close: a socket

@@ -51,6 +51,9 @@ type command struct {
 	ownBinary bool
 	// stopsAfter: the role's user is stopped after it (Plan.StopsAfter).
 	stopsAfter bool
+	// received is when the broker took the command's Run (zero for its
+	// own commands): its start's wait is counted from it.
+	received time.Time
 	// cardStops says which processes of other roles were stopped because
 	// they had a card this timed run holds open.
 	cardStops []string
@@ -70,6 +73,10 @@ type child struct {
 	startUser, startSys int64
 	// answer is what the Go helper (stop mode) reported.
 	answer string
+	// startWait is how long it waited from its Run's receipt to its
+	// start, startsAhead how many starts of other roles went first.
+	startWait   time.Duration
+	startsAhead int
 }
 
 // filters holds every seccomp filter the broker has assembled, one per
@@ -88,7 +95,11 @@ func (b *Broker) startCommand(c *command) (*child, error) {
 	defer closeAll(sc.CgroupProcs)
 	var sch *spawn.Child
 	var startErr error
+	// Its turn among the roles' starts (startGate): the judge's first,
+	// then each role in turn.
+	ahead := b.starts.acquire(c.role)
 	started := time.Now()
+	wait := startWait(c.received)
 	pid, exited, err := b.reaper.fork(func() (int, error) {
 		sch, startErr = spawn.Start(sc)
 		if sch == nil {
@@ -96,13 +107,14 @@ func (b *Broker) startCommand(c *command) (*child, error) {
 		}
 		return sch.PID, nil
 	})
+	b.starts.release()
 	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", c.role.Name, err)
 	}
 	// Anything of the role may change what it holds: no disk measure of
 	// it taken before is reused.
 	b.bumpRole(c.role.UID)
-	ch := &child{pid: pid, pidfd: sch.PIDFD, started: started, exited: exited}
+	ch := &child{pid: pid, pidfd: sch.PIDFD, started: started, exited: exited, startWait: wait, startsAhead: ahead}
 	if startErr != nil {
 		ch.execErr = startErr.Error()
 	}
@@ -214,6 +226,8 @@ func (b *Broker) startHelper(c *command, spec *spawn.Spec) (*child, error) {
 	}
 	var sch *spawn.Child
 	var startErr error
+	// A stop of the judge's roles goes with the judge's starts.
+	b.starts.acquire(c.role)
 	started := time.Now()
 	pid, exited, err := b.reaper.fork(func() (int, error) {
 		sch, startErr = spawn.Start(sc)
@@ -222,6 +236,7 @@ func (b *Broker) startHelper(c *command, spec *spawn.Spec) (*child, error) {
 		}
 		return sch.PID, nil
 	})
+	b.starts.release()
 	if err == nil && startErr != nil {
 		// The child failed a stage and exited 127: reaped, then refused.
 		repW.Close()
@@ -334,7 +349,7 @@ func (b *Broker) runCommand(c *command, timeout time.Duration, caller *rpc.Conn)
 			b.mu.Unlock()
 		}()
 	}
-	res := &rpc.RunResult{PID: ch.pid, CPUs: c.cpus.String(), CardStops: c.cardStops}
+	res := &rpc.RunResult{PID: ch.pid, CPUs: c.cpus.String(), CardStops: c.cardStops, StartWaitNS: ch.startWait.Nanoseconds(), StartsAhead: ch.startsAhead}
 	why := ""
 	ev, err := b.awaitEnd(ch, caller, timeout)
 	switch {

@@ -135,6 +135,10 @@ type usageWatch struct {
 // shares. The broker takes at most a quarter of them, and one role at
 // most maxRoleWatches (a folder each); a role's folder past that is walked
 // whole at its checks (confined.ErrWatchBudget), measured all the same.
+// The quarter is shared fairly among the rig's roles
+// (confined.NewFairWatchBudget): every role has a floor of its own, so
+// lanes making folders by the thousand leave every other lane, and the
+// judge's builder and timing users, their floor's worth watched.
 const (
 	watchShare     = 4
 	maxRoleWatches = 8192
@@ -203,7 +207,7 @@ func (b *Broker) watchState() *usageWatch {
 	if b.measure.watch == nil {
 		total, perRole := watchBudget()
 		b.measure.watch = &usageWatch{trees: map[watchKey]*watchedTree{}, links: map[int]*roleLinks{},
-			budget: confined.NewWatchBudget(total), perRole: perRole}
+			budget: confined.NewFairWatchBudget(total, perRole, len(b.table.Roles)), perRole: perRole}
 	}
 	return b.measure.watch
 }
@@ -218,7 +222,7 @@ func (s *usageWatch) tree(uid int, path string) *watchedTree {
 		rl := s.links[uid]
 		if rl == nil {
 			rl = &roleLinks{}
-			rl.l.MaxWatches, rl.l.Budget = s.perRole, s.budget
+			rl.l.MaxWatches, rl.l.Budget, rl.l.Holder = s.perRole, s.budget, "uid "+strconv.Itoa(uid)
 			s.links[uid] = rl
 		}
 		t = &watchedTree{}

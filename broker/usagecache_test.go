@@ -4,8 +4,10 @@ import (
 	"strings"
 	"testing"
 
+	"thermite/internal/config"
 	"thermite/internal/hostpolicy"
 	"thermite/internal/weaken"
+	"thermite/roles"
 )
 
 // A role measured incrementally could grow a measured file through a hard
@@ -29,5 +31,26 @@ func TestDiskCheckWalksWholeWithoutLandlockFileRules(t *testing.T) {
 		if ok != c.want || !strings.Contains(why, c.why) {
 			t.Errorf("%s: incremental %t (%q), want %t (%q)", c.name, ok, why, c.want, c.why)
 		}
+	}
+}
+
+// The broker's watches are a fair share among every role of the table:
+// each role, the 16th lane and the judge's builder among them, is
+// guaranteed a floor that lanes making folders cannot take, and all the
+// floors fit in the budget.
+func TestEveryRoleHasAFloorOfTheBrokersWatches(t *testing.T) {
+	table, err := roles.FromConfig(config.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &Broker{table: table}
+	s := b.watchState()
+	total, perRole := watchBudget()
+	floor := s.budget.Guaranteed()
+	if floor < 1 || floor > perRole || floor*len(table.Roles) > total {
+		t.Fatalf("%d roles, %d watches (at most %d a role): each guaranteed %d", len(table.Roles), total, perRole, floor)
+	}
+	if s.budget.Left() != total {
+		t.Fatalf("a fresh budget has %d of its %d left", s.budget.Left(), total)
 	}
 }

@@ -91,7 +91,7 @@ func (c *Controller) apiTable() []apiRoute {
 				if !decode(w, r, c.cfg.API.MaxBodyBytes, &req) {
 					return
 				}
-				c.execInTrial(w, r, rt, req)
+				c.execCapped(w, r, rt, req)
 			}},
 		apiRoute{Method: "POST", Path: "/v1/fetch", ID: "fetch", Summary: "Fetch a public web page, as the controller, into the run's research folder",
 			Auth: true, Request: &FetchRequest{}, Required: []string{"url"}, Response: FetchResult{}, Statuses: []int{500, 502, 504}, serve: c.apiFetch},

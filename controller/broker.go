@@ -13,30 +13,43 @@ import (
 type brokerClient struct {
 	socket string
 
-	mu   sync.Mutex
-	idle []*rpc.Conn // connections whose last Run was answered, kept for the next
+	mu sync.Mutex
+	// idle are connections whose last Run was answered, kept for the
+	// next, by class: the judge's apart from everyone else's, so that a
+	// burst of lanes' Runs never takes the judge's and the judge's Runs
+	// never wait on a new connection's accept behind the burst.
+	idle [runClasses][]*rpc.Conn
 }
 
-// maxIdleRunConns bounds the connections kept between Runs; a burst of
-// parallel Runs above it dials and closes the rest.
-const maxIdleRunConns = 16
+// runClass is whose Runs share kept connections.
+type runClass int
+
+const (
+	runShared runClass = iota // lanes', agents' and the rig's own
+	runJudge                  // the judge's builds and timed runs
+	runClasses
+)
+
+// maxIdleRunConns bounds the connections kept between Runs, by class; a
+// burst of parallel Runs above it dials and closes the rest.
+var maxIdleRunConns = [runClasses]int{runShared: 16, runJudge: 4}
 
 func (b *brokerClient) call(req *rpc.Request, fds ...int) (*rpc.Response, error) {
 	return rpc.Call(b.socket, req, fds...)
 }
 
-// runConn is a connection for a Run: one kept from an answered Run that the
-// broker still holds open, or a new one.
-func (b *brokerClient) runConn() (*rpc.Conn, error) {
+// runConn is a connection for a Run of class: one kept from an answered
+// Run of that class that the broker still holds open, or a new one.
+func (b *brokerClient) runConn(class runClass) (*rpc.Conn, error) {
 	for {
 		b.mu.Lock()
-		n := len(b.idle)
+		n := len(b.idle[class])
 		if n == 0 {
 			b.mu.Unlock()
 			return rpc.Dial(b.socket)
 		}
-		c := b.idle[n-1]
-		b.idle = b.idle[:n-1]
+		c := b.idle[class][n-1]
+		b.idle[class] = b.idle[class][:n-1]
 		b.mu.Unlock()
 		if c.Idle() {
 			return c, nil
@@ -45,11 +58,12 @@ func (b *brokerClient) runConn() (*rpc.Conn, error) {
 	}
 }
 
-// keepRunConn keeps c for the next Run, or closes it when enough are kept.
-func (b *brokerClient) keepRunConn(c *rpc.Conn) {
+// keepRunConn keeps c for the next Run of class, or closes it when enough
+// are kept.
+func (b *brokerClient) keepRunConn(class runClass, c *rpc.Conn) {
 	b.mu.Lock()
-	if len(b.idle) < maxIdleRunConns {
-		b.idle = append(b.idle, c)
+	if len(b.idle[class]) < maxIdleRunConns[class] {
+		b.idle[class] = append(b.idle[class], c)
 		c = nil
 	}
 	b.mu.Unlock()
@@ -63,7 +77,12 @@ func (b *brokerClient) keepRunConn(c *rpc.Conn) {
 // sent, when set, is called once the broker holds its own copies of stdio.
 // A connection whose Run was answered without error is kept for the next.
 func (b *brokerClient) run(ctx context.Context, req *rpc.RunRequest, stdio []*os.File, sent ...func()) (*rpc.RunResult, error) {
-	c, err := b.runConn()
+	return b.runAs(ctx, runShared, req, stdio, sent...)
+}
+
+// runAs is run on the kept connections of class.
+func (b *brokerClient) runAs(ctx context.Context, class runClass, req *rpc.RunRequest, stdio []*os.File, sent ...func()) (*rpc.RunResult, error) {
+	c, err := b.runConn(class)
 	if err != nil {
 		return nil, err
 	}
@@ -72,7 +91,7 @@ func (b *brokerClient) run(ctx context.Context, req *rpc.RunRequest, stdio []*os
 	defer func() {
 		// stop says the close above never ran (and now never will).
 		if stop() && keep {
-			b.keepRunConn(c)
+			b.keepRunConn(class, c)
 		} else {
 			c.Close()
 		}

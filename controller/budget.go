@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -9,8 +10,13 @@ import (
 	"net"
 	"net/http"
 	"sync"
-	"thermite/internal/peercred"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	"thermite/internal/fairshare"
+	"thermite/internal/peercred"
 )
 
 // The harness API's budgets: what one peer, one token and the whole API
@@ -61,18 +67,18 @@ func refuse(w http.ResponseWriter, r *http.Request, code int, msg string) {
 }
 
 // byteBudget bounds the bytes of request bodies held at once: each
-// token's, and all tokens' together, shared fairly (fairShare): every
-// lane's trial is guaranteed its floor of the total, so lanes that hold
-// all they may leave the others theirs.
+// token's, and all tokens' together, shared fairly (fairshare.Share):
+// every lane's trial is guaranteed its floor of the total, so lanes that
+// hold all they may leave the others theirs.
 type byteBudget struct {
 	mu    sync.Mutex
-	share *fairShare
+	share *fairshare.Share
 }
 
 // newByteBudget divides all among the trials of lanes lanes (one open
 // trial each), each at most perToken; unit is the largest body.
 func newByteBudget(all, perToken, unit int64, lanes int) *byteBudget {
-	return &byteBudget{share: newFairShare(all, perToken, unit, lanes)}
+	return &byteBudget{share: fairshare.New(all, perToken, unit, lanes)}
 }
 
 // reserveBody decides whether a trial's request may hold n more bytes of
@@ -83,18 +89,18 @@ func (b *byteBudget) reserveBody(trial string, n int64) (release func(), code in
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	f := b.share
-	if ok, own := f.admitShare(trial, n); !ok {
+	if ok, own := f.Admit(trial, n); !ok {
 		if own {
-			return nil, http.StatusTooManyRequests, fmt.Sprintf("this token already holds %d bytes of request bodies; %d more is over its %d-byte limit", f.held[trial], n, f.perHolder)
+			return nil, http.StatusTooManyRequests, fmt.Sprintf("this token already holds %d bytes of request bodies; %d more is over its %d-byte limit", f.Held(trial), n, f.PerHolder())
 		}
-		return nil, http.StatusServiceUnavailable, fmt.Sprintf("this token holds %d bytes of request bodies; %d more is over its guaranteed %d bytes, and the %d bytes the API's tokens share above theirs are in use (the API holds %d of its %d-byte limit): try again", f.held[trial], n, f.floor, f.pool, f.sum, f.max)
+		return nil, http.StatusServiceUnavailable, fmt.Sprintf("this token holds %d bytes of request bodies; %d more is over its guaranteed %d bytes, and the %d bytes the API's tokens share above theirs are in use (the API holds %d of its %d-byte limit): try again", f.Held(trial), n, f.Floor(), f.Pool(), f.Sum(), f.Max())
 	}
 	var once sync.Once
 	return func() {
 		once.Do(func() {
 			b.mu.Lock()
 			defer b.mu.Unlock()
-			b.share.releaseShare(trial, n)
+			b.share.Release(trial, n)
 		})
 	}, 0, ""
 }
@@ -132,48 +138,98 @@ func readBody(w http.ResponseWriter, r *http.Request, rt *trialRT, limit int64) 
 }
 
 // connBudget counts the API's open connections, per peer and in all,
-// shared fairly (fairShare): every role that may connect is guaranteed
-// its floor of the total, so roles that hold all they may leave the
-// others (and the operator) theirs.
+// shared fairly (fairshare.Share): every role that may connect is
+// guaranteed its floor of the total, so roles that hold all they may
+// leave the others (and the operator) theirs.
 type connBudget struct {
 	mu    sync.Mutex
-	share *fairShare
+	share *fairshare.Share
 	// warned is when each refused peer was last logged, so a flood is one
 	// line per peer every few seconds, not one per connection.
 	warned  map[string]time.Time
 	refused map[string]int
 	log     *slog.Logger
+	// overOwn and overAll are the whole answers a refused connection gets
+	// (overConnAnswer), made once: a flood of refused connects costs a
+	// write each, never a formatting.
+	overOwn, overAll []byte
 }
 
 // newConnBudget divides all among peers peers, each at most perPeer.
 func newConnBudget(all, perPeer, peers int, log *slog.Logger) *connBudget {
-	return &connBudget{share: newFairShare(int64(all), int64(perPeer), 1, peers), warned: map[string]time.Time{}, refused: map[string]int{}, log: log}
+	share := fairshare.New(int64(all), int64(perPeer), 1, peers)
+	return &connBudget{share: share, warned: map[string]time.Time{}, refused: map[string]int{}, log: log,
+		overOwn: overConnAnswer(fmt.Sprintf("this peer already holds its api.max_conns_per_peer of %d open connections to the API; this one is closed: close one of yours first", perPeer)),
+		overAll: overConnAnswer(fmt.Sprintf("the API's connections above each peer's guaranteed %d are all in use (api.max_conns is %d); this one is closed: try again", share.Floor(), all)),
+	}
+}
+
+// overConnAnswer is the one HTTP answer a connection refused at accept
+// gets: a 503 whose problem names the limit and its value, then the
+// close.
+func overConnAnswer(detail string) []byte {
+	body, _ := json.Marshal(Problem{Type: problemType + CodeBusy, Title: http.StatusText(http.StatusServiceUnavailable), Status: http.StatusServiceUnavailable, Detail: detail, Code: CodeBusy})
+	body = append(body, '\n')
+	head := fmt.Sprintf("HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/problem+json\r\nConnection: close\r\nContent-Length: %d\r\n\r\n", len(body))
+	return append([]byte(head), body...)
 }
 
 // admitConn decides whether a new connection from peer may be served:
 // within api.max_conns_per_peer for that peer and its fair share of
-// api.max_conns.
-func (b *connBudget) admitConn(peer string) bool {
+// api.max_conns. A refusal returns the answer the connection gets.
+func (b *connBudget) admitConn(peer string) (ok bool, refusal []byte) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if ok, _ := b.share.admitShare(peer, 1); ok {
-		return true
+	f := b.share
+	ok, own := f.Admit(peer, 1)
+	if ok {
+		return true, nil
 	}
 	b.refused[peer]++
 	if now := time.Now(); now.Sub(b.warned[peer]) > 5*time.Second {
-		f := b.share
-		b.log.Warn("API connection refused: over its budget", "peer", peer, "open", f.held[peer], "max_conns_per_peer", f.perHolder, "guaranteed", f.floor, "open_all", f.sum, "max_conns", f.max, "refused_since_last", b.refused[peer])
+		b.log.Warn("API connection refused: over its budget", "peer", peer, "open", f.Held(peer), "max_conns_per_peer", f.PerHolder(), "guaranteed", f.Floor(), "open_all", f.Sum(), "max_conns", f.Max(), "refused_since_last", b.refused[peer])
 		b.warned[peer] = now
 		b.refused[peer] = 0
 	}
-	return false
+	if own {
+		return false, b.overOwn
+	}
+	return false, b.overAll
 }
 
 func (b *connBudget) release(peer string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.share.releaseShare(peer, 1)
+	b.share.Release(peer, 1)
 }
+
+// refuseConn answers a connection refused at accept with its one line and
+// closes it, without ever waiting: the answer goes only where the
+// socket's buffer takes it at once (a fresh connection's always does),
+// and what the peer already sent is read and dropped once, so that the
+// close does not turn into a reset that discards the answer before the
+// peer reads it (TCP). It costs the accept loop two system calls more
+// than a bare close, and holds nothing after.
+func refuseConn(conn net.Conn, answer []byte) {
+	defer conn.Close()
+	sc, ok := conn.(syscall.Conn)
+	if !ok || answer == nil {
+		return
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return
+	}
+	raw.Control(func(fd uintptr) {
+		unix.Sendto(int(fd), answer, unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL, nil)
+		buf := drainBufs.Get().(*[]byte)
+		unix.Recvfrom(int(fd), *buf, unix.MSG_DONTWAIT)
+		drainBufs.Put(buf)
+	})
+}
+
+// drainBufs are refuseConn's buffers for what a refused peer sent.
+var drainBufs = sync.Pool{New: func() any { b := make([]byte, 4096); return &b }}
 
 // peerKey names who is at the other end of an API connection: the uid
 // the kernel gives by SO_PEERCRED on the unix socket, the remote address
@@ -195,7 +251,8 @@ func peerKey(conn net.Conn) string {
 }
 
 // budgetListener serves only the connections its budget admits; the
-// others are closed at once, before a byte is read.
+// others get one line (refuseConn) and are closed at once, before a
+// request is parsed.
 type budgetListener struct {
 	net.Listener
 	budget *connBudget
@@ -220,8 +277,12 @@ func (l *budgetListener) Accept() (net.Conn, error) {
 		if peer == "" {
 			peer = peerKey(conn)
 		}
-		if peer == "" || !l.budget.admitConn(peer) {
+		if peer == "" {
 			conn.Close()
+			continue
+		}
+		if ok, refusal := l.budget.admitConn(peer); !ok {
+			refuseConn(conn, refusal)
 			continue
 		}
 		return &budgetConn{Conn: conn, release: sync.OnceFunc(func() { l.budget.release(peer) }), socket: l.socket, lane: l.lane}, nil

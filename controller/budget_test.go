@@ -1,10 +1,13 @@
 package controller
 
 import (
+	"bufio"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -107,15 +110,15 @@ func TestBudgets(t *testing.T) {
 
 	cb := newConnBudget(3, 2, 1, slog.New(slog.NewJSONHandler(io.Discard, nil)))
 	for i, want := range []bool{true, true, false} {
-		if got := cb.admitConn("uid 1"); got != want {
+		if got := admitted(cb, "uid 1"); got != want {
 			t.Fatalf("uid 1's connection %d: admitted %v, want %v (a per-peer cap of 2)", i+1, got, want)
 		}
 	}
-	if !cb.admitConn("uid 2") || cb.admitConn("uid 3") {
+	if !admitted(cb, "uid 2") || admitted(cb, "uid 3") {
 		t.Fatal("the total cap of 3")
 	}
 	cb.release("uid 1")
-	if !cb.admitConn("uid 3") {
+	if !admitted(cb, "uid 3") {
 		t.Fatal("a released place is not reused")
 	}
 
@@ -160,15 +163,15 @@ func TestFairShareLeavesTheSixteenthLaneItsShare(t *testing.T) {
 	for _, r := range releases {
 		r()
 	}
-	if f := b.share; f.sum != 0 || f.borrowed != 0 || len(f.held) != 0 {
-		t.Fatalf("all released, the budget still holds %d (%d borrowed, %v)", f.sum, f.borrowed, f.held)
+	if f := b.share; f.Sum() != 0 || f.Borrowed() != 0 || f.Holders() != 0 {
+		t.Fatalf("all released, the budget still holds %d (%d borrowed, %d holders)", f.Sum(), f.Borrowed(), f.Holders())
 	}
 
 	// 32 lanes: 16 MiB floors would not fit, so half is floors (4 MiB) and
 	// half a pool for the largest bodies.
 	b = newByteBudget(256*mib, 32*mib, 16*mib, 32)
-	if f := b.share; f.floor != 4*mib || f.pool != 128*mib {
-		t.Fatalf("32 lanes: floor %d pool %d, want 4 MiB and 128 MiB", f.floor, f.pool)
+	if f := b.share; f.Floor() != 4*mib || f.Pool() != 128*mib {
+		t.Fatalf("32 lanes: floor %d pool %d, want 4 MiB and 128 MiB", f.Floor(), f.Pool())
 	}
 	for lane := 1; lane <= 8; lane++ {
 		if r, _, msg := b.reserveBody(fmt.Sprintf("t%d", lane), 16*mib+4*mib); r == nil {
@@ -183,8 +186,8 @@ func TestFairShareLeavesTheSixteenthLaneItsShare(t *testing.T) {
 			t.Fatalf("lane %d's small body with the pool taken: %s", lane, msg)
 		}
 	}
-	if f := b.share; f.sum > f.max {
-		t.Fatalf("the budget holds %d, over its %d", f.sum, f.max)
+	if f := b.share; f.Sum() > f.Max() {
+		t.Fatalf("the budget holds %d, over its %d", f.Sum(), f.Max())
 	}
 
 	// Connections: 15 lanes' and agents' uids at their cap leave the
@@ -192,14 +195,97 @@ func TestFairShareLeavesTheSixteenthLaneItsShare(t *testing.T) {
 	peers := 1 + 2*16
 	cb := newConnBudget(1000, 64, peers, slog.New(slog.NewJSONHandler(io.Discard, nil)))
 	for uid := 1; uid <= 30; uid++ {
-		for cb.admitConn(fmt.Sprintf("uid %d", uid)) {
+		for admitted(cb, fmt.Sprintf("uid %d", uid)) {
 		}
 	}
 	for _, who := range []string{"uid 0", "uid 31", "uid 32"} {
-		for i := int64(0); i < cb.share.floor; i++ {
-			if !cb.admitConn(who) {
-				t.Fatalf("%s's connection %d of its guaranteed %d refused behind 30 full peers", who, i+1, cb.share.floor)
+		for i := int64(0); i < cb.share.Floor(); i++ {
+			if !admitted(cb, who) {
+				t.Fatalf("%s's connection %d of its guaranteed %d refused behind 30 full peers", who, i+1, cb.share.Floor())
 			}
 		}
+	}
+}
+
+// admitted is admitConn's verdict alone.
+func admitted(b *connBudget, peer string) bool {
+	ok, _ := b.admitConn(peer)
+	return ok
+}
+
+// TestConnectionOverItsPeerCapAnsweredNotDropped: a peer's connection
+// beyond api.max_conns_per_peer is not closed without a byte (the peer
+// would see EOF and guess): it reads one 503 whose problem names the
+// limit and its value, whether it wrote its request before the refusal
+// or not; its connections within the cap are served as before.
+func TestConnectionOverItsPeerCapAnsweredNotDropped(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "api.sock")
+	ul, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ul.Close()
+	l := &budgetListener{Listener: ul, budget: newConnBudget(8, 2, 2, slog.New(slog.NewJSONHandler(io.Discard, nil)))}
+	served := make(chan net.Conn, 4)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			served <- c
+		}
+	}()
+	var kept []net.Conn
+	for i := range 2 {
+		c, err := net.Dial("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		select {
+		case s := <-served:
+			kept = append(kept, s)
+		case <-time.After(30 * time.Second):
+			t.Fatalf("connection %d of 2, within the cap, was never served", i+1)
+		}
+	}
+	for _, writeFirst := range []bool{true, false} {
+		c, err := net.Dial("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if writeFirst {
+			io.WriteString(c, "GET /v1/trial HTTP/1.1\r\nHost: api\r\n\r\n")
+		}
+		c.SetReadDeadline(time.Now().Add(30 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("over the cap (request written first: %v): %v, want a 503", writeFirst, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		c.Close()
+		var p Problem
+		if resp.StatusCode != http.StatusServiceUnavailable || json.Unmarshal(body, &p) != nil || p.Code != CodeBusy ||
+			!strings.Contains(p.Detail, "api.max_conns_per_peer of 2") || !resp.Close {
+			t.Fatalf("over the cap (request written first: %v): %d %v %q", writeFirst, resp.StatusCode, resp.Header, body)
+		}
+	}
+	select {
+	case s := <-served:
+		t.Fatalf("a connection over the cap was served: %v", s)
+	default:
+	}
+	// One of the peer's connections goes; its next is served again.
+	kept[0].Close()
+	c, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	select {
+	case <-served:
+	case <-time.After(30 * time.Second):
+		t.Fatal("after one of its connections closed, the peer's next was never served")
 	}
 }

@@ -42,6 +42,8 @@ type Controller struct {
 	// bytes held at once.
 	conns  *connBudget
 	bodies *byteBudget
+	// runs are the commands each lane runs through the API at once.
+	runs laneRuns
 
 	mu      sync.Mutex
 	pruneMu sync.Mutex // one prune of ended trials at a time
@@ -126,6 +128,7 @@ func (c *Controller) serve() error {
 	// Every peer the budget may see has its floor (config.APIPeers): when
 	// max_conns is lowered under the descriptor limit, a full lane still
 	// cannot take another's.
+	c.runs.max = c.cfg.API.MaxRunsPerLane
 	c.conns = newConnBudget(c.apiMaxConns(), c.cfg.API.MaxConnsPerPeer, config.APIPeers(c.cfg.Lanes, len(c.cfg.Agent.Egress) > 0), c.log)
 	c.bodies = newByteBudget(c.cfg.API.MaxInflightBytes, c.cfg.API.MaxInflightBytesPerToken, c.cfg.API.MaxBodyBytes, c.cfg.Lanes)
 	apiLs, err := c.listenAPI()

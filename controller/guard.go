@@ -158,24 +158,30 @@ func (c *Controller) watchDisks() {
 	t := time.NewTicker(c.cfg.Trial.DiskCheck.Duration)
 	defer t.Stop()
 	for range t.C {
-		c.mu.Lock()
-		var open []*trialRT
-		for _, rt := range c.trials {
-			open = append(open, rt)
+		c.checkOpenDisks()
+	}
+}
+
+// checkOpenDisks starts one round of disk checks and returns at once.
+// Each trial is measured on its own: a large tree, or a measure the
+// broker is slow to answer, delays only its own trial's next check, never
+// another trial's, nor the next round. A trial whose check still runs is
+// not checked twice at once.
+func (c *Controller) checkOpenDisks() {
+	c.mu.Lock()
+	var open []*trialRT
+	for _, rt := range c.trials {
+		open = append(open, rt)
+	}
+	c.mu.Unlock()
+	for _, rt := range open {
+		if !rt.checking.CompareAndSwap(false, true) {
+			continue
 		}
-		c.mu.Unlock()
-		// Each trial is measured on its own: a large tree delays only its
-		// own next check, never another trial's. A trial whose check still
-		// runs is not checked twice at once.
-		for _, rt := range open {
-			if !rt.checking.CompareAndSwap(false, true) {
-				continue
-			}
-			go func() {
-				defer rt.checking.Store(false)
-				c.checkDisk(rt)
-			}()
-		}
+		go func() {
+			defer rt.checking.Store(false)
+			c.checkDisk(rt)
+		}()
 	}
 }
 

@@ -62,8 +62,8 @@ func (c *Controller) loadKit(name string) (*kit.Kit, error) {
 	return kit.Load(dir)
 }
 
-// capture runs a command through the broker with stdout and stderr into
-// one buffer, capped.
+// capture runs one of the judge's commands (a build, a timed repeat)
+// through the broker with stdout and stderr into one buffer, capped.
 func (c *Controller) capture(ctx context.Context, req *rpc.RunRequest, limit int) (*rpc.RunResult, []byte, []byte, error) {
 	outR, outW, err := os.Pipe()
 	if err != nil {
@@ -85,7 +85,8 @@ func (c *Controller) capture(ctx context.Context, req *rpc.RunRequest, limit int
 	}
 	go drainTo(&stdout, outR)
 	go drainTo(&stderr, errR)
-	res, err := c.broker.run(ctx, req, []*os.File{c.devnull, outW, errW}, func() { outW.Close(); errW.Close() })
+	// The judge's Runs have kept connections of their own (runJudge).
+	res, err := c.broker.runAs(ctx, runJudge, req, []*os.File{c.devnull, outW, errW}, func() { outW.Close(); errW.Close() })
 	outW.Close()
 	errW.Close()
 	// A leftover of the role may hold the pipes; the broker stops those
@@ -441,7 +442,7 @@ func (c *Controller) timedRepeats(ctx context.Context, tr *ledger.TimedRun, k *k
 			c.log.Warn("judge: processes stopped for a held card", "run", tr.ID, "card", tr.Card, "stopped", res.CardStops)
 			c.event("judge.card_stopped", ledger.Trial{}, map[string]any{"run": tr.ID, "card": tr.Card, "repeat": i + 1, "stopped": res.CardStops})
 		}
-		tr.Repeats = append(tr.Repeats, ledger.Repeat{WallNS: res.WallNS, UserNS: res.UserNS, SysNS: res.SysNS, MaxRSSKB: res.MaxRSSKB, ExitCode: res.ExitCode})
+		tr.Repeats = append(tr.Repeats, ledger.Repeat{WallNS: res.WallNS, UserNS: res.UserNS, SysNS: res.SysNS, MaxRSSKB: res.MaxRSSKB, ExitCode: res.ExitCode, StartWaitNS: res.StartWaitNS, StartsAhead: res.StartsAhead})
 		if res.ExitCode != 0 {
 			tr.Status, tr.Error = "failed", fmt.Sprintf("repeat %d: exit %d (%s): %.300s", i+1, res.ExitCode, res.Stopped, strings.TrimSpace(string(se)))
 			break

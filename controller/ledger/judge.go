@@ -53,6 +53,11 @@ type Repeat struct {
 	SysNS    int64 `json:"sys_ns"`
 	MaxRSSKB int64 `json:"max_rss_kb"`
 	ExitCode int   `json:"exit_code"`
+	// StartWaitNS is how long the repeat waited at the broker before it
+	// started, StartsAhead how many starts of other roles went first
+	// meanwhile: the judge's starts go first, so 0 while that holds.
+	StartWaitNS int64 `json:"start_wait_ns,omitempty"`
+	StartsAhead int   `json:"starts_ahead,omitempty"`
 }
 
 // PutBuild records or replaces a build (a build's status changes as it

@@ -81,8 +81,20 @@ func attackMain(mode string) int {
 	case "flood":
 		flood(sock, token, time.Duration(envInt("ATTACK_MS"))*time.Millisecond)
 		return 0
+	case "soak-ordinary":
+		soakOrdinary(sock, token)
+		return 0
 	case "ordinary":
 		ordinary(sock, token, envInt("ATTACK_N"))
+		return 0
+	case "over-runs":
+		overRuns(sock, token, envInt("ATTACK_N"))
+		return 0
+	case "exec-storm":
+		execStorm(sock, token, envInt("ATTACK_N"))
+		return 0
+	case "over-cap":
+		overCap(sock, token, envInt("ATTACK_N"))
 		return 0
 	case "connect-close":
 		connectClose(sock, envInt("ATTACK_N"), time.Duration(envInt("ATTACK_MS"))*time.Millisecond)
@@ -342,35 +354,61 @@ type roleProc struct {
 
 var helperCopy sync.Map // rig dir -> path of the copied test binary
 
+// helperBinary is this test binary, copied once per rig where every role
+// can run it.
+func helperBinary(t testing.TB, r *testrig.Rig) string {
+	t.Helper()
+	if bin, ok := helperCopy.Load(r.Dir); ok {
+		return bin.(string)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(r.Dir, "role-helper.test")
+	if err := os.WriteFile(p, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	helperCopy.Store(r.Dir, p)
+	return p
+}
+
 // startAs starts this test binary as role ("root": as the test's own
 // user, as the operator's scripts would run), with THERMITE_ATTACK=mode
 // and env. It is killed, by its pid, when the test ends.
 func startAs(t testing.TB, r *testrig.Rig, role, mode string, env ...string) *roleProc {
 	t.Helper()
-	bin, ok := helperCopy.Load(r.Dir)
-	if !ok {
-		self, err := os.Executable()
-		if err != nil {
-			t.Fatal(err)
-		}
-		data, err := os.ReadFile(self)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := filepath.Join(r.Dir, "role-helper.test")
-		if err := os.WriteFile(p, data, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		helperCopy.Store(r.Dir, p)
-		bin = p
-	}
-	cmd := exec.Command(bin.(string), "-test.run=^TestAttackHelper$")
+	cmd := exec.Command(helperBinary(t, r), "-test.run=^TestAttackHelper$")
 	cmd.Dir = r.Dir
 	cmd.Env = append([]string{"PATH=/usr/bin:/bin", "THERMITE_ATTACK=" + mode}, env...)
 	if role != "root" {
 		u := r.Role(role)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(u.UID), Gid: uint32(u.GID), Groups: []uint32{}}}
 	}
+	return startProc(t, cmd, role)
+}
+
+// startThroughBroker starts this test binary as role the way the rig
+// starts a role's command (`thermite run-as`: its confinement, its
+// cgroup, an agent's own network namespace), with THERMITE_ATTACK=mode
+// and env, within timeout. Its stdin and stdout are run-as's.
+func startThroughBroker(t testing.TB, r *testrig.Rig, role, mode string, timeout time.Duration, env ...string) *roleProc {
+	t.Helper()
+	args := []string{"--config", r.Config, "run-as", role, "--timeout", timeout.String(), "--env", "THERMITE_ATTACK=" + mode}
+	for _, e := range env {
+		args = append(args, "--env", e)
+	}
+	cmd := exec.Command(r.Bin, append(args, "--", helperBinary(t, r), "-test.run=^TestAttackHelper$")...)
+	return startProc(t, cmd, role)
+}
+
+// startProc starts cmd with its stdin and stdout piped, as a roleProc.
+func startProc(t testing.TB, cmd *exec.Cmd, role string) *roleProc {
+	t.Helper()
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -52,18 +52,13 @@ func TestLanesFloodingEveryPathLeaveTheSixteenthServed(t *testing.T) {
 		t.Fatalf("lane %d's ordinary calls while %d lanes hold all the bodies their tokens may: %s", victim.Lane, len(holders), held)
 	}
 
-	floods := startFloods(t, r, trials, 2*time.Minute, 10*time.Millisecond)
+	floods := startFloods(t, r, trials, 2*time.Minute, floodPaths{pause: 10 * time.Millisecond})
 	line := ordinaryCalls(t, r, victim, 24, 2*time.Minute)
-	var report []string
-	for _, f := range floods {
-		f.stdin.Close()
+	report := floods.stop(t)
+	if len(report) != len(floods.procs) {
+		t.Fatalf("%d of %d lanes' floods ended with their report", len(report), len(floods.procs))
 	}
-	for i, f := range floods {
-		l, ok := f.next("flood ", time.Minute)
-		if !ok {
-			t.Fatalf("lane %d's flood ended without its report", i+1)
-		}
-		report = append(report, l)
+	for i, l := range report {
 		// The flood was real: its connects and execs went through.
 		if !strings.Contains(l, " connect=") || !strings.Contains(l, " exec=") {
 			t.Errorf("lane %d did not flood (no connect or exec went through): %s", i+1, l)
@@ -71,7 +66,7 @@ func TestLanesFloodingEveryPathLeaveTheSixteenthServed(t *testing.T) {
 	}
 	t.Logf("floods:\n%s", strings.Join(report, "\n"))
 	if field(t, line, "errors") != 0 || field(t, line, "ok") != 24 {
-		t.Fatalf("lane %d's ordinary calls under %d lanes' flood: %s", victim.Lane, len(floods), line)
+		t.Fatalf("lane %d's ordinary calls under %d lanes' flood: %s", victim.Lane, len(floods.procs), line)
 	}
 	out, stderr, code := r.Thermite("trial", "list", "--json")
 	var list []struct {

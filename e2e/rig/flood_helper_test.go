@@ -49,7 +49,8 @@ func post(client *http.Client, token, route, body string) (int, []byte, error) {
 // closes or limit passes: connect-and-close loops, idle connections, large
 // bodies withheld their last byte, slow readers (an exec whose output it
 // never reads), exec storms, disk writes (files through the API and dd in
-// an exec) and a storm of recorded steps (ledger writes). It says
+// an exec), a storm of recorded steps (ledger writes) and, for an agent
+// given ATTACK_PROXY, CONNECT loops on its egress proxy. It says
 // "flooding" once everything is open, and at its end how many requests of
 // each kind it made.
 func flood(sock, token string, limit time.Duration) {
@@ -125,6 +126,13 @@ func flood(sock, token string, limit time.Duration) {
 	big, _ := json.Marshal(map[string]any{"path": "flood.txt", "data": make([]byte, 256<<10)})
 	loop(1, do("write", "/v1/fs/write", string(big)))
 	loop(2, do("step", "/v1/steps", `{"kind":"thought","text":"flooding"}`))
+	// ATTACK_PROXY: the agent's egress proxy too, CONNECT loops to a host
+	// not listed and to one listed (ATTACK_UNLISTED, ATTACK_LISTED).
+	if proxy := os.Getenv("ATTACK_PROXY"); proxy != "" {
+		for _, target := range []string{os.Getenv("ATTACK_UNLISTED"), os.Getenv("ATTACK_LISTED")} {
+			loop(2, func() { egressConnect(proxy, target, count) })
+		}
+	}
 	say("flooding")
 	stdin := make(chan struct{})
 	go func() { io.Copy(io.Discard, os.Stdin); close(stdin) }()
@@ -217,4 +225,79 @@ func execSucceeded(body []byte) bool {
 		json.Unmarshal(sc.Bytes(), &last)
 	}
 	return last.Done && last.ExitCode != nil && *last.ExitCode == 0
+}
+
+// egressConnect is one CONNECT to target on an agent's egress proxy
+// (inside its network namespace), closed at once: a host the rig does not
+// list is refused (each refusal an event of its trial), one it lists is a
+// tunnel the controller dials and records. It counts the answer's status
+// as "connect-STATUS".
+func egressConnect(proxy, target string, count func(string)) {
+	c, err := net.DialTimeout("tcp", proxy, 5*time.Second)
+	if err != nil {
+		count("connect-dial-error")
+		time.Sleep(10 * time.Millisecond)
+		return
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(20 * time.Second))
+	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if f := strings.Fields(line); err == nil && len(f) >= 2 {
+		count("connect-" + f[1])
+	} else {
+		count("connect-error")
+	}
+}
+
+// soakOrdinary is the lane beside the soak's flood: until stdin closes it
+// makes, in turn, mark after mark, each a step ("soak-step-I"), a
+// research note ("soak-note-I"), an exec that writes soak-exec-I.txt and
+// a file write of soak-write-I.txt, each holding I. It says "marking",
+// then "soak-ordinary marks N errors E p99 P failed kind:i,..." (failed:
+// the first 200 calls not answered 200, "-" for none).
+func soakOrdinary(sock, token string) {
+	client := apiClient(sock, time.Minute)
+	stop := make(chan struct{})
+	go func() { io.Copy(io.Discard, os.Stdin); close(stop) }()
+	say("marking")
+	var failed []string
+	var lat []time.Duration
+	errs, lastErr := 0, ""
+	i := 0
+	for ; ; i++ {
+		select {
+		case <-stop:
+			sort.Slice(lat, func(a, b int) bool { return lat[a] < lat[b] })
+			var p99 time.Duration
+			if len(lat) > 0 {
+				p99 = lat[len(lat)*99/100]
+			}
+			if len(failed) == 0 {
+				failed = []string{"-"}
+			}
+			say("soak-ordinary marks %d errors %d p99 %d failed %s last-error %q", i, errs, p99.Microseconds(), strings.Join(failed, ","), lastErr)
+			return
+		default:
+		}
+		write, _ := json.Marshal(map[string]any{"path": fmt.Sprint("soak-write-", i, ".txt"), "data": []byte(fmt.Sprint(i, "\n"))})
+		exec, _ := json.Marshal(map[string]any{"argv": []string{"/bin/sh", "-c", fmt.Sprintf("echo %d > soak-exec-%d.txt", i, i)}})
+		for _, c := range []struct{ kind, route, body string }{
+			{"step", "/v1/steps", fmt.Sprintf(`{"kind":"thought","text":"soak-step-%d"}`, i)},
+			{"note", "/v1/research/note", fmt.Sprintf(`{"title":"soak-note-%d","body":"%d"}`, i, i)},
+			{"exec", "/v1/exec", string(exec)},
+			{"write", "/v1/fs/write", string(write)},
+		} {
+			t0 := time.Now()
+			code, body, err := post(client, token, c.route, c.body)
+			lat = append(lat, time.Since(t0))
+			if err != nil || code != 200 || (c.kind == "exec" && !execSucceeded(body)) {
+				errs++
+				if len(failed) < 200 {
+					failed = append(failed, fmt.Sprint(c.kind, ":", i))
+				}
+				lastErr = fmt.Sprintf("%s: %d %v %.200s", c.route, code, err, body)
+			}
+		}
+	}
 }

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"thermite/controller/ledger"
+	"thermite/internal/cpuset"
 	"thermite/internal/testrig"
 )
 
@@ -224,5 +225,55 @@ func TestCardWithoutJudgeCPURefused(t *testing.T) {
 	_, stderr, code := r.Thermite("judge", "time", b.ID, "--kit", "card", "--card", "1", "--json")
 	if code == 0 || !strings.Contains(stderr, "card 1 has no judge CPU of its own") {
 		t.Fatalf("card 1 with one judge CPU: exit %d %q", code, stderr)
+	}
+}
+
+// TestTimedRunKeepsTheControllerOffItsCPUs: the controller daemon, busy
+// with lanes' calls, must not run on the CPU a timed repeat holds: every
+// one of its threads is moved off it while the hold lasts (as every
+// role's processes are), and may use it again afterwards.
+func TestTimedRunKeepsTheControllerOffItsCPUs(t *testing.T) {
+	r := newRig(t)
+	judge, _ := r.Cfg.JudgeCPUSet()
+	ctl := r.Status().ControllerPID
+	threads := func() map[string]string {
+		out := map[string]string{}
+		tasks, _ := os.ReadDir(filepath.Join("/proc", strconv.Itoa(ctl), "task"))
+		for _, e := range tasks {
+			tid, _ := strconv.Atoi(e.Name())
+			if cpus := allowedCPUs(tid); cpus != "" {
+				out[e.Name()] = cpus
+			}
+		}
+		return out
+	}
+	onJudge := func(cpus string) bool {
+		s, err := cpuset.Parse(cpus)
+		return err != nil || s.Intersects(judge)
+	}
+	for tid, cpus := range threads() {
+		if !onJudge(cpus) {
+			t.Fatalf("before any hold, controller thread %s runs on %s, off judge CPU %s: the test proves nothing", tid, cpus, judge)
+		}
+	}
+	b := sleepKit(t, r, "slow", "sleep 3", 0)
+	done := startTime(t, r, b.ID, "slow")
+	waitHold(t, r, "run", done)
+	during := threads()
+	if len(during) == 0 {
+		t.Fatalf("no thread of the controller (pid %d) found", ctl)
+	}
+	for tid, cpus := range during {
+		if onJudge(cpus) {
+			t.Errorf("during the hold of judge CPU %s, controller thread %s may run on %s", judge, tid, cpus)
+		}
+	}
+	if tr := <-done; tr.Status != "scored" {
+		t.Fatalf("run: %+v", tr)
+	}
+	for tid, cpus := range threads() {
+		if !onJudge(cpus) {
+			t.Errorf("after the run, controller thread %s runs on %s, still off judge CPU %s", tid, cpus, judge)
+		}
 	}
 }

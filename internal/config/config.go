@@ -97,6 +97,11 @@ type API struct {
 	// once, all tokens together; MaxInflightBytesPerToken one token's.
 	MaxInflightBytes         int64 `toml:"max_inflight_bytes" json:"max_inflight_bytes"`
 	MaxInflightBytesPerToken int64 `toml:"max_inflight_bytes_per_token" json:"max_inflight_bytes_per_token"`
+	// MaxRunsPerLane bounds the commands one lane runs through the API's
+	// exec at once (its lane's and its agent's calls together): past it
+	// the call is refused with 429, so that a lane's exec storm queues
+	// only its own commands at the broker.
+	MaxRunsPerLane int `toml:"max_runs_per_lane" json:"max_runs_per_lane"`
 }
 
 // Cgroup is the per-role cgroup every command of a role runs in.
@@ -290,6 +295,7 @@ func Default() Config {
 			BodyTimeout:              Duration{30 * time.Second},
 			MaxInflightBytes:         256 << 20,
 			MaxInflightBytesPerToken: 32 << 20,
+			MaxRunsPerLane:           8,
 		},
 	}
 }
@@ -559,6 +565,8 @@ func (c *Config) validateAPI() error {
 		return fmt.Errorf("api.max_inflight_bytes_per_token: %d must be at least api.max_body_bytes (%d), or the largest body could never be read", a.MaxInflightBytesPerToken, a.MaxBodyBytes)
 	case a.MaxInflightBytes < a.MaxInflightBytesPerToken:
 		return fmt.Errorf("api.max_inflight_bytes: %d must be at least api.max_inflight_bytes_per_token (%d)", a.MaxInflightBytes, a.MaxInflightBytesPerToken)
+	case a.MaxRunsPerLane < 1 || a.MaxRunsPerLane > a.MaxConnsPerToken:
+		return fmt.Errorf("api.max_runs_per_lane: %d must be at least 1 and at most api.max_conns_per_token (%d)", a.MaxRunsPerLane, a.MaxConnsPerToken)
 	}
 	if peers := APIPeers(c.Lanes, len(c.Agent.Egress) > 0); a.MaxConns < peers*a.MaxConnsPerPeer {
 		return fmt.Errorf("api.max_conns: %d is less than api.max_conns_per_peer (%d) for each of the API's %d peers (%d lanes' and agents' sockets%s, root's socket and TCP): lanes holding their shares would leave another lane none; raise api.max_conns to %d or lower api.max_conns_per_peer", a.MaxConns, a.MaxConnsPerPeer, peers, c.Lanes, map[bool]string{true: " and egress proxies", false: ""}[len(c.Agent.Egress) > 0], peers*a.MaxConnsPerPeer)

@@ -64,6 +64,7 @@ func TestBadInputNamesTheKey(t *testing.T) {
 		"[api]\nmax_inflight_bytes_per_token = 1024\n":               "api.max_inflight_bytes_per_token",
 		"[api]\nmax_inflight_bytes = 1048576\n":                      "api.max_inflight_bytes:",
 		"[api]\nmax_connections = 3\n":                               `unknown key "api.max_connections"`,
+		"[api]\nmax_runs_per_lane = 0\n":                             "api.max_runs_per_lane: 0 must be at least 1",
 		"[agent]\nwall_timeout = \"0s\"\n":                           "agent.wall_timeout",
 		"[agent]\noutput_cap_mb = -1\n":                              "agent.output_cap_mb",
 		"[agent]\negress = [\"api.example.com\"]\n":                  `agent.egress: "api.example.com" is not host:port`,

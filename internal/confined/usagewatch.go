@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"thermite/internal/fairshare"
 	"thermite/internal/weaken"
 )
 
@@ -110,9 +111,11 @@ type Links struct {
 	pending map[*Watched][]wevent
 	queued  int
 	// MaxWatches bounds the watches the role's trees hold (0: no bound),
-	// Budget those of every role together (nil: none): see WatchBudget.
+	// Budget those of every role together (nil: none), of which Holder
+	// (the role's name) has its fair share: see WatchBudget.
 	MaxWatches int
 	Budget     *WatchBudget
+	Holder     string
 }
 
 // WatchBudget is how many inotify watches the measures of every role may
@@ -120,42 +123,67 @@ type Links struct {
 // counts per user, and the broker is root), so a lane that makes folders
 // by the thousand, well within its disk cap, would otherwise take root's
 // watches from every other root program of the host, and from the other
-// roles' measures. A tree that would go past its role's bound or this one
-// is walked whole instead (ErrWatchBudget).
+// roles' measures. It is a fair share (fairshare.Share) among the roles
+// (Links.Holder): each has a floor no other role can take, so lanes
+// that make folders until they are refused leave the next lane, and the
+// judge's roles, their own. A tree that would go past its role's bound or
+// this one is walked whole instead (ErrWatchBudget).
 type WatchBudget struct {
-	mu   sync.Mutex
-	left int
+	mu    sync.Mutex
+	share *fairshare.Share
 }
 
-// NewWatchBudget is a budget of n watches.
-func NewWatchBudget(n int) *WatchBudget { return &WatchBudget{left: n} }
+// NewWatchBudget is a budget of n watches that every role draws on, first
+// come, first served.
+func NewWatchBudget(n int) *WatchBudget {
+	return &WatchBudget{share: fairshare.New(int64(n), int64(n), 1, 1)}
+}
 
-// Left is how many watches may still be taken.
+// NewFairWatchBudget is a budget of n watches shared fairly among roles
+// roles, each at most perRole: each role is guaranteed
+// min(perRole, n/roles), or, where that is less than perRole, its share
+// of half of n, the other half a pool for the roles with large trees.
+func NewFairWatchBudget(n, perRole, roles int) *WatchBudget {
+	return &WatchBudget{share: fairshare.New(int64(n), int64(perRole), int64(perRole), roles)}
+}
+
+// Left is how many watches may still be taken, by all roles together.
 func (b *WatchBudget) Left() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.left
+	return int(b.share.Max() - b.share.Sum())
 }
 
-func (b *WatchBudget) take() bool {
+// Guaranteed is what each role may take whatever the others hold.
+func (b *WatchBudget) Guaranteed() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return int(b.share.Floor())
+}
+
+// take takes one watch for holder; it says why not, or "".
+func (b *WatchBudget) take(holder string) string {
 	if b == nil {
-		return true
+		return ""
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.left <= 0 {
-		return false
+	f := b.share
+	if ok, own := f.Admit(holder, 1); !ok {
+		if own {
+			return fmt.Sprintf("%d for one role", f.PerHolder())
+		}
+		return fmt.Sprintf("the broker's share of root's fs.inotify.max_user_watches is taken: %d of %d, this role's guaranteed %d among them", f.Sum(), f.Max(), f.Floor())
 	}
-	b.left--
-	return true
+	return ""
 }
 
-func (b *WatchBudget) give(n int) {
+func (b *WatchBudget) give(holder string, n int) {
 	if b == nil || n == 0 {
 		return
 	}
 	b.mu.Lock()
-	b.left += n
+	b.share.Release(holder, int64(n))
 	b.mu.Unlock()
 }
 
@@ -194,12 +222,12 @@ func (l *Links) watch(w *Watched, path string) (int32, error) {
 	if l.MaxWatches > 0 && len(l.owner) >= l.MaxWatches {
 		return 0, fmt.Errorf("%w (%d for one role)", ErrWatchBudget, l.MaxWatches)
 	}
-	if !l.Budget.take() {
-		return 0, fmt.Errorf("%w (the broker's share of root's fs.inotify.max_user_watches is taken)", ErrWatchBudget)
+	if why := l.Budget.take(l.Holder); why != "" {
+		return 0, fmt.Errorf("%w (%s)", ErrWatchBudget, why)
 	}
 	wd, err := unix.InotifyAddWatch(l.ifd, path, watchMask|unix.IN_MASK_CREATE)
 	if err != nil {
-		l.Budget.give(1)
+		l.Budget.give(l.Holder, 1)
 		return 0, err
 	}
 	l.owner[int32(wd)] = w
@@ -213,7 +241,7 @@ func (l *Links) unwatch(w *Watched, wd int32) {
 	if l.owner[wd] == w {
 		delete(l.owner, wd)
 		unix.InotifyRmWatch(l.ifd, uint32(wd))
-		l.Budget.give(1)
+		l.Budget.give(l.Holder, 1)
 	}
 }
 
@@ -225,7 +253,7 @@ func (l *Links) release(w *Watched) {
 		if o == w {
 			delete(l.owner, wd)
 			unix.InotifyRmWatch(l.ifd, uint32(wd))
-			l.Budget.give(1)
+			l.Budget.give(l.Holder, 1)
 		}
 	}
 	l.queued -= len(l.pending[w])
@@ -239,7 +267,7 @@ func (l *Links) Close() {
 	if l.ifd > 0 {
 		unix.Close(l.ifd)
 	}
-	l.Budget.give(len(l.owner))
+	l.Budget.give(l.Holder, len(l.owner))
 	l.ifd, l.owner, l.pending, l.queued = 0, nil, nil, 0
 	l.walks++
 	l.gen++

@@ -458,3 +458,55 @@ func newLinkedTrees(t *testing.T) *linkedTrees {
 	t.Cleanup(func() { h.Close() })
 	return lt
 }
+
+// TestLanesFloodingFoldersLeaveTheNextLaneItsWatches: lanes 1..3 each
+// make folders, tree after tree, until the budget refuses them one
+// (ErrWatchBudget), and keep every tree it watched. Lane 4's tree, no
+// larger than a role's guaranteed share, is still watched and measured
+// incrementally: the budget is shared fairly (NewFairWatchBudget), not
+// first come, first served, where lanes 1 and 2 alone took it all.
+func TestLanesFloodingFoldersLeaveTheNextLaneItsWatches(t *testing.T) {
+	const total, perRole, roles = 200, 100, 4
+	budget := NewFairWatchBudget(total, perRole, roles)
+	floor := budget.Guaranteed()
+	if floor != total/2/roles {
+		t.Fatalf("guaranteed %d watches a role, want %d (half the budget in floors: a role may use %d)", floor, total/2/roles, perRole)
+	}
+	tree := func(d string, folders int) string {
+		for i := 1; i < folders; i++ {
+			os.MkdirAll(filepath.Join(d, fmt.Sprint("f", i)), 0o755)
+		}
+		os.WriteFile(filepath.Join(d, "file"), make([]byte, 5000), 0o644)
+		return d
+	}
+	base := t.TempDir()
+	for lane := 1; lane <= 3; lane++ {
+		links := &Links{MaxWatches: perRole, Budget: budget, Holder: fmt.Sprint("lane-", lane)}
+		refused := false
+		for i := 0; i < perRole && !refused; i++ {
+			w := &Watched{Links: links, ResyncEvery: 1000}
+			t.Cleanup(w.Close)
+			d := tree(filepath.Join(base, fmt.Sprint("lane", lane, "-", i)), 10)
+			if inc, full := measureBoth(t, w, d); inc != full {
+				t.Fatalf("lane %d's tree %d: incremental %d, walk %d", lane, i, inc, full)
+			}
+			refused = errors.Is(w.Unwatched, ErrWatchBudget)
+		}
+		if !refused {
+			t.Fatalf("lane %d made %d trees and none was refused: the flood took nothing", lane, perRole)
+		}
+	}
+	links := &Links{MaxWatches: perRole, Budget: budget, Holder: "lane-4"}
+	w := &Watched{Links: links, ResyncEvery: 1000}
+	defer w.Close()
+	d := tree(filepath.Join(base, "lane4"), floor)
+	os.WriteFile(filepath.Join(d, "f1", "new"), make([]byte, 7000), 0o644)
+	for i := range 2 {
+		if inc, full := measureBoth(t, w, d); inc != full {
+			t.Fatalf("lane 4's measure %d: incremental %d, walk %d", i, inc, full)
+		}
+	}
+	if w.Unwatched != nil || w.Full != 1 {
+		t.Fatalf("lane 4's tree of %d folders behind lanes 1..3's flood: %v (%d full walks in 2 measures), want it watched", floor, w.Unwatched, w.Full)
+	}
+}

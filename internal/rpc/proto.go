@@ -155,6 +155,11 @@ type RunResult struct {
 	CardStops []string `json:"card_stops,omitempty"`
 	// SetID is the sweep of set-id bits after a lane's command.
 	SetID *SetIDReport `json:"setid,omitempty"`
+	// StartWaitNS is how long the command waited from the broker's
+	// receipt of its Run to its start (planning, holds, its role's turn);
+	// StartsAhead how many starts of other roles went first meanwhile.
+	StartWaitNS int64 `json:"start_wait_ns,omitempty"`
+	StartsAhead int   `json:"starts_ahead,omitempty"`
 }
 
 // StopUserRequest stops everything a role's user runs.
@@ -288,6 +293,25 @@ type Status struct {
 	// scratch's file system keeps user quotas, else "incremental walk (why
 	// no quota)", or "full walk (why no quota; why not incremental)".
 	DiskCheck string `json:"disk_check,omitempty"`
+	// Starts counts how the broker's one-at-a-time starts went.
+	Starts StartStats `json:"starts"`
+}
+
+// StartStats counts the broker's starts: each role's commands start one
+// at a time, the judge's first and the other roles' in turn by uid.
+type StartStats struct {
+	Starts uint64 `json:"starts"`
+	// Waited is how many found another start under way; MostWaiting the
+	// most that waited at once, WaitingNow those waiting now.
+	Waited      uint64 `json:"waited"`
+	MostWaiting int    `json:"most_waiting"`
+	WaitingNow  int    `json:"waiting_now"`
+	// JudgeStarts are the judge's (builder's and timing users'), of which
+	// JudgeWaited waited and JudgeBehind saw another role's start go
+	// first while they waited: 0 while the order holds.
+	JudgeStarts uint64 `json:"judge_starts"`
+	JudgeWaited uint64 `json:"judge_waited"`
+	JudgeBehind uint64 `json:"judge_behind"`
 }
 
 // RoleStatus is one role and how many processes its user runs now.

@@ -26,9 +26,9 @@ const (
 	runRequestTag = 0xb1
 	// runAnswerTag starts a Run's answer: the error line, then whether a
 	// result follows (0 or 1), and if so pid, exit code, signal, stopped,
-	// wall, user and sys time, max RSS, cpus, leftovers, card stops, and
+	// wall, user and sys time, max RSS, cpus, leftovers, card stops,
 	// whether a set-id report follows, with its cleared, skipped and
-	// scanned.
+	// scanned, then the start's wait and the starts ahead of it.
 	runAnswerTag = 0xb2
 )
 
@@ -127,6 +127,8 @@ func appendRunAnswer(b []byte, resp *Response) []byte {
 		w.strs(r.SetID.Skipped)
 		w.int(int64(r.SetID.Scanned))
 	}
+	w.int(r.StartWaitNS)
+	w.int(int64(r.StartsAhead))
 	return w.b
 }
 
@@ -292,6 +294,8 @@ func decodeRunAnswer(data []byte, resp *Response) error {
 		if r.bool("setid") {
 			res.SetID = &SetIDReport{Cleared: r.strs("setid.cleared"), Skipped: r.strs("setid.skipped"), Scanned: r.int("setid.scanned")}
 		}
+		res.StartWaitNS = r.int64("start_wait_ns")
+		res.StartsAhead = r.int("starts_ahead")
 		out.Run = res
 	}
 	if err := r.end(); err != nil {
