@@ -7,6 +7,7 @@ BIN      := bin/thermite
 RUNAS_BIN := bin/thermite-run-as
 GOFLAGS_BUILD := -trimpath
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+TEST_PARALLEL ?= 4
 
 .PHONY: all build run test vet staticcheck unit bench soak gpu install clean vm-i386 vm-kernels agents
 
@@ -40,10 +41,12 @@ staticcheck:
 
 # Every test, as root: isolation tests create throwaway role users and run
 # probes as them; tests that need what this machine lacks skip and say why.
+# Tests with rigs of their own run TEST_PARALLEL at a time (testrig.Parallel):
+# most of a rig test's time is its processes' starts and waits, not CPU.
 # testtimes prints go test's usual lines, then each package's time and the
 # slowest tests, so CI's log shows where its minutes go.
 test: build vet staticcheck
-	set -o pipefail; $(GO) test -json -count=1 -timeout 35m ./... | $(GO) run ./scripts/testtimes
+	set -o pipefail; $(GO) test -json -count=1 -parallel $(TEST_PARALLEL) -timeout 35m ./... | $(GO) run ./scripts/testtimes
 
 # The fast tests: no root, no podman, no virtual machine (root-only tests
 # skip under -short, saying so).

@@ -78,6 +78,7 @@ func tokenOf(t testing.TB, info controller.TrialInfo) string {
 // served, the disk watcher measures on, and no trial ends.
 func TestIdleConnectionFloodFromLaneLeavesOtherLanesServed(t *testing.T) {
 	r := testrig.New(t, testrig.Options{
+		Alone:    true, // a flood of connections loads the machine for its neighbours
 		APIExtra: "max_conns_per_peer = 32\n",
 		Extra:    "[trial]\ndisk_check = \"200ms\"\n",
 	})

@@ -25,6 +25,12 @@ func newRig(t *testing.T) *testrig.Rig {
 	return testrig.New(t, testrig.Options{Secrets: map[string]string{"api_key": secretValue}})
 }
 
+// aloneRig is newRig for a test that must not run beside others: it
+// bounds a command by wall time, or loads the machine for its neighbours.
+func aloneRig(t *testing.T) *testrig.Rig {
+	return testrig.New(t, testrig.Options{Secrets: map[string]string{"api_key": secretValue}, Alone: true})
+}
+
 // One rig serves the tests that do not break it.
 func TestBrokerAsOperator(t *testing.T) {
 	r := newRig(t)

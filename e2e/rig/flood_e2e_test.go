@@ -32,7 +32,7 @@ func TestLanesFloodingEveryPathLeaveTheSixteenthServed(t *testing.T) {
 		lanes = 5
 	}
 	lanes = max(envOr("THERMITE_FLOOD_LANES", lanes), 5)
-	r, trials := floodRigWith(t, lanes, testrig.Options{Lanes: lanes, APIExtra: fmt.Sprintf("max_inflight_bytes = %d\n", lanes*16<<20)})
+	r, trials := floodRigWith(t, lanes, testrig.Options{Lanes: lanes, Alone: true, APIExtra: fmt.Sprintf("max_inflight_bytes = %d\n", lanes*16<<20)})
 	victim := trials[len(trials)-1]
 	zombie := startAs(t, r, "agent-"+strconv.Itoa(victim.Lane), "exit")
 	defer zombie.cmd.Wait()

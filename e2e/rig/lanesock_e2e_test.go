@@ -25,7 +25,7 @@ import (
 // agent each make 30 ordinary calls, each on a fresh connection as a
 // per-call trial-client does: every one is answered 200.
 func TestLaneFloodingItsAPISocketLeavesOtherLanesServed(t *testing.T) {
-	r := testrig.New(t, testrig.Options{})
+	r := testrig.New(t, testrig.Options{Alone: true}) // a connection flood loads the machine
 	p := makeProject(t, r)
 	startTrial(t, r, 1, p)
 	t2, _ := startTrial(t, r, 2, p)

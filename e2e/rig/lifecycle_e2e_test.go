@@ -105,7 +105,8 @@ func TestStoppedCommandEndsAtItsTimeout(t *testing.T) {
 	if _, err := lookPerl(); err != nil {
 		t.Skip("needs perl (Debian's perl-base) to call ptrace")
 	}
-	r := newRig(t)
+	// Alone: each command must be seen stopped within its 3 s timeout.
+	r := aloneRig(t)
 	for _, role := range []string{"builder", "lane-1"} {
 		t.Run(role+" traced", func(t *testing.T) {
 			out := runStopped(t, r, role, 1, "perl", "-e", traceMeThenWait)

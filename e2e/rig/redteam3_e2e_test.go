@@ -325,7 +325,8 @@ func brokerWatches(t *testing.T, pid int) int {
 // broker holds at most watchesPerRole of them for one role; past that,
 // the lane's folder is walked whole at each check, and still measured.
 func TestLaneFoldersTakeRootsInotifyWatchesBounded(t *testing.T) {
-	r := testrig.New(t, testrig.Options{Extra: "[trial]\ndisk_check = \"300ms\"\ndisk_cap_mb = 100\n"})
+	// Alone: root's inotify watches are every rig's on the machine.
+	r := testrig.New(t, testrig.Options{Extra: "[trial]\ndisk_check = \"300ms\"\ndisk_cap_mb = 100\n", Alone: true})
 	info, _ := startTrial(t, r, 1, makeProject(t, r))
 	bp := r.Status().BrokerPID
 	before := brokerWatches(t, bp)

@@ -345,6 +345,7 @@ func TestLaneStoppingItsOwnStartsDuringAGCCannotStallTheBroker(t *testing.T) {
 	opts := oldKernel(5, "[host]\naccept_lost = [\"landlock-scope\"]\n")
 	opts.Env = append(opts.Env, "GOGC=1")
 	opts = stopsAllowed(opts)
+	opts.Alone = true // the broker's starts are judged by how long they take
 	r := testrig.New(t, opts)
 	if err := r.Start(); err != nil {
 		t.Fatal(err)
@@ -418,7 +419,7 @@ func TestRolesProcessStoppingAStartDuringAGCCannotFreezeTheBrokerForGood(t *test
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: it starts a broker and role users")
 	}
-	r := testrig.New(t, testrig.Options{Tags: "thermite_weaken", Env: []string{"THERMITE_WEAKEN=" + weaken.SlowStart, "GOGC=1"}})
+	r := testrig.New(t, testrig.Options{Tags: "thermite_weaken", Env: []string{"THERMITE_WEAKEN=" + weaken.SlowStart, "GOGC=1"}, Alone: true})
 	run := r.Role("run")
 	stopperCmd := exec.Command("/bin/sh", "-c", "while :; do kill -STOP -1 2>/dev/null; done")
 	stopperCmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(run.UID), Gid: uint32(run.GID)}, Setsid: true}
