@@ -22,7 +22,7 @@ run -bench 'Load' -benchtime "${n}x" -timeout 10m ./internal/seccomp/
 awk '
 /^Benchmark/ {
 	name=$1; sub(/-[0-9]+$/, "", name); ns[name]=$3
-	for (i = 4; i < NF; i++) if ($(i+1) ~ /^(p50-µs|p99-µs|cv%-pinned|cv%-unpinned|MB\/s|full\/exec|setpriv\/exec|broker-lane\/exec|broker-lane-dial\/exec|broker-cpu-µs\/run|broker-switches\/run|run-as\/setpriv|run-as-light\/setpriv|no-cgroup\/exec|µs-dispatch|µs-linear|µs-allow|roles|wall-ms|cpu-ms|idle-p99-µs|flooded-p99-µs|ratio-p99|errors|pause-ms|ctl-cpu%-flooded|judge-build-idle-ms|judge-build-flooded-ms|judge-time-idle-ms|judge-time-flooded-ms|judge-wait-idle-µs|judge-wait-flooded-µs|judge-starts-ahead)$/) metric[name, $(i+1)] = $i
+	for (i = 4; i < NF; i++) if ($(i+1) ~ /^(p50-µs|p99-µs|cv%-pinned|cv%-unpinned|MB\/s|full\/exec|setpriv\/exec|broker-lane\/exec|broker-lane-dial\/exec|broker-cpu-µs\/run|broker-switches\/run|run-as\/setpriv|run-as-light\/setpriv|no-cgroup\/exec|µs-dispatch|µs-linear|µs-allow|roles|wall-ms|exec-µs|uid-vs-exec-µs|rlimits-cpus-µs|landlock-µs|seccomp-µs|cgroups-µs|cpu-ms|idle-p99-µs|flooded-p99-µs|ratio-p99|errors|pause-ms|ctl-cpu%-flooded|judge-build-idle-ms|judge-build-flooded-ms|judge-time-idle-ms|judge-time-flooded-ms|judge-wait-idle-µs|judge-wait-flooded-µs|judge-starts-ahead)$/) metric[name, $(i+1)] = $i
 }
 function row(label, a, b, aim) {
 	if ((a in ns) && (b in ns)) printf "%-52s %12.3f ms %12.3f ms %7.2fx   %s\n", label, ns[a]/1e6, ns[b]/1e6, ns[a]/ns[b], aim
@@ -35,6 +35,10 @@ END {
 	printf "%-52s %15s %15s %8s   %s\n", "what (against its peer)", "thermite", "peer", "ratio", "aim"
 	row("spawn.Start /bin/true, the full lane start vs os/exec", "BenchmarkStart/spawn-lane-full", "BenchmarkStart/exec", "<= 1.5x")
 	if (("BenchmarkStart/interleaved", "full/exec") in metric) printf "%-52s %28s %7.2fx   %s (setpriv %.2fx)\n", "  the same, taken in turn (medians)", "", metric["BenchmarkStart/interleaved", "full/exec"], "<= 1.5x", metric["BenchmarkStart/interleaved", "setpriv/exec"]
+	if (("BenchmarkStartSteps", "full/exec") in metric) {
+		m = "BenchmarkStartSteps"
+		printf "%-52s %9.0f µs exec; uid switch %+.0f, rlimits and CPUs %+.0f, Landlock %+.0f, seccomp %+.0f, cgroups %+.0f µs (%.2fx)\n", "  a lane start, step by step (medians)", metric[m, "exec-µs"], metric[m, "uid-vs-exec-µs"], metric[m, "rlimits-cpus-µs"], metric[m, "landlock-µs"], metric[m, "seccomp-µs"], metric[m, "cgroups-µs"], metric[m, "full/exec"]
+	}
 	row("  setpriv --reuid /bin/true vs os/exec", "BenchmarkStart/setpriv", "BenchmarkStart/exec", "(peer)")
 	row("  bwrap --ro-bind / / /bin/true vs os/exec", "BenchmarkStart/bwrap", "BenchmarkStart/exec", "(peer)")
 	row("Run /bin/true as a lane (broker round trip) vs os/exec", "BenchmarkRunTrue/broker-lane", "BenchmarkRunTrue/exec", "<= 1.15x (issue 29)")

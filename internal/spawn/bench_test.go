@@ -242,3 +242,62 @@ func benchRuleset(scratch string) (*os.File, error) {
 	}
 	return os.NewFile(uintptr(fd), "ruleset"), nil
 }
+
+// BenchmarkStartSteps says where a lane's start goes beyond a bare exec,
+// step by step: one start of each variant in turn, each adding one step of
+// a lane's start to the last (the uid switch alone; then rlimits and
+// affinity; then the Landlock rule set; then the seccomp filter; then the
+// cgroups, the whole start), with os/exec of /bin/true beside them. It
+// reports each variant's median and each step's cost as the difference of
+// medians, in µs: what holds Run's ratio to an exec is the kernel's own
+// cost of these steps (scripts/bench.sh prints them).
+func BenchmarkStartSteps(b *testing.B) {
+	testrig.RequireRoot(b)
+	base := testrig.FreeUIDs(b)
+	null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer null.Close()
+	full := laneCommand(b, base, null)
+	uidOnly := &Command{Argv: full.Argv, Env: full.Env, Stdin: null, Stdout: null, Stderr: null, Dir: full.Dir, UID: full.UID, GID: full.GID, Groups: full.Groups}
+	limits := *uidOnly
+	limits.Rlimits, limits.CPUs = full.Rlimits, full.CPUs
+	landlocked := limits
+	landlocked.Landlock = full.Landlock
+	filtered := landlocked
+	filtered.Seccomp = full.Seccomp
+	steps := []struct {
+		name string
+		c    *Command
+	}{{"uid", uidOnly}, {"rlimits-cpus", &limits}, {"landlock", &landlocked}, {"seccomp", &filtered}, {"cgroups", full}}
+	times := make([][]time.Duration, len(steps)+1)
+	for b.Loop() {
+		t0 := time.Now()
+		if err := exec.Command("/bin/true").Run(); err != nil {
+			b.Fatal(err)
+		}
+		times[0] = append(times[0], time.Since(t0))
+		for i, s := range steps {
+			t := time.Now()
+			ch, err := Start(s.c)
+			if err != nil {
+				b.Fatalf("%s: %v", s.name, err)
+			}
+			if ws, _, err := ch.Wait(); err != nil || ws.ExitStatus() != 0 {
+				b.Fatalf("%s: %v %v", s.name, err, ws)
+			}
+			times[i+1] = append(times[i+1], time.Since(t))
+		}
+	}
+	prev := median(times[0])
+	b.ReportMetric(float64(prev.Microseconds()), "exec-µs")
+	b.ReportMetric(float64(median(times[1])-prev)/1e3, "uid-vs-exec-µs")
+	prev = median(times[1])
+	for i, s := range steps[1:] {
+		m := median(times[i+2])
+		b.ReportMetric(float64(m-prev)/1e3, s.name+"-µs")
+		prev = m
+	}
+	b.ReportMetric(float64(prev)/float64(median(times[0])), "full/exec")
+}
