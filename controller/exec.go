@@ -9,8 +9,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
+
+	"golang.org/x/sys/unix"
 
 	"thermite/internal/rpc"
 )
@@ -70,8 +73,37 @@ func (u *utf8Framer) frames(stream string, data []byte, last bool) []ExecFrame {
 }
 
 type chunk struct {
-	stream string
-	data   []byte
+	from *pipeReader // nil for the reader's end of stream
+	data []byte
+}
+
+// pipeReader is one of a command's output pipes, read in chunks: read
+// counts the chunks its reader took from the pipe, written those the
+// stream has written out (the stream's goroutine alone touches it).
+type pipeReader struct {
+	stream  string
+	f       *os.File
+	read    atomic.Int64
+	written int64
+}
+
+// drained says whether everything that is in the pipe now has been
+// written out: the pipe holds no byte (FIONREAD, which x/sys names
+// TIOCINQ) and each chunk read from it has reached the stream. Where the
+// kernel cannot say, it is not.
+func (p *pipeReader) drained() bool {
+	if p.read.Load() != p.written {
+		return false
+	}
+	sc, err := p.f.SyscallConn()
+	if err != nil {
+		return false
+	}
+	pending := -1
+	if sc.Control(func(fd uintptr) { pending, _ = unix.IoctlGetInt(int(fd), unix.TIOCINQ) }) != nil {
+		return false
+	}
+	return pending == 0 && p.read.Load() == p.written
 }
 
 // streamCommand runs a command through the broker and streams its output
@@ -104,8 +136,10 @@ func (c *Controller) streamCommandThen(ctx context.Context, w http.ResponseWrite
 	chunks := make(chan chunk, 16)
 	quit := make(chan struct{})
 	defer close(quit)
-	go readChunks("stdout", outR, chunks, quit)
-	go readChunks("stderr", errR, chunks, quit)
+	pipes := []*pipeReader{{stream: "stdout", f: outR}, {stream: "stderr", f: errR}}
+	for _, p := range pipes {
+		go readChunks(p, chunks, quit)
+	}
 	resc := make(chan runResult, 1)
 	go func() {
 		res, err := c.broker.run(ctx, req, []*os.File{in, outW, errW})
@@ -117,7 +151,7 @@ func (c *Controller) streamCommandThen(ctx context.Context, w http.ResponseWrite
 	w.WriteHeader(http.StatusOK)
 	s := frameStream{enc: json.NewEncoder(w), final: ExecFrame{Done: true, OutputCap: limit}, limit: limit}
 	s.flusher, _ = w.(http.Flusher)
-	res := s.copy(chunks, resc, 2)
+	res := s.copy(chunks, resc, pipes)
 	// A leftover may still hold the pipes: closing our ends ends the reads.
 	outR.Close()
 	errR.Close()
@@ -172,8 +206,7 @@ type runResult struct {
 
 // readChunks sends what f holds to chunks as it comes, then an empty
 // chunk once f ends; it gives up when quit closes.
-func readChunks(stream string, f *os.File, chunks chan<- chunk, quit <-chan struct{}) {
-	defer f.Close()
+func readChunks(p *pipeReader, chunks chan<- chunk, quit <-chan struct{}) {
 	buf := make([]byte, 32<<10)
 	send := func(ch chunk) bool {
 		select {
@@ -184,9 +217,12 @@ func readChunks(stream string, f *os.File, chunks chan<- chunk, quit <-chan stru
 		}
 	}
 	for {
-		n, err := f.Read(buf)
-		if n > 0 && !send(chunk{stream, append([]byte(nil), buf[:n]...)}) {
-			return
+		n, err := p.f.Read(buf)
+		if n > 0 {
+			p.read.Add(1)
+			if !send(chunk{p, append([]byte(nil), buf[:n]...)}) {
+				return
+			}
 		}
 		if err != nil {
 			send(chunk{})
@@ -205,26 +241,50 @@ type frameStream struct {
 	limit   int64
 }
 
-// copy writes the chunks of readers streams as frames until each has
-// ended, or until shortly after the command has: output written after
-// the command ended (by a lane's leftover) is not this command's. It
-// returns the broker's answer.
-func (s *frameStream) copy(chunks <-chan chunk, resc <-chan runResult, readers int) runResult {
-	var drain <-chan time.Time
+// drainMax bounds how long a stream goes on after its command ended
+// while the command's pipes never empty: a leftover of a lane that keeps
+// writing to them.
+const drainMax = 2 * time.Second
+
+// copy writes the chunks of the pipes' streams as frames until each has
+// ended, or, once the command has ended, until all it wrote is out: its
+// pipes hold nothing more and every chunk read from them has been
+// written, however slowly the reader gets the CPU. Output a lane's
+// leftover writes after that is not this command's; one that never lets
+// the pipes empty is cut after drainMax. It returns the broker's answer.
+func (s *frameStream) copy(chunks <-chan chunk, resc <-chan runResult, pipes []*pipeReader) runResult {
+	var poll *time.Ticker
+	var pollC <-chan time.Time
+	var giveUp <-chan time.Time
 	var res runResult
 	got := false
-	for readers > 0 {
+	drained := func() bool {
+		for _, p := range pipes {
+			if !p.drained() {
+				return false
+			}
+		}
+		return true
+	}
+	for readers := len(pipes); readers > 0; {
 		select {
 		case ch := <-chunks:
-			if ch.stream == "" {
+			if ch.from == nil {
 				readers--
 				continue
 			}
+			ch.from.written++
 			s.write(ch)
 		case res = <-resc:
 			got = true
-			drain = time.After(200 * time.Millisecond)
-		case <-drain:
+			poll = time.NewTicker(5 * time.Millisecond)
+			defer poll.Stop()
+			pollC, giveUp = poll.C, time.After(drainMax)
+		case <-pollC:
+		case <-giveUp:
+			readers = 0
+		}
+		if got && readers > 0 && drained() {
 			readers = 0
 		}
 	}
@@ -247,7 +307,7 @@ func (s *frameStream) write(ch chunk) {
 		ch.data = ch.data[:room]
 		s.final.Truncated = true
 	}
-	for _, f := range s.framer.frames(ch.stream, ch.data, s.final.Truncated) {
+	for _, f := range s.framer.frames(ch.from.stream, ch.data, s.final.Truncated) {
 		s.enc.Encode(f)
 	}
 	if s.flusher != nil {
