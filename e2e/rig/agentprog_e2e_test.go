@@ -5,6 +5,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -33,7 +36,54 @@ func agentProgram(t *testing.T, name string) string {
 	if _, err := exec.LookPath("node"); err != nil {
 		t.Skip("needs node (Debian's nodejs) for the agent programs: run `make agents`")
 	}
+	if have, min := nodeVersion(t), nodeMinimum(t); versionLess(have, min) {
+		t.Skipf("needs Node.js %s or newer for the agent programs (scripts/agents.sh's node_min, what agents/package-lock.json needs); node is %s", min, have)
+	}
 	return p
+}
+
+// nodeMinimum is the oldest Node.js scripts/agents.sh installs the agent
+// programs for (its node_min).
+func nodeMinimum(t *testing.T) string {
+	t.Helper()
+	_, here, _, _ := runtime.Caller(0)
+	script, err := os.ReadFile(filepath.Join(filepath.Dir(here), "..", "..", "scripts", "agents.sh"))
+	if err != nil {
+		t.Fatalf("scripts/agents.sh: %v", err)
+	}
+	m := regexp.MustCompile(`(?m)^node_min=([0-9.]+)$`).FindSubmatch(script)
+	if m == nil {
+		t.Fatal("scripts/agents.sh has no node_min line")
+	}
+	return string(m[1])
+}
+
+// nodeVersion is `node --version` without its v.
+func nodeVersion(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("node", "--version").Output()
+	if err != nil {
+		t.Skipf("needs node for the agent programs, which does not run: %v", err)
+	}
+	return strings.TrimPrefix(strings.TrimSpace(string(out)), "v")
+}
+
+// versionLess compares two dotted versions number by number.
+func versionLess(a, b string) bool {
+	as, bs := strings.Split(a, "."), strings.Split(b, ".")
+	for i := 0; i < len(as) || i < len(bs); i++ {
+		var x, y int
+		if i < len(as) {
+			x, _ = strconv.Atoi(as[i])
+		}
+		if i < len(bs) {
+			y, _ = strconv.Atoi(bs[i])
+		}
+		if x != y {
+			return x < y
+		}
+	}
+	return false
 }
 
 // agentTrial is a rig whose agent.egress lists one stand-in provider, with
