@@ -190,7 +190,7 @@ func TestAttackEventTextReachesTheOperatorsTerminal(t *testing.T) {
 // count the wrong file silently nor fall over: the trial ends as hiding
 // its files, or its measure counts both.
 func TestAttackMapFilesSwapRace(t *testing.T) {
-	r := mappedRig(t, 64, true)
+	r := mappedRig(t, 64)
 	info, a := startTrial(t, r, 1, makeProject(t, r))
 	if _, err := os.Stat("/usr/bin/python3"); err != nil {
 		t.Skip("needs /usr/bin/python3")
@@ -343,7 +343,7 @@ func TestAttackMoreMappedDeletedFilesThanTheMeasureStats(t *testing.T) {
 	if _, err := os.Stat("/usr/bin/python3"); err != nil {
 		t.Skip("needs /usr/bin/python3")
 	}
-	r := mappedRig(t, 1024, true)
+	r := mappedRig(t, 1024)
 	info, a := startTrial(t, r, 1, makeProject(t, r))
 	script := `import ctypes, mmap, os, time
 libc = ctypes.CDLL(None, use_errno=True)
