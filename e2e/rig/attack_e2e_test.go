@@ -319,7 +319,8 @@ func TestAttackLaneAndItsAgentHoldingTheirSharesLeaveOtherLanesServed(t *testing
 			t.Errorf("%s keeps %d idle connections, want its share of %d", role, alive, share)
 		}
 	}
-	lane2 := startAs(t, r, "lane-2", "calls", "ATTACK_SOCKET="+r.Cfg.RoleAPISocket("lane-2"), "ATTACK_TOKEN="+tokenOf(t, t2), "ATTACK_N=10", "ATTACK_FRESH=1")
+	// Lane 2's socket serves a lane harness run's token alone.
+	lane2 := startAs(t, r, "lane-2", "calls", "ATTACK_SOCKET="+r.Cfg.RoleAPISocket("lane-2"), "ATTACK_TOKEN="+startLaneRun(t, r, t2.ID).token, "ATTACK_N=10", "ATTACK_FRESH=1")
 	line := lane2.expect("calls ", 30*time.Second)
 	t.Logf("lane-2 while lane 1's two roles hold their shares: %s", line)
 	if ok := field(t, line, "ok"); ok != 10 {
