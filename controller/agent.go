@@ -225,6 +225,11 @@ var errLaneRunning = errors.New("harness lane: a lane harness run of this trial 
 // harness's folder holding its MCP configurations, and a token of its own
 // for the lane's API socket (grantLaneRun). end revokes the token.
 func (c *Controller) laneAgent(rt *trialRT, req AgentRequest) (run *rpc.RunRequest, end func(), err error) {
+	if runsCodex(req.Argv) {
+		if err := codexOwnSandbox(req.Argv, req.Env); err != nil {
+			return nil, nil, fmt.Errorf("harness lane: %w", err)
+		}
+	}
 	home := c.laneHome(rt)
 	lane, _ := c.table.Lane(rt.t.Lane)
 	if err := c.writeLaneHome(rt, home, lane.Name); err != nil {
