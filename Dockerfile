@@ -158,7 +158,7 @@ RUN set -eu; \
 
 # ---------------------------------------------------------------------------
 # harness (the default target): the broker's container. compose.yaml gives
-# it exactly CHOWN, DAC_OVERRIDE, FOWNER, SETUID, SETGID and KILL with
-# no-new-privileges; `thermite serve` drops to that set itself and proves it
+# it exactly CHOWN, DAC_OVERRIDE, FOWNER, SETUID, SETGID, KILL and
+# CHECKPOINT_RESTORE (the disk measure's) with no-new-privileges; `thermite serve` drops to that set itself and proves it
 # is enough. It is the last stage so that a plain `build .` makes it.
 FROM rig AS harness

@@ -219,8 +219,12 @@ var kernelSteps = []func(*Broker) error{
 // and clears the ones nothing it forks should carry.
 func (b *Broker) checkOwnCaps() error {
 	egress := len(b.cfg.Agent.Egress) > 0
-	if err := caps.Verify(caps.BrokerFor(egress)); err != nil {
-		if egress && caps.Verify(caps.Broker) == nil {
+	// caps.Measure is the broker's where serve could keep it; without it
+	// the start goes on and says what the disk measure cannot see
+	// (probeQuota).
+	measure := caps.PermittedOf([]int{caps.Measure}) >= 0
+	if err := caps.Verify(caps.BrokerFor(egress, measure)); err != nil {
+		if egress && caps.Verify(caps.BrokerFor(false, measure)) == nil {
 			return fmt.Errorf("agent.egress: the broker lacks CAP_SYS_ADMIN and CAP_NET_ADMIN, which starting agents in network namespaces of their own takes (give the broker's container SYS_ADMIN and NET_ADMIN, or leave agent.egress empty: agents then get no egress)")
 		}
 		return fmt.Errorf("broker: %w", err)
@@ -233,7 +237,7 @@ func (b *Broker) checkOwnCaps() error {
 		}
 	}
 	if !caps.BoundingCleared() {
-		b.note("the capability bounding set holds the broker's six: this container gives no CAP_SETPCAP to clear it, so role commands keep it too (unusable under no_new_privs with a non-zero uid)")
+		b.note("the capability bounding set holds the broker's own (its six, and CAP_CHECKPOINT_RESTORE where given): this container gives no CAP_SETPCAP to clear it, so role commands keep it too (unusable under no_new_privs with a non-zero uid)")
 	}
 	return nil
 }

@@ -118,7 +118,7 @@ func statMapped(c int) procs.StatMapped {
 }
 
 // errNoMapFilesCapability says the broker holds none of caps.MapFiles.
-var errNoMapFilesCapability = fmt.Errorf("%w (following map_files takes CAP_CHECKPOINT_RESTORE or CAP_SYS_ADMIN, which the broker does not hold: it keeps CAP_SYS_ADMIN where agent.egress is set)", unix.EPERM)
+var errNoMapFilesCapability = fmt.Errorf("%w (following map_files takes CAP_CHECKPOINT_RESTORE, which the broker keeps wherever the kernel, Linux 5.9 and later, and its container give it, or CAP_SYS_ADMIN; it holds neither: give the container CHECKPOINT_RESTORE)", unix.EPERM)
 
 // mapFilesReadable follows the map_files link of the broker's own first
 // mapping, with the capability the disk measure raises (which a thread of

@@ -50,7 +50,8 @@ func (b *Broker) probeQuota() {
 	if c, err := mapFilesReadable(); err == nil {
 		b.log.Info("disk check: a deleted file only a mapping keeps counts its blocks (read through /proc/PID/map_files)", "capability", caps.Names(1<<uint(c)))
 	} else {
-		b.log.Warn("disk check: a deleted file only a mapping keeps ends its trial as hiding its files (as bun, OpenCode's runtime, keeps one)", "why", err.Error())
+		// A note, so that `thermite status` says it as long as it holds.
+		b.note("disk check: a deleted file only a mapping keeps cannot be measured, so a trial whose processes keep one (as bun, OpenCode's runtime, does) ends as hiding its files: " + err.Error())
 	}
 	fs, err := quota.Probe(b.cfg.ScratchDir())
 	if err == nil {

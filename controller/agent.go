@@ -6,11 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
 	"time"
 
+	"thermite/controller/ledger"
 	"thermite/internal/rpc"
 )
 
@@ -93,18 +95,26 @@ func (c *Controller) runAgent(w http.ResponseWriter, r *http.Request, rt *trialR
 		return
 	}
 	var run *rpc.RunRequest
+	end := func() {}
 	switch req.Harness {
 	case "", HarnessPi:
 		run, err = c.piAgent(rt, req)
 	case HarnessLane:
-		run, err = c.laneAgent(rt, req)
+		run, end, err = c.laneAgent(rt, req)
 	default:
 		err = fmt.Errorf("harness: %q is not one of %s, %s", req.Harness, HarnessPi, HarnessLane)
 	}
-	if err != nil {
+	switch {
+	case errors.Is(err, errLaneRunning):
+		writeProblem(w, http.StatusConflict, CodeConflict, err.Error())
+		return
+	case err != nil:
 		writeProblem(w, http.StatusBadRequest, CodeBadField, err.Error())
 		return
 	}
+	// The lane harness run's token is revoked, and its file gone, once
+	// the run is over.
+	defer end()
 	// The broker's wall timeout is a lane command's; the agent's is kept
 	// here, and the broker stops the run when this request ends.
 	run.NoTimeout = true
@@ -193,36 +203,127 @@ func writeHomeFiles(dir string, files []homeFile) error {
 }
 
 // laneHome is the lane harness's home: the trial's folder "lane", the
-// lane's (0700), with the token and each agent program's MCP
+// lane's (0700), with the trial's details and each agent program's MCP
 // configuration where that program reads it.
 func (c *Controller) laneHome(rt *trialRT) string {
 	return filepath.Join(c.trialDir(rt.t.ID), "lane")
 }
 
+// laneTokenDir holds a lane harness run's token while the run lasts: the
+// trial's folder "lane-token", the lane's for that run and removed after.
+// Its token file is the one every program's MCP configuration names.
+func (c *Controller) laneTokenDir(id string) string {
+	return filepath.Join(c.trialDir(id), "lane-token")
+}
+
+// errLaneRunning refuses a second lane harness run while one runs: the
+// token file is the running one's.
+var errLaneRunning = errors.New("harness lane: a lane harness run of this trial is running; one runs at a time, each with a token of its own")
+
 // laneAgent runs the agent program as the lane's user in the workspace,
 // with the lane's access (and none of the judge's), its home the lane
-// harness's folder holding its token and MCP configurations.
-func (c *Controller) laneAgent(rt *trialRT, req AgentRequest) (*rpc.RunRequest, error) {
-	if rt.token == "" {
-		return nil, errors.New("harness lane: this controller restarted since the trial began and holds only its token's hash; end the trial and start another")
+// harness's folder holding its MCP configurations, and a token of its own
+// for the lane's API socket (grantLaneRun). end revokes the token.
+func (c *Controller) laneAgent(rt *trialRT, req AgentRequest) (run *rpc.RunRequest, end func(), err error) {
+	if runsCodex(req.Argv) {
+		if err := codexOwnSandbox(req.Argv, req.Env); err != nil {
+			return nil, nil, fmt.Errorf("harness lane: %w", err)
+		}
 	}
 	home := c.laneHome(rt)
 	lane, _ := c.table.Lane(rt.t.Lane)
 	if err := c.writeLaneHome(rt, home, lane.Name); err != nil {
-		return nil, fmt.Errorf("harness lane: %w", err)
+		return nil, nil, fmt.Errorf("harness lane: %w", err)
 	}
-	env := append(append(c.agentEnv(rt, lane.Name, filepath.Join(home, "token")), req.Env...), laneProgramEnv...)
+	tokenFile, end, err := c.grantLaneRun(rt, lane.Name)
+	if err != nil {
+		return nil, nil, err
+	}
+	env := append(append(c.agentEnv(rt, lane.Name, tokenFile), req.Env...), laneProgramEnv...)
 	// The lane harness's run, and no other command of the lane, is in
 	// egress mode: in the lane's network namespace with its proxy.
 	egress := len(c.cfg.Agent.Egress) > 0
-	return &rpc.RunRequest{Role: lane.Name, Argv: req.Argv, Env: env, Home: home, Cwd: rt.t.Workspace, Egress: egress}, nil
+	return &rpc.RunRequest{Role: lane.Name, Argv: req.Argv, Env: env, Home: home, Cwd: rt.t.Workspace, Egress: egress}, end, nil
+}
+
+// grantLaneRun mints the token of one lane harness run: served only on
+// the lane's own API socket (tokenServes), its file the lane's
+// (laneTokenDir) for the run alone. end revokes it and takes the file
+// away, so that no later command of the lane (a Pi's bash, trial exec)
+// finds a token that works: the trial's own token is never the lane's.
+func (c *Controller) grantLaneRun(rt *trialRT, lane string) (tokenFile string, end func(), err error) {
+	rt.mu.Lock()
+	busy := rt.laneRun
+	rt.laneRun = true
+	rt.mu.Unlock()
+	if busy {
+		return "", nil, errLaneRunning
+	}
+	dir := c.laneTokenDir(rt.t.ID)
+	tokenFile = filepath.Join(dir, "token")
+	hash := ""
+	end = func() {
+		if hash != "" {
+			c.mu.Lock()
+			delete(c.laneRuns, hash)
+			c.mu.Unlock()
+		}
+		// A trial that ends takes its whole folder from every role
+		// (retireTrial): nothing to take back then.
+		if !rt.closing.Load() {
+			if err := c.dropLaneTokenDir(dir); err != nil && !rt.closing.Load() {
+				c.log.Warn("a lane harness run's token folder stays (its token is revoked)", "trial", rt.t.ID, "folder", dir, "err", err)
+			}
+		}
+		rt.mu.Lock()
+		rt.laneRun = false
+		rt.mu.Unlock()
+	}
+	fail := func(err error) (string, func(), error) {
+		end()
+		return "", nil, fmt.Errorf("harness lane: its token %s: %w", tokenFile, err)
+	}
+	// What a run that never ended left (a controller stopped mid-run).
+	if err := c.dropLaneTokenDir(dir); err != nil {
+		return fail(err)
+	}
+	token := randomID("", 32)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return fail(err)
+	}
+	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
+		return fail(err)
+	}
+	if err := c.broker.handFolder(dir, lane, 0o700, true); err != nil {
+		return fail(err)
+	}
+	hash = ledger.HashToken(token)
+	c.mu.Lock()
+	if c.laneRuns == nil {
+		c.laneRuns = map[string]*trialRT{}
+	}
+	c.laneRuns[hash] = rt
+	c.mu.Unlock()
+	return tokenFile, end, nil
+}
+
+// dropLaneTokenDir takes a lane harness run's token folder back from the
+// lane, whatever it made there, and removes it.
+func (c *Controller) dropLaneTokenDir(dir string) error {
+	if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err := c.broker.handFolder(dir, c.table.Controller().Name, 0o700, false); err != nil {
+		return err
+	}
+	return os.RemoveAll(dir)
 }
 
 // writeLaneHome makes the lane harness's home once, as the controller,
-// then hands it to the lane: the token, the trial's details, and each
-// agent program's configuration where that program reads it
+// then hands it to the lane: the trial's details, and each agent
+// program's configuration where that program reads it
 // (laneProgramFiles), each starting `thermite trial-client mcp` with the
-// trial's socket and token file.
+// lane's socket and the lane harness run's token file (laneTokenDir).
 func (c *Controller) writeLaneHome(rt *trialRT, home, lane string) error {
 	if _, err := os.Lstat(home); err == nil {
 		return nil
@@ -233,9 +334,10 @@ func (c *Controller) writeLaneHome(rt *trialRT, home, lane string) error {
 	}
 	info := c.info(rt.t)
 	info.APISocket = c.cfg.RoleAPISocket(lane)
-	mcp := mcpServer{command: self, args: []string{"trial-client", "--socket", info.APISocket, "--token-file", filepath.Join(home, "token"), "mcp"}}
+	info.TokenFile = filepath.Join(c.laneTokenDir(rt.t.ID), "token")
+	mcp := mcpServer{command: self, args: []string{"trial-client", "--socket", info.APISocket, "--token-file", info.TokenFile, "mcp"}}
 	details, _ := json.MarshalIndent(info, "", "  ")
-	files := []homeFile{{"token", rt.token + "\n"}, {"trial.json", string(details) + "\n"}}
+	files := []homeFile{{"trial.json", string(details) + "\n"}}
 	for _, program := range laneProgramFiles {
 		files = append(files, program(mcp)...)
 	}

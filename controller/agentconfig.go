@@ -72,8 +72,12 @@ func claudeCodeFiles(m mcpServer) []homeFile {
 // and then every command fails ("error building bubblewrap command:
 // Permission denied"). It sends nothing home:
 // no update check, no analytics, no feedback uploads, no sync of the
-// curated plugins (github.com, api.github.com, chatgpt.com). The model provider
-// is the operator's to give (docs/agents-codex.md).
+// curated plugins (github.com, api.github.com, chatgpt.com). A connection
+// to its provider that fails (the proxy's refusal of a host the rig does
+// not list) fails the turn: Codex 0.171's unbounded_connection_retries
+// would print "Reconnecting... waiting for network" until agent.wall_timeout
+// (hours). The model provider is the operator's to give
+// (docs/agents-codex.md).
 func codexFiles(m mcpServer) []homeFile {
 	quoted := make([]string, len(m.args))
 	for i, a := range m.args {
@@ -91,6 +95,7 @@ enabled = false
 
 [features]
 plugins = false
+unbounded_connection_retries = false
 
 [mcp_servers.thermite]
 command = %q
@@ -124,3 +129,89 @@ func openCodeFiles(m mcpServer) []homeFile {
 // catalogue at start and every hour unless OPENCODE_DISABLE_MODELS_FETCH
 // is set; no configuration key does it.
 var laneProgramEnv = []string{"OPENCODE_DISABLE_MODELS_FETCH=1", "OPENCODE_DISABLE_AUTOUPDATE=1", "OPENCODE_DISABLE_LSP_DOWNLOAD=1"}
+
+// runsCodex reports whether an agent's argv starts Codex: its launcher
+// (node_modules/.bin/codex, codex.js), node running it, or its native
+// binary (named codex too).
+func runsCodex(argv []string) bool {
+	if len(argv) == 0 {
+		return false
+	}
+	if b := filepath.Base(argv[0]); b == "codex" || b == "codex.js" {
+		return true
+	}
+	return len(argv) > 1 && strings.HasPrefix(filepath.Base(argv[0]), "node") && strings.Contains(argv[1], "@openai/codex")
+}
+
+// codexOwnSandbox refuses, in one line, a Codex run that asks for Codex's
+// own sandbox: `-s`/`--sandbox` workspace-write or read-only,
+// `--full-auto`, a `-c` setting of a sandbox_mode, the `codex sandbox`
+// command, or --env CODEX_HOME (another config.toml, whose default sandbox
+// is read-only). That sandbox is bubblewrap, which needs a user namespace,
+// and no role may make one (the seccomp filter's denyNamespaces); Codex
+// 0.171's legacy Landlock mode refuses every filesystem-restricted policy
+// itself. Run anyway, each of its commands would fail with "error building
+// bubblewrap command: Permission denied" as a tool error the model sees;
+// the rig is Codex's sandbox, and the lane's config.toml chooses
+// danger-full-access.
+func codexOwnSandbox(argv, env []string) error {
+	refuse := func(what string) error {
+		return fmt.Errorf("codex %s: Codex's own sandbox (bubblewrap) cannot start in a lane, which may make no user namespace; the rig is its sandbox (the lane's ~/.codex/config.toml sets sandbox_mode = \"danger-full-access\"): leave it out", what)
+	}
+	args := argv[1:]
+	if len(args) > 0 && filepath.Base(argv[0]) != "codex" && filepath.Base(argv[0]) != "codex.js" {
+		args = args[1:] // node, then Codex's launcher
+	}
+	for i, a := range args {
+		if a == "--" {
+			break
+		}
+		next := ""
+		if i+1 < len(args) {
+			next = args[i+1]
+		}
+		switch {
+		case i == 0 && a == "sandbox":
+			return refuse("sandbox")
+		case a == "--full-auto":
+			return refuse(a)
+		case a == "-s" || a == "--sandbox":
+			if next != "danger-full-access" {
+				return refuse(a + " " + next)
+			}
+		case strings.HasPrefix(a, "--sandbox=") || (strings.HasPrefix(a, "-s") && !strings.HasPrefix(a, "--")):
+			if v := strings.TrimPrefix(strings.TrimPrefix(strings.TrimPrefix(a, "--sandbox"), "-s"), "="); v != "danger-full-access" {
+				return refuse(a)
+			}
+		case a == "-c" || a == "--config":
+			if codexSetsSandbox(next) {
+				return refuse(a + " " + next)
+			}
+		case strings.HasPrefix(a, "--config=") || (strings.HasPrefix(a, "-c") && !strings.HasPrefix(a, "--")):
+			if codexSetsSandbox(strings.TrimPrefix(strings.TrimPrefix(strings.TrimPrefix(a, "--config"), "-c"), "=")) {
+				return refuse(a)
+			}
+		}
+	}
+	for _, kv := range env {
+		if k, _, _ := strings.Cut(kv, "="); k == "CODEX_HOME" {
+			return fmt.Errorf("--env CODEX_HOME: Codex's configuration is the lane home's ~/.codex, whose sandbox_mode is the rig's; another (its default sandbox, read-only, is bubblewrap, which cannot start in a lane) is refused")
+		}
+	}
+	return nil
+}
+
+// codexSetsSandbox says whether a -c override (KEY=VALUE, the value TOML
+// or a bare string) sets a sandbox_mode, at the top or in a profile, to
+// anything but danger-full-access.
+func codexSetsSandbox(kv string) bool {
+	k, v, ok := strings.Cut(kv, "=")
+	if !ok {
+		return false
+	}
+	k = strings.TrimSpace(k)
+	if k != "sandbox_mode" && !strings.HasSuffix(k, ".sandbox_mode") {
+		return false
+	}
+	return strings.Trim(strings.TrimSpace(v), `"'`) != "danger-full-access"
+}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"thermite/controller/fetch"
+	"thermite/controller/ledger"
 	"thermite/internal/lanefs"
 )
 
@@ -168,23 +169,37 @@ func (c *Controller) authed(f func(http.ResponseWriter, *http.Request, *trialRT)
 }
 
 // TrialForToken decides whether a request's Authorization header belongs
-// to an open trial: "Bearer <token>" (the scheme in any case), whose hash the ledger holds for an
-// open trial only.
+// to an open trial: "Bearer <token>" (the scheme in any case), a running
+// lane harness's token or one whose hash the ledger holds for an open
+// trial only. Where the token may be used is tokenServes's to decide.
 func (c *Controller) TrialForToken(header string) *trialRT {
+	rt, _ := c.tokenTrial(header)
+	return rt
+}
+
+// tokenTrial is TrialForToken with the kind of token found.
+func (c *Controller) tokenTrial(header string) (*trialRT, tokenKind) {
 	scheme, token, ok := strings.Cut(strings.TrimSpace(header), " ")
 	token = strings.TrimSpace(token)
 	// RFC 9110 §11.1: the scheme is case-insensitive.
 	if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" || len(token) > 256 {
-		return nil
+		return nil, trialToken
+	}
+	hash := ledger.HashToken(token)
+	c.mu.Lock()
+	run := c.laneRuns[hash]
+	c.mu.Unlock()
+	if run != nil {
+		return run, laneRunToken
 	}
 	t, ok, err := c.ledger.TrialByToken(token)
 	if err != nil || !ok {
-		return nil
+		return nil, trialToken
 	}
 	c.mu.Lock()
 	rt := c.trials[t.ID]
 	c.mu.Unlock()
-	return rt
+	return rt, trialToken
 }
 
 // underRoot takes an absolute path inside dir (as an answer gives it)

@@ -263,8 +263,9 @@ type budgetListener struct {
 	// socket and lane, on the API's unix listeners, are the socket's path
 	// and the lane whose tokens it takes (0: any); each connection
 	// carries them (apiConnContext).
-	socket string
-	lane   int
+	socket     string
+	lane       int
+	laneSocket bool
 }
 
 func (l *budgetListener) Accept() (net.Conn, error) {
@@ -285,16 +286,17 @@ func (l *budgetListener) Accept() (net.Conn, error) {
 			refuseConn(conn, refusal)
 			continue
 		}
-		return &budgetConn{Conn: conn, release: sync.OnceFunc(func() { l.budget.release(peer) }), socket: l.socket, lane: l.lane}, nil
+		return &budgetConn{Conn: conn, release: sync.OnceFunc(func() { l.budget.release(peer) }), socket: l.socket, lane: l.lane, laneSocket: l.laneSocket}, nil
 	}
 }
 
 // budgetConn gives its place in the budget back when it closes.
 type budgetConn struct {
 	net.Conn
-	release func()
-	socket  string
-	lane    int
+	release    func()
+	socket     string
+	lane       int
+	laneSocket bool
 }
 
 func (c *budgetConn) Close() error {

@@ -50,10 +50,13 @@ type Controller struct {
 	// ending are the trials whose end is under way (recorded, its roles
 	// not yet stopped or its folder not yet retired): a prune passes them
 	// over (c.mu).
-	ending  map[string]bool
-	trials  map[string]*trialRT
-	apiAddr string // the harness API's TCP address, once it listens
-	apiTCP  string // the address of the listener the broker handed over
+	ending map[string]bool
+	trials map[string]*trialRT
+	// laneRuns are the running lane harness runs' tokens, by their hash
+	// (ledger.HashToken), each its trial's (grantLaneRun; c.mu).
+	laneRuns map[string]*trialRT
+	apiAddr  string // the harness API's TCP address, once it listens
+	apiTCP   string // the address of the listener the broker handed over
 	// egressL are the egress proxy's listeners in the agents' network
 	// namespaces, as the broker handed them over (egress.go).
 	egressL []rpc.EgressListener

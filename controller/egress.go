@@ -100,8 +100,11 @@ func egressDialer(literal bool) *net.Dialer {
 // egress serves one CONNECT on the API's listeners: the trial by its
 // token, then the tunnel.
 func (c *Controller) egress(w http.ResponseWriter, r *http.Request) {
-	rt := c.TrialForToken("Bearer " + proxyToken(r))
-	if rt == nil || rt.closing.Load() {
+	rt, kind := c.trialOnListener(r, "Bearer "+proxyToken(r))
+	// A lane harness run tunnels through its own proxy (HTTPS_PROXY in its
+	// network namespace); its token opens no tunnel here, where any
+	// command of the lane could use it.
+	if rt == nil || kind == laneRunToken || rt.closing.Load() {
 		w.Header().Set("Proxy-Authenticate", `Basic realm="thermite"`)
 		refuse(w, r, http.StatusProxyAuthRequired, "the egress proxy takes the trial's token (a proxy URL http://trial:TOKEN@host:port)")
 		return

@@ -55,10 +55,9 @@ type trialRT struct {
 	// disk is the last measurement of its folders, and why it failed.
 	disk       DiskState
 	diskLogged time.Time
-	// token is the trial's token while this controller has it (from the
-	// trial's start; a restarted controller has only its hash): what a
-	// lane harness is given.
-	token string
+	// laneRun is set while a lane harness run holds its token (rt.mu):
+	// one runs at a time (grantLaneRun).
+	laneRun bool
 }
 
 // DiskState is what the watcher last found of a trial's folders.
@@ -236,7 +235,6 @@ func (c *Controller) StartTrial(req StartRequest) (TrialInfo, error) {
 	}
 	undo = append(undo, func() { c.ledger.EndTrial(id, "start failed", time.Now().UTC()) })
 	rt := newTrialRT(t)
-	rt.token = token
 	if err := c.startLaneFS(rt); err != nil {
 		return TrialInfo{}, err
 	}

@@ -171,6 +171,7 @@ capmask() {
 		case "$c" in
 		CHOWN) b=0 ;; DAC_OVERRIDE) b=1 ;; DAC_READ_SEARCH) b=2 ;; FOWNER) b=3 ;;
 		FSETID) b=4 ;; KILL) b=5 ;; SETGID) b=6 ;; SETUID) b=7 ;; SETPCAP) b=8 ;;
+		CHECKPOINT_RESTORE) b=40 ;;
 		*) die "compose.yaml: cap_add $c: this test knows no such capability" ;;
 		esac
 		m=$((m | (1 << b)))

@@ -14,6 +14,11 @@
  *     run as the lane in the workspace, so the kernel decides what the
  *     lane's user may read (EACCES shows as the tool's error).
  *
+ * It adds the worker's research tools, the trial client's MCP tools of the
+ * same names (research_note, research_fetch, research_read, research_list,
+ * research_grep, research_find, step): calls of the same API, into the
+ * run's research folder.
+ *
  * Fail closed: with no socket or no token every tool is an error that says
  * so; nothing here ever touches the local file system on the model's
  * behalf. `thermite trial agent --harness pi` installs this file root-owned
@@ -23,6 +28,7 @@
 import * as fs from "node:fs";
 import * as http from "node:http";
 import * as path from "node:path";
+import { Type } from "typebox";
 import type {
 	BashOperations,
 	EditOperations,
@@ -640,6 +646,143 @@ function grepTool(ws: () => Promise<string>) {
 }
 
 // ---------------------------------------------------------------------------
+// The research tools: the trial client's MCP tools of the same names
+// (internal/trialclient/mcp.go), with the same parameters and answers.
+
+/** lanefs.Match */
+interface Match {
+	path: string;
+	line_no: number;
+	line: string;
+}
+
+/** A tool of its own: its answer is text for the model, a refusal is thrown (Pi's tool error). */
+function researchTool<P>(
+	pi: ExtensionAPI,
+	name: string,
+	label: string,
+	description: string,
+	parameters: unknown,
+	run: (params: P, signal?: AbortSignal) => Promise<string>,
+) {
+	pi.registerTool({
+		name,
+		label,
+		description,
+		promptSnippet: description,
+		parameters,
+		async execute(_id: string, params: P, signal?: AbortSignal) {
+			return { content: [{ type: "text" as const, text: await run(params, signal) }], details: undefined };
+		},
+	} as any);
+}
+
+function researchTools(pi: ExtensionAPI) {
+	const where = "the run's research folder";
+	researchTool<{ title?: string; body: string }>(
+		pi,
+		"research_note",
+		"Research note",
+		"Write a research note every lane of the run can read.",
+		Type.Object({
+			title: Type.Optional(Type.String({ description: "the note's title" })),
+			body: Type.String({ description: "the note, in Markdown" }),
+		}),
+		async (p, signal) => `noted: research_read ${(await call<{ path: string }>("/v1/research/note", { title: p.title ?? "", body: p.body }, signal)).path}`,
+	);
+	researchTool<{ url: string }>(
+		pi,
+		"research_fetch",
+		"Fetch",
+		"Fetch a public web page into the run's research folder (private and local addresses are refused).",
+		Type.Object({ url: Type.String({ description: "an http or https URL of a public page" }) }),
+		async (p, signal) => {
+			const r = await call<{ url: string; status: number; size: number; content_type: string; path: string }>("/v1/fetch", { url: p.url }, signal);
+			return `${r.url}: ${r.status}, ${r.size} bytes of ${r.content_type}; research_read ${r.path}`;
+		},
+	);
+	researchTool<{ path: string; offset?: number; limit?: number }>(
+		pi,
+		"research_read",
+		"Read research",
+		`Read a file of ${where} (text; bytes that are not UTF-8 are named, not shown).`,
+		Type.Object({
+			path: Type.String({ description: "the file, relative to the research folder" }),
+			offset: Type.Optional(Type.Number({ description: "the byte to start at" })),
+			limit: Type.Optional(Type.Number({ description: "at most this many bytes" })),
+		}),
+		async (p, signal) => {
+			const r = await call<{ data: string | null; size: number; truncated: boolean }>("/v1/research/read", p, signal);
+			let text: string;
+			try {
+				text = new TextDecoder("utf-8", { fatal: true }).decode(Buffer.from(r.data ?? "", "base64"));
+			} catch {
+				text = `(not UTF-8 text: ${r.size} bytes)`;
+			}
+			return r.truncated ? `${text}\n(cut: the file has ${r.size} bytes; read on with offset)` : text;
+		},
+	);
+	researchTool<{ path?: string }>(
+		pi,
+		"research_list",
+		"List research",
+		`List a folder of ${where}.`,
+		Type.Object({ path: Type.Optional(Type.String({ description: "the folder, relative to the research folder" })) }),
+		async (p, signal) => {
+			const r = await call<{ entries: Entry[] | null; truncated: boolean }>("/v1/research/list", { path: p.path ?? "" }, signal);
+			const lines = (r.entries ?? []).map((e) => `${e.type.padEnd(7)} ${String(e.size).padStart(10)}  ${e.name}`);
+			if (r.truncated) lines.push("(more entries left out)");
+			return lines.join("\n");
+		},
+	);
+	researchTool<{ pattern: string; path?: string; glob?: string; max_matches?: number }>(
+		pi,
+		"research_grep",
+		"Search research",
+		`Search the files of ${where} for a regular expression (Go RE2).`,
+		Type.Object({
+			pattern: Type.String({ description: "a regular expression (Go RE2)" }),
+			path: Type.Optional(Type.String({ description: "a folder or file, relative to the research folder" })),
+			glob: Type.Optional(Type.String({ description: "only files whose name matches this glob" })),
+			max_matches: Type.Optional(Type.Number({ description: "at most this many matches" })),
+		}),
+		async (p, signal) => {
+			const r = await call<{ matches: Match[] | null; truncated: boolean }>("/v1/research/grep", { ...p, path: p.path ?? "" }, signal);
+			const lines = (r.matches ?? []).map((m) => `${m.path}:${m.line_no}:${m.line}`);
+			if (lines.length === 0) return "no match";
+			if (r.truncated) lines.push("(more matches left out)");
+			return lines.join("\n");
+		},
+	);
+	researchTool<{ path?: string; glob?: string; max?: number }>(
+		pi,
+		"research_find",
+		"Find research",
+		`Find files of ${where} by a glob.`,
+		Type.Object({
+			path: Type.Optional(Type.String({ description: "a folder, relative to the research folder" })),
+			glob: Type.Optional(Type.String({ description: "only paths whose name matches this glob" })),
+			max: Type.Optional(Type.Number({ description: "at most this many paths" })),
+		}),
+		async (p, signal) => {
+			const r = await call<{ paths: string[] | null; truncated: boolean }>("/v1/research/find", { ...p, path: p.path ?? "" }, signal);
+			return (r.paths ?? []).join("\n");
+		},
+	);
+	researchTool<{ kind: string; text?: string }>(
+		pi,
+		"step",
+		"Step",
+		"Record one step of your work in the trial's record.",
+		Type.Object({
+			kind: Type.String({ description: "what kind of step: thought, plan, result, ..." }),
+			text: Type.Optional(Type.String({ description: "what it was" })),
+		}),
+		async (p, signal) => `recorded ${(await call<{ recorded: number }>("/v1/steps", { kind: p.kind, text: p.text ?? "" }, signal)).recorded} bytes`,
+	);
+}
+
+// ---------------------------------------------------------------------------
 // The tools.
 
 export default function thermite(pi: ExtensionAPI) {
@@ -674,6 +817,7 @@ export default function thermite(pi: ExtensionAPI) {
 		return { ...find, description: find.description.replace("Respects .gitignore. ", "Leaves out node_modules and .git. ") };
 	}, "Find files by glob pattern");
 	pi.registerTool(grepTool(workspace) as any);
+	researchTools(pi);
 
 	// The user's `!cmd` runs as the lane too.
 	pi.on("user_bash", async () => {

@@ -86,11 +86,11 @@ func runServe() error {
 		argv = append(argv, "--control-key", controlKey, "--control-key-sha256", controlKeySHA)
 	}
 	// Agent egress keeps caps.Egress where this process has them; where it
-	// has not, the broker names agent.egress when it checks its own.
-	keep := caps.Broker
-	if len(cfg.Agent.Egress) > 0 && caps.Bounded(caps.Egress) {
-		keep = caps.BrokerFor(true)
-	}
+	// has not, the broker names agent.egress when it checks its own. The
+	// disk measure's caps.Measure is kept where the kernel and container
+	// give it; where they do not, the broker says what it cannot measure.
+	egress := len(cfg.Agent.Egress) > 0 && caps.Bounded(caps.Egress)
+	keep := caps.BrokerFor(egress, caps.Bounded([]int{caps.Measure}))
 	return caps.ReduceAndExec(keep, argv, stripEnv(os.Environ(), cfg.StripEnvPrefixes))
 }
 

@@ -67,12 +67,12 @@ func installedPiExtension(t *testing.T) {
 }
 
 // piModels is Pi's models.json for the stand-in: one provider speaking
-// Anthropic's Messages API at the stand-in's URL (for tests only: an
+// Anthropic's Messages API at url, the stand-in's (for tests only: an
 // operator's Pi has its real provider).
-func piModels(t *testing.T, p *standin.Provider) []byte {
+func piModels(t *testing.T, url string) []byte {
 	t.Helper()
 	b, err := json.MarshalIndent(map[string]any{"providers": map[string]any{"standin": map[string]any{
-		"baseUrl": p.URL, "api": "anthropic-messages", "apiKey": "standin-key",
+		"baseUrl": url, "api": "anthropic-messages", "apiKey": "standin-key",
 		"models": []any{map[string]any{"id": "claude-standin", "name": "Claude stand-in", "contextWindow": 200000, "maxTokens": 4096}},
 	}}}, "", "  ")
 	if err != nil {
@@ -101,9 +101,18 @@ func TestPiAsAgentWorksThroughTheAPIAsTheLane(t *testing.T) {
 		grepNeedle
 		rootOnlyRead
 		systemRead
+		researchNote
+		researchRead
+		researchFetch
+		stepCall
 		forbiddenReads
 	)
 	script := func(turn standin.Turn) standin.Step {
+		// The note's path, as research_note answered it: research_read's.
+		notePath := ""
+		if len(turn.Results) > researchNote {
+			notePath = strings.TrimPrefix(turn.Results[researchNote].Output, "noted: research_read ")
+		}
 		steps := []standin.Step{
 			{Tool: &standin.Call{Name: "bash", Input: map[string]any{"command": "id -un; pwd"}}},
 			{Tool: &standin.Call{Name: "write", Input: map[string]any{"path": "made-by-pi.txt", "content": written}}},
@@ -114,6 +123,10 @@ func TestPiAsAgentWorksThroughTheAPIAsTheLane(t *testing.T) {
 			{Tool: &standin.Call{Name: "grep", Input: map[string]any{"pattern": "need+le", "glob": "**/*.txt"}}},
 			{Tool: &standin.Call{Name: "read", Input: map[string]any{"path": "root-only"}}},
 			{Tool: &standin.Call{Name: "read", Input: map[string]any{"path": "/etc/passwd"}}},
+			{Tool: &standin.Call{Name: "research_note", Input: map[string]any{"title": "from Pi", "body": piNote}}},
+			{Tool: &standin.Call{Name: "research_read", Input: map[string]any{"path": notePath}}},
+			{Tool: &standin.Call{Name: "research_fetch", Input: map[string]any{"url": "http://127.0.0.1:" + standinPort + "/"}}},
+			{Tool: &standin.Call{Name: "step", Input: map[string]any{"kind": "thought", "text": "Pi thought it through"}}},
 		}
 		for _, name := range names {
 			steps = append(steps, standin.Step{Tool: &standin.Call{Name: "read", Input: map[string]any{"path": forbidden[name]}}})
@@ -143,11 +156,12 @@ func TestPiAsAgentWorksThroughTheAPIAsTheLane(t *testing.T) {
 		t.Fatalf("agent-N's Pi settings: %s %v; want the extension %s and the shell %s", raw, err, config.DefaultPiExtension, piLocalShell())
 	}
 	models := filepath.Join(a.trial.AgentDir, ".pi", "agent", "models.json")
-	if err := os.WriteFile(models, piModels(t, a.provider), 0o644); err != nil {
+	if err := os.WriteFile(models, piModels(t, a.provider.URL), 0o644); err != nil {
 		t.Fatalf("Pi's models.json in the trial's agent folder (written at the trial's start with its settings.json?): %v", err)
 	}
 
 	start := time.Now()
+	// a.agent runs it under agentTimeout: a Pi that hangs fails with 124.
 	stdout, stderr, code := a.agent("pi", []string{"NODE_EXTRA_CA_CERTS=" + a.provider.CAFile},
 		pi, "-p", "--no-session", "--provider", "standin", "--model", "claude-standin",
 		"Show who you are and where, write made-by-pi.txt, read it back, try the forbidden places and the network.")
@@ -162,7 +176,7 @@ func TestPiAsAgentWorksThroughTheAPIAsTheLane(t *testing.T) {
 	if len(turns) == 0 {
 		t.Fatal("Pi never asked the stand-in provider")
 	}
-	for _, tool := range []string{"read", "write", "edit", "bash", "ls", "find", "grep"} {
+	for _, tool := range []string{"read", "write", "edit", "bash", "ls", "find", "grep", "research_note", "research_fetch", "research_read", "research_list", "research_grep", "research_find", "step"} {
 		if !strings.Contains(" "+strings.Join(turns[0].Tools, " ")+" ", " "+tool+" ") {
 			t.Errorf("Pi offered the tools %v, without %s", turns[0].Tools, tool)
 		}
@@ -175,6 +189,8 @@ func TestPiAsAgentWorksThroughTheAPIAsTheLane(t *testing.T) {
 	for i, r := range res {
 		t.Logf("tool result %d (%s): error %v: %s", i, r.Name, r.IsError, r.Output)
 	}
+	// Pi's own requests, as agent-N, went through agent-1's proxy alone.
+	a.reachedOnlyThroughItsProxy(t, "agent-1")
 	lane := a.r.Role("lane-1")
 	t.Run("bash runs as the lane in the workspace", func(t *testing.T) {
 		if want := lane.User + "\n" + a.trial.Workspace; res[bashID].IsError || !strings.Contains(res[bashID].Output, want) {
@@ -225,6 +241,30 @@ func TestPiAsAgentWorksThroughTheAPIAsTheLane(t *testing.T) {
 			t.Errorf("read /etc/passwd: %+v, want its text", r)
 		}
 	})
+	t.Run("research_note lands in the run's research folder and reads back", func(t *testing.T) {
+		r := res[researchNote]
+		path, ok := strings.CutPrefix(r.Output, "noted: research_read ")
+		if r.IsError || !ok || !strings.HasPrefix(path, "notes/") {
+			t.Fatalf("research_note: %+v, want \"noted: research_read notes/…\"", r)
+		}
+		body, err := os.ReadFile(filepath.Join(a.trial.ResearchDir, path))
+		if err != nil || !strings.Contains(string(body), piNote) {
+			t.Errorf("the note %s in the research folder: %q %v, want Pi's text", path, body, err)
+		}
+		if r := res[researchRead]; r.IsError || !strings.Contains(r.Output, piNote) {
+			t.Errorf("research_read %s: %+v, want the note", path, r)
+		}
+	})
+	t.Run("research_fetch goes through the API, which refuses loopback", func(t *testing.T) {
+		if r := res[researchFetch]; !r.IsError || !strings.Contains(r.Output, "fetch_refused") || !strings.Contains(r.Output, "loopback") {
+			t.Errorf("research_fetch of the stand-in's loopback address: %+v, want the fetcher's refusal as a tool error", r)
+		}
+	})
+	t.Run("step records in the trial", func(t *testing.T) {
+		if r := res[stepCall]; r.IsError || r.Output != "recorded 21 bytes" {
+			t.Errorf("step: %+v, want \"recorded 21 bytes\"", r)
+		}
+	})
 	for i, name := range names {
 		t.Run("read of "+name+" is refused", func(t *testing.T) {
 			r := res[forbiddenReads+i]
@@ -256,6 +296,57 @@ func TestPiAsAgentWorksThroughTheAPIAsTheLane(t *testing.T) {
 			t.Errorf("bash connects to 127.0.0.1:%s: %+v, want a tool error saying the kernel refused", standinPort, r)
 		}
 	})
+	t.Run("the trial ends clean", func(t *testing.T) { a.endsClean(t) })
+}
+
+// piNote is the research note Pi writes through thermite's research_note.
+const piNote = "Pi-was-here-through-the-harness-API"
+
+// TestPiShowsAnUnlistedProviderAsTheProxysRefusal: Pi, as agent-N, asked
+// to use a provider the rig does not list: the egress proxy refuses the
+// tunnel (the trial's event, via agent-1, with its reason), Pi shows it
+// in its SDK's words, "Connection error." (the proxy's 403 is in the
+// error's cause, which Pi does not print), and exits 1; under a.agent's
+// --timeout a hang would be 124. Nothing reaches the listed stand-in. Its
+// settings turn its retries off, as an operator may, so that it fails at
+// once (with its default retries it fails after about 24 s).
+func TestPiShowsAnUnlistedProviderAsTheProxysRefusal(t *testing.T) {
+	pi := agentProgram(t, "pi")
+	installedPiExtension(t)
+	a := newAgentTrial(t, standin.Steps("never asked"), testrig.Options{})
+	os.Chmod(filepath.Dir(filepath.Dir(a.provider.CAFile)), 0o755)
+	// 127.0.0.2:443, in no rig's agent.egress (not port 9, as the other
+	// programs' tests use: Pi's fetch refuses the fetch standard's "bad
+	// ports" before it asks any proxy).
+	const unlisted = "127.0.0.2:443"
+	dir := filepath.Join(a.trial.AgentDir, ".pi", "agent")
+	if err := os.WriteFile(filepath.Join(dir, "models.json"), piModels(t, "https://"+unlisted), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var settings map[string]any
+	raw, err := os.ReadFile(filepath.Join(dir, "settings.json"))
+	if err != nil || json.Unmarshal(raw, &settings) != nil {
+		t.Fatalf("agent-N's Pi settings: %s %v", raw, err)
+	}
+	settings["retry"] = map[string]any{"enabled": false, "provider": map[string]any{"maxRetries": 0}}
+	raw, _ = json.Marshal(settings)
+	if err := os.WriteFile(filepath.Join(dir, "settings.json"), raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	stdout, stderr, code := a.agent("pi", []string{"NODE_EXTRA_CA_CERTS=" + a.provider.CAFile},
+		pi, "-p", "--no-session", "--provider", "standin", "--model", "claude-standin", "hello")
+	t.Logf("pi -p: exit %d in %v: %q %q", code, time.Since(start).Round(time.Millisecond), stdout, stderr)
+	if code != 1 || !strings.Contains(stderr, "Connection error.") {
+		t.Errorf("pi -p to an unlisted provider: exit %d, %q %q; want 1 and its connection's failure", code, stdout, stderr)
+	}
+	if n := len(a.provider.Paths()); n != 0 {
+		t.Errorf("the listed stand-in saw %d requests, want none", n)
+	}
+	ev := egressEvents(t, a.r, "egress.refused", unlisted, 1)
+	if len(ev) == 0 || ev[0].Trial != a.trial.ID || ev[0].Data.Via != "agent-1" || ev[0].Data.Why != "not in agent.egress" {
+		t.Errorf("egress.refused events for %s: %+v, want the trial %s's via agent-1, not in agent.egress", unlisted, ev, a.trial.ID)
+	}
 }
 
 func TestPiWithoutThermitesExtensionIsRefused(t *testing.T) {
@@ -343,6 +434,10 @@ func TestPiExtensionWithoutTheAPIRefusesEveryTool(t *testing.T) {
 		{Name: "ls", Input: map[string]any{"path": home}},
 		{Name: "find", Input: map[string]any{"pattern": "*.txt", "path": home}},
 		{Name: "grep", Input: map[string]any{"pattern": "own", "path": home}},
+		{Name: "research_note", Input: map[string]any{"body": "no"}},
+		{Name: "research_fetch", Input: map[string]any{"url": "https://example.com/"}},
+		{Name: "research_read", Input: map[string]any{"path": "local.txt"}},
+		{Name: "step", Input: map[string]any{"kind": "thought"}},
 	}
 	var steps []standin.Step
 	for i := range calls {
@@ -350,7 +445,7 @@ func TestPiExtensionWithoutTheAPIRefusesEveryTool(t *testing.T) {
 	}
 	p := standin.Start(t, home, standin.Steps("no tool worked", steps...))
 	os.MkdirAll(filepath.Join(home, ".pi", "agent"), 0o700)
-	if err := os.WriteFile(filepath.Join(home, ".pi", "agent", "models.json"), piModels(t, p), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(home, ".pi", "agent", "models.json"), piModels(t, p.URL), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []struct {

@@ -3,6 +3,8 @@ package rig
 import (
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -24,34 +26,68 @@ func sleepers(r *testrig.Rig, role string) []int {
 	return out
 }
 
+// alive says whether pid runs role's `sleep 1000`.
+func alive(r *testrig.Rig, role string, pid int) bool {
+	return slices.Contains(sleepers(r, role), pid)
+}
+
 // TestAgentsBackgroundShellEndsWithTheTrial: an agent program that
-// starts a shell in the background (`sh -c 'sleep 1000 &'`, and one
-// that leaves its session with setsid) leaves nothing running past its
-// trial's end, as the lane harness (lane-N) and as the pi harness
-// (agent-N); the lane harness's run returns while its child still holds
-// the output.
+// starts a shell in the background (`sleep 1000 &`, and one that leaves
+// its session with setsid) leaves nothing running past its trial's end.
+// As the lane harness (lane-N), whose leftovers live on like a lane
+// command's, both sleepers run after the run and are gone at the trial's
+// end; as the pi harness (agent-N), both are stopped when the run ends.
+// The run returns while its child still holds the output (under its
+// --timeout: a run held would be 124).
 func TestAgentsBackgroundShellEndsWithTheTrial(t *testing.T) {
 	testrig.RequireRoot(t)
 	r := testrig.New(t, testrig.Options{})
 	project := makeProject(t, r)
-	for _, c := range []struct{ harness, role string }{{"lane", "lane-1"}, {"pi", "agent-1"}} {
+	// Each sleeper's pid: the first's from $!, the second's written by
+	// its own shell, before it execs its sleep, into the run's HOME; the
+	// run ends once it is written.
+	const script = `sleep 1000 & echo $!; setsid -f sh -c 'echo $$ > "$HOME/setsid.pid.new"; mv "$HOME/setsid.pid.new" "$HOME/setsid.pid"; exec sleep 1000' </dev/null >/dev/null 2>&1; until [ -s "$HOME/setsid.pid" ]; do sleep 0.05; done`
+	for _, c := range []struct {
+		harness, role string
+		lives         bool // the sleepers outlive the run
+	}{{"lane", "lane-1", true}, {"pi", "agent-1", false}} {
 		t.Run(c.harness+" harness", func(t *testing.T) {
 			info, _ := startTrial(t, r, 1, project)
-			start := time.Now()
-			_, stderr, code := r.Thermite("trial", "agent", info.ID, "--harness", c.harness, "--timeout", "60s", "--", "sh", "-c", "sleep 1000 & setsid -f sleep 1000 </dev/null >/dev/null 2>&1; echo started")
-			if code != 0 {
-				t.Fatalf("the agent: exit %d %s", code, stderr)
+			home := map[string]string{"lane": filepath.Join(filepath.Dir(info.Workspace), "lane"), "pi": info.AgentDir}[c.harness]
+			out, stderr, code := r.Thermite("trial", "agent", info.ID, "--harness", c.harness, "--timeout", "60s", "--", "sh", "-c", script)
+			first, err := strconv.Atoi(strings.TrimSpace(out))
+			if code != 0 || err != nil {
+				t.Fatalf("the agent: exit %d %q %s (124: its background child held the run)", code, out, stderr)
 			}
-			if d := time.Since(start); d > 20*time.Second {
-				t.Errorf("the agent's run took %s: its background child held it", d)
+			b, _ := os.ReadFile(filepath.Join(home, "setsid.pid"))
+			second, err := strconv.Atoi(strings.TrimSpace(string(b)))
+			if err != nil {
+				t.Fatalf("the setsid sleeper's pid in %s: %q %v", filepath.Join(home, "setsid.pid"), b, err)
 			}
-			left := sleepers(r, c.role)
-			t.Logf("%s runs %d of the agent's background shells after its run", c.role, len(left))
+			pids := []int{first, second}
+			if c.lives {
+				// Its leftovers, like a lane command's, live until the
+				// trial's end: both run now (else this proves nothing).
+				for _, pid := range pids {
+					for deadline := time.Now().Add(20 * time.Second); !alive(r, c.role, pid) && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+					}
+					if !alive(r, c.role, pid) {
+						t.Fatalf("the agent's background sleeper %d does not run after the lane harness's run", pid)
+					}
+				}
+			} else {
+				// agent-N's leftovers are stopped when its run ends.
+				for _, pid := range pids {
+					if alive(r, c.role, pid) {
+						t.Errorf("the agent's background sleeper %d still runs after the pi harness's run ended", pid)
+					}
+				}
+			}
 			if _, stderr, code := r.Thermite("trial", "end", info.ID); code != 0 {
 				t.Fatalf("trial end: %s", stderr)
 			}
 			if p := r.Procs(c.role); len(p) != 0 {
-				t.Fatalf("%s still runs %v after its trial ended (the agent's background shells were %v)", c.role, p, left)
+				t.Fatalf("%s still runs %s after its trial ended", c.role, cmdlines(p))
 			}
 		})
 	}

@@ -190,7 +190,7 @@ func TestAttackEventTextReachesTheOperatorsTerminal(t *testing.T) {
 // count the wrong file silently nor fall over: the trial ends as hiding
 // its files, or its measure counts both.
 func TestAttackMapFilesSwapRace(t *testing.T) {
-	r := mappedRig(t, 64, true)
+	r := mappedRig(t, 64)
 	info, a := startTrial(t, r, 1, makeProject(t, r))
 	if _, err := os.Stat("/usr/bin/python3"); err != nil {
 		t.Skip("needs /usr/bin/python3")
@@ -319,7 +319,8 @@ func TestAttackLaneAndItsAgentHoldingTheirSharesLeaveOtherLanesServed(t *testing
 			t.Errorf("%s keeps %d idle connections, want its share of %d", role, alive, share)
 		}
 	}
-	lane2 := startAs(t, r, "lane-2", "calls", "ATTACK_SOCKET="+r.Cfg.RoleAPISocket("lane-2"), "ATTACK_TOKEN="+tokenOf(t, t2), "ATTACK_N=10", "ATTACK_FRESH=1")
+	// Lane 2's socket serves a lane harness run's token alone.
+	lane2 := startAs(t, r, "lane-2", "calls", "ATTACK_SOCKET="+r.Cfg.RoleAPISocket("lane-2"), "ATTACK_TOKEN="+startLaneRun(t, r, t2.ID).token, "ATTACK_N=10", "ATTACK_FRESH=1")
 	line := lane2.expect("calls ", 30*time.Second)
 	t.Logf("lane-2 while lane 1's two roles hold their shares: %s", line)
 	if ok := field(t, line, "ok"); ok != 10 {
@@ -343,7 +344,7 @@ func TestAttackMoreMappedDeletedFilesThanTheMeasureStats(t *testing.T) {
 	if _, err := os.Stat("/usr/bin/python3"); err != nil {
 		t.Skip("needs /usr/bin/python3")
 	}
-	r := mappedRig(t, 1024, true)
+	r := mappedRig(t, 1024)
 	info, a := startTrial(t, r, 1, makeProject(t, r))
 	script := `import ctypes, mmap, os, time
 libc = ctypes.CDLL(None, use_errno=True)

@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"thermite/internal/caps"
 	"thermite/internal/rpc"
 	"thermite/internal/testrig"
 )
@@ -434,9 +435,12 @@ func TestBrokerCapabilities(t *testing.T) {
 		t.Fatal(err)
 	}
 	// On a host `serve` clears the bounding set (it holds CAP_SETPCAP): the
-	// broker keeps its six through the exec as inheritable, then clears
-	// that too, so nothing it forks has a capability even to lose.
-	want := map[string]string{"CapEff": "00000000000000eb", "CapPrm": "00000000000000eb", "CapBnd": "0000000000000000", "CapInh": "0000000000000000", "CapAmb": "0000000000000000", "NoNewPrivs": "1"}
+	// broker keeps its six, and CAP_CHECKPOINT_RESTORE for the disk
+	// measure where the kernel has it (00000100000000eb), through the exec
+	// as inheritable, then clears that too, so nothing it forks has a
+	// capability even to lose.
+	own := fmt.Sprintf("%016x", caps.Mask(caps.BrokerFor(false, caps.Bounded([]int{caps.Measure}))))
+	want := map[string]string{"CapEff": own, "CapPrm": own, "CapBnd": "0000000000000000", "CapInh": "0000000000000000", "CapAmb": "0000000000000000", "NoNewPrivs": "1"}
 	for _, l := range strings.Split(string(data), "\n") {
 		k, v, _ := strings.Cut(l, ":")
 		if w, ok := want[k]; ok && strings.TrimSpace(v) != w {

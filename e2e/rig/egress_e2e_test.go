@@ -27,6 +27,7 @@ type egressEvent struct {
 	Data  struct {
 		Target string `json:"target"`
 		Via    string `json:"via"`
+		Why    string `json:"why"`
 	} `json:"data"`
 }
 

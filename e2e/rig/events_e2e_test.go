@@ -114,7 +114,7 @@ func TestTrialEventsShowTunnelsRefusalsCallsAndCommands(t *testing.T) {
 		t.Fatalf("fs/read: %d %s", code, raw)
 	}
 	// The trial client's MCP server, as an agent program starts it.
-	s := mcpSession(t, r, "lane-1", "THERMITE_API_SOCKET="+r.Cfg.RoleAPISocket("lane-1"), "THERMITE_TOKEN="+a.token)
+	s := mcpSession(t, r, "agent-1", "THERMITE_API_SOCKET="+info.APISocket, "THERMITE_TOKEN="+a.token)
 	if text, isErr := callTool(t, s, "fs_list", map[string]any{"path": "."}); isErr {
 		t.Fatalf("MCP fs_list: %s", text)
 	}

@@ -162,12 +162,13 @@ func TestLaneReachesPastTheAPIOnItsTCPPortRefused(t *testing.T) {
 		t.Errorf("the listener on 127.0.0.2 at the API's port accepted %d connections from the roles", n)
 	}
 	// What the roles use instead still works: each its own unix socket of
-	// the API, with its trial's token.
+	// the API, the agent with its trial's token, the lane with a lane
+	// harness run's.
 	if want := r.Cfg.RoleAPISocket("agent-1"); info.APISocket != want {
 		t.Errorf("trial details name the API socket %q, want the agent's own %q", info.APISocket, want)
 	}
-	for _, role := range []string{"agent-1", "lane-1"} {
-		if got := r.Probe(role, "api", r.Cfg.RoleAPISocket(role), strings.TrimSpace(string(tok))); got != "200" {
+	for role, token := range map[string]string{"agent-1": strings.TrimSpace(string(tok)), "lane-1": startLaneRun(t, r, info.ID).token} {
+		if got := r.Probe(role, "api", r.Cfg.RoleAPISocket(role), token); got != "200" {
 			t.Errorf("%s calls the API on its unix socket: %s, want 200", role, got)
 		}
 	}

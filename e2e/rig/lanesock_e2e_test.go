@@ -1,9 +1,16 @@
 package rig
 
 import (
+	"bufio"
+	"bytes"
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -34,7 +41,8 @@ func TestLaneFloodingItsAPISocketLeavesOtherLanesServed(t *testing.T) {
 	flood.expect("flooding", 20*time.Second)
 	// Let the flood fill lane-1's backlog before lane 2 calls.
 	time.Sleep(500 * time.Millisecond)
-	lane2 := startAs(t, r, "lane-2", "calls", "ATTACK_SOCKET="+r.Cfg.RoleAPISocket("lane-2"), "ATTACK_TOKEN="+tokenOf(t, t2), "ATTACK_N=30", "ATTACK_FRESH=1")
+	// Lane 2's socket serves a lane harness run's token alone.
+	lane2 := startAs(t, r, "lane-2", "calls", "ATTACK_SOCKET="+r.Cfg.RoleAPISocket("lane-2"), "ATTACK_TOKEN="+startLaneRun(t, r, t2.ID).token, "ATTACK_N=30", "ATTACK_FRESH=1")
 	agent2 := startAs(t, r, "agent-2", "calls", "ATTACK_SOCKET="+t2.APISocket, "ATTACK_TOKEN="+tokenOf(t, t2), "ATTACK_N=30", "ATTACK_FRESH=1")
 	for who, p := range map[string]*roleProc{"lane-2": lane2, "agent-2": agent2} {
 		line := p.expect("calls ", 30*time.Second)
@@ -70,6 +78,8 @@ func TestLaneConnectingToAnotherLanesAPISocketRefused(t *testing.T) {
 	t1, a1 := startTrial(t, r, 1, p)
 	t2, _ := startTrial(t, r, 2, p)
 	tok1, tok2 := tokenOf(t, t1), tokenOf(t, t2)
+	// A lane's socket serves the token of a lane harness run of its trial.
+	run1, run2 := startLaneRun(t, r, t1.ID).token, startLaneRun(t, r, t2.ID).token
 	sock := r.Cfg.RoleAPISocket
 
 	for _, c := range []struct{ role, target string }{
@@ -88,19 +98,25 @@ func TestLaneConnectingToAnotherLanesAPISocketRefused(t *testing.T) {
 	}
 	// The same, with a token that works on the right socket: the refusal
 	// is the kernel's, before any request.
-	if got := r.Probe("lane-1", "api", sock("lane-2"), tok2); got != "EACCES" {
-		t.Errorf("lane-1 calls the API on lane-2's socket with lane 2's token: %s, want EACCES", got)
+	if got := r.Probe("lane-1", "api", sock("lane-2"), run2); got != "EACCES" {
+		t.Errorf("lane-1 calls the API on lane-2's socket with lane 2's run's token: %s, want EACCES", got)
 	}
-	// On its own socket: its own trial's token works, another lane's is 401.
+	// On its own socket: the agent its trial's token, the lane its lane
+	// harness run's; another lane's is 401, and so is the trial's own
+	// token on the lane's socket.
+	name := map[string]string{tok1: "trial 1's", tok2: "trial 2's", run1: "lane 1's run's", run2: "lane 2's run's"}
 	for _, c := range []struct{ role, token, want string }{
-		{"lane-1", tok1, "200"},
+		{"lane-1", run1, "200"},
 		{"agent-1", tok1, "200"},
-		{"lane-2", tok2, "200"},
+		{"lane-2", run2, "200"},
+		{"lane-1", tok1, "401"},
 		{"lane-1", tok2, "401"},
+		{"lane-1", run2, "401"},
 		{"agent-1", tok2, "401"},
+		{"agent-1", run1, "401"},
 	} {
 		if got := r.Probe(c.role, "api", sock(c.role), c.token); got != c.want {
-			t.Errorf("%s on its own socket with lane %s's token: %s, want %s", c.role, map[string]string{tok1: "1", tok2: "2"}[c.token], got, c.want)
+			t.Errorf("%s on its own socket with %s token: %s, want %s", c.role, name[c.token], got, c.want)
 		}
 	}
 
@@ -143,5 +159,150 @@ func TestLaneConnectingToAnotherLanesAPISocketRefused(t *testing.T) {
 	// the trial's details name the socket the call came in on.
 	if code, m, body := a1.do("GET", "/v1/trial", nil); code != 200 || m["id"] != t1.ID || m["api_socket"] != r.Cfg.APISocket() {
 		t.Errorf("root on the operator's socket: %d %s", code, body)
+	}
+}
+
+// laneRun is a lane harness run held open (startLaneRun): its token,
+// served on the lane's own API socket while the run lasts, and its file.
+type laneRun struct {
+	token, file string
+	cmd         *exec.Cmd
+	t           testing.TB
+	stopped     bool
+}
+
+// startLaneRun starts a lane harness run of trial id that says its token
+// file and token, then waits; stop (or the test's end) ends it.
+func startLaneRun(t testing.TB, r *testrig.Rig, id string) *laneRun {
+	t.Helper()
+	cmd := exec.Command(r.Bin, "--config", r.Config, "trial", "agent", id, "--harness", "lane", "--timeout", "10m", "--",
+		"sh", "-c", `echo "$THERMITE_TOKEN_FILE $(cat "$THERMITE_TOKEN_FILE")"; exec sleep 600`)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	l := &laneRun{cmd: cmd, t: t}
+	t.Cleanup(l.stop)
+	// The run says its line, or ends, closing the pipe.
+	line, _ := bufio.NewReader(out).ReadString('\n')
+	f := strings.Fields(line)
+	if len(f) != 2 {
+		l.stop()
+		t.Fatalf("the lane harness run said %q, not its token file and token; stderr %s", line, stderr.String())
+	}
+	l.file, l.token = f[0], f[1]
+	return l
+}
+
+// stop ends the run (its `trial agent`, which this test started) and
+// waits until its token file is gone, as the run's end leaves it.
+func (l *laneRun) stop() {
+	if l.stopped {
+		return
+	}
+	l.stopped = true
+	l.cmd.Process.Kill()
+	l.cmd.Wait()
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Lstat(l.file); errors.Is(err, os.ErrNotExist) {
+			return
+		}
+	}
+	l.t.Errorf("the lane harness run's token file %s is still there 30 s after its run ended", l.file)
+}
+
+// TestLaneCommandAfterALaneHarnessRunFindsNoToken: a lane harness run
+// gets a token of its own, on the lane's own API socket only. A lane
+// command that copied it during the run, and runs after it (as trial exec
+// does, or a Pi's bash through /v1/exec), finds its file gone and the
+// copy refused with 401 on the lane's socket; the trial's own token (the
+// agent's) is refused there too, though the agent's socket serves it; and
+// during the run the configured MCP server's command works as the lane.
+func TestLaneCommandAfterALaneHarnessRunFindsNoToken(t *testing.T) {
+	r := testrig.New(t, testrig.Options{})
+	p := makeProject(t, r)
+	info, a := startTrial(t, r, 1, p)
+	sock := r.Cfg.RoleAPISocket("lane-1")
+	tok := tokenOf(t, info)
+
+	// The run copies its token where the lane's later commands find it.
+	out, stderr, code := r.Thermite("trial", "agent", info.ID, "--harness", "lane", "--", "sh", "-c",
+		`cp "$THERMITE_TOKEN_FILE" copied-token && echo "$THERMITE_TOKEN_FILE" && `+r.Bin+` trial-client research note 'from the lane harness run'`)
+	if code != 0 || !strings.Contains(out, "notes/") {
+		t.Fatalf("the lane harness run: exit %d %q %s", code, out, stderr)
+	}
+	file := strings.SplitN(out, "\n", 2)[0]
+	copied, err := os.ReadFile(filepath.Join(info.Workspace, "copied-token"))
+	if err != nil || len(strings.TrimSpace(string(copied))) != 64 {
+		t.Fatalf("the run's copy of its token: %q %v", copied, err)
+	}
+	laneTok := strings.TrimSpace(string(copied))
+	if laneTok == tok {
+		t.Fatalf("the lane harness run was given the trial's own token")
+	}
+
+	// After the run: a lane command finds no file and no token that works.
+	if _, stderr, code := r.Thermite("trial", "exec", info.ID, "--", "cat", file); code == 0 || !strings.Contains(stderr, "No such file or directory") {
+		t.Errorf("trial exec cat %s after the run: exit %d %q, want the file gone", file, code, stderr)
+	}
+	if got := r.Probe("lane-1", "api", sock, laneTok); got != "401" {
+		t.Errorf("lane-1 calls its socket with the run's token after the run: %s, want 401", got)
+	}
+	// What Pi's bash runs: a lane command through the API's exec.
+	code2, _, raw := a.do("POST", "/v1/exec", map[string]any{"argv": []string{r.Bin, "__probe", "try", "api", sock, laneTok}})
+	if code2 != 200 || !strings.Contains(string(raw), `401`) {
+		t.Errorf("a lane command through /v1/exec calls the lane's socket with the run's token: %d %s, want 401", code2, raw)
+	}
+	// The trial's own token: the agent's socket serves it, the lane's not.
+	if got := r.Probe("lane-1", "api", sock, tok); got != "401" {
+		t.Errorf("lane-1 calls its socket with the trial's own token: %s, want 401", got)
+	}
+	if got := r.Probe("agent-1", "api", info.APISocket, tok); got != "200" {
+		t.Errorf("agent-1 calls its socket with the trial's token: %s, want 200", got)
+	}
+
+	// During a run: its token works on the lane's socket alone, and the
+	// MCP server's command the lane's home configures reaches the trial.
+	run := startLaneRun(t, r, info.ID)
+	if run.token == laneTok || run.token == tok {
+		t.Errorf("a second run's token is the first run's or the trial's")
+	}
+	if got := r.Probe("lane-1", "api", sock, run.token); got != "200" {
+		t.Errorf("lane-1 calls its socket with the running run's token: %s, want 200", got)
+	}
+	if got := r.Probe("agent-1", "api", info.APISocket, run.token); got != "401" {
+		t.Errorf("agent-1 calls its socket with the lane run's token: %s, want 401", got)
+	}
+	var claude struct {
+		MCPServers map[string]struct {
+			Command string   `json:"command"`
+			Args    []string `json:"args"`
+		} `json:"mcpServers"`
+	}
+	conf, err := os.ReadFile(filepath.Join(filepath.Dir(info.Workspace), "lane", ".claude.json"))
+	if err != nil || json.Unmarshal(conf, &claude) != nil || len(claude.MCPServers["thermite"].Args) == 0 {
+		t.Fatalf(".claude.json: %v %s", err, conf)
+	}
+	srv := claude.MCPServers["thermite"]
+	if !slices.Contains(srv.Args, run.file) || !slices.Contains(srv.Args, sock) {
+		t.Errorf("the MCP server's arguments %v name neither the run's token file %s nor the lane's socket", srv.Args, run.file)
+	}
+	argv := append([]string{"run-as", "lane-1", "--", srv.Command}, srv.Args[:len(srv.Args)-1]...)
+	if out, stderr, code := r.Thermite(append(argv, "research", "note", "from the MCP server's command")...); code != 0 || !strings.Contains(out, "notes/") {
+		t.Errorf("the configured MCP server's command as lane-1 during a run: exit %d %q %s", code, out, stderr)
+	}
+	// A second lane harness run while one runs is refused: the token
+	// file is the running one's.
+	if _, stderr, code := r.Thermite("trial", "agent", info.ID, "--harness", "lane", "--", "true"); code == 0 || !strings.Contains(stderr, "a lane harness run of this trial is running") {
+		t.Errorf("a second lane harness run beside one: exit %d %q, want it refused", code, stderr)
+	}
+	run.stop()
+	if got := r.Probe("lane-1", "api", sock, run.token); got != "401" {
+		t.Errorf("lane-1 calls its socket with the run's token after its end: %s, want 401", got)
 	}
 }

@@ -3,11 +3,15 @@ package rig
 import (
 	"fmt"
 	"os/exec"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"thermite/controller"
+	"thermite/internal/caps"
+	"thermite/internal/procs"
 	"thermite/internal/testrig"
 )
 
@@ -50,39 +54,78 @@ func mapDeletedInLane(t *testing.T, r *testrig.Rig, id string, a *agentClient, f
 	}
 }
 
-// mappedRig is a rig whose broker keeps CAP_SYS_ADMIN (agent.egress is
-// set; no agent runs), which following /proc/PID/map_files takes, or,
-// with egress false, one whose broker holds its six capabilities alone.
-func mappedRig(t *testing.T, capMB int, egress bool) *testrig.Rig {
-	extra := fmt.Sprintf("[trial]\ndisk_cap_mb = %d\ndisk_check = \"200ms\"\n", capMB)
-	if egress {
-		extra += "[agent]\negress = [\"203.0.113.7:443\"]\n"
+// mappedRig is a rig whose broker holds CAP_CHECKPOINT_RESTORE (it keeps
+// it wherever the kernel and its container give it, egress or not), which
+// following /proc/PID/map_files takes; wrap runs its serve under a command
+// that takes it away, as a container that does not give it.
+func mappedRig(t *testing.T, capMB int, wrap ...string) *testrig.Rig {
+	if len(wrap) == 0 && !caps.Bounded([]int{caps.Measure}) {
+		t.Skip("needs CAP_CHECKPOINT_RESTORE (Linux 5.9 and later) in this process's bounding set, for the broker to keep")
 	}
-	return testrig.New(t, testrig.Options{Extra: extra})
+	extra := fmt.Sprintf("[trial]\ndisk_cap_mb = %d\ndisk_check = \"200ms\"\n", capMB)
+	return testrig.New(t, testrig.Options{Extra: extra, Wrap: wrap})
+}
+
+// brokerCapEff is the broker's effective capabilities.
+func brokerCapEff(t *testing.T, r *testrig.Rig) uint64 {
+	t.Helper()
+	st, err := procs.Status(fmt.Sprintf("/proc/%d/status", r.Status().BrokerPID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := strconv.ParseUint(st["CapEff"], 16, 64)
+	if err != nil {
+		t.Fatalf("the broker's CapEff %q: %v", st["CapEff"], err)
+	}
+	return v
 }
 
 // A lane writes 4 MiB into a file it unlinked, maps one page of it and
 // closes the descriptor, six times: the mappings alone keep 24 MiB, which
 // no walk sees and the mappings' length (4 KiB each) does not show, and
-// no descriptor ever shows more than one file under the cap. The broker
-// reads the files' blocks through /proc/PID/map_files, so the trial ends
-// over its 16 MiB cap with the space counted; a broker without the
-// capability for that ends it as hiding its files.
+// no descriptor ever shows more than one file under the cap. The broker,
+// with no agent egress and so no CAP_SYS_ADMIN, reads the files' blocks
+// through /proc/PID/map_files with CAP_CHECKPOINT_RESTORE, so the trial
+// ends over its 16 MiB cap with the space counted; a broker whose
+// container gives no CAP_CHECKPOINT_RESTORE says at start and in its
+// status that it cannot measure such files, and ends the trial as hiding
+// its files.
 func TestMappedDeletedFileOverTheCapEndsTheTrial(t *testing.T) {
 	for _, c := range []struct {
-		name   string
-		egress bool
-		want   []string
-		log    string
+		name string
+		wrap []string
+		want []string
+		log  string
 	}{
-		{"counted", true, []string{"over its disk limit: ", " of 16 MiB (", " deleted files its processes kept open)"}, "disk check: a deleted file only a mapping keeps counts its blocks"},
-		{"no capability to read map_files", false, []string{"over its disk limit: its processes keep their open files from the measure", `maps a deleted file "`, "/map_files/", "CAP_CHECKPOINT_RESTORE or CAP_SYS_ADMIN"}, "disk check: a deleted file only a mapping keeps ends its trial as hiding its files"},
+		{"counted", nil, []string{"over its disk limit: ", " of 16 MiB (", " deleted files its processes kept open)"}, "disk check: a deleted file only a mapping keeps counts its blocks"},
+		{"no capability to read map_files", []string{"setpriv", "--bounding-set=-checkpoint_restore", "--"},
+			[]string{"over its disk limit: its processes keep their open files from the measure", `maps a deleted file "`, "/map_files/", "give the container CHECKPOINT_RESTORE"},
+			"disk check: a deleted file only a mapping keeps cannot be measured, so a trial whose processes keep one (as bun, OpenCode's runtime, does) ends as hiding its files: operation not permitted (following map_files takes CAP_CHECKPOINT_RESTORE"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			r := mappedRig(t, 16, c.egress)
-			// The broker says at start which of the two it is.
+			r := mappedRig(t, 16, c.wrap...)
+			// The broker says at start which of the two it is, and the
+			// status says what it cannot measure for as long as it runs.
 			if !strings.Contains(r.LogText(), c.log) {
 				t.Errorf("the broker's log does not say %q", c.log)
+			}
+			status, _, _ := r.Thermite("status")
+			eff := brokerCapEff(t, r)
+			if c.wrap == nil {
+				// CAP_CHECKPOINT_RESTORE beside the six, and no CAP_SYS_ADMIN.
+				if want := caps.Mask(caps.BrokerFor(false, true)); eff != want {
+					t.Errorf("the broker's CapEff %016x, want %016x (its six and CAP_CHECKPOINT_RESTORE)", eff, want)
+				}
+				if strings.Contains(status, "cannot be measured") {
+					t.Errorf("thermite status says a mapped file cannot be measured by a broker that can:\n%s", status)
+				}
+			} else {
+				if want := caps.Mask(caps.Broker); eff != want {
+					t.Errorf("the broker's CapEff %016x, want %016x (its six alone)", eff, want)
+				}
+				if !regexp.MustCompile(`(?m)^note\s+` + regexp.QuoteMeta(c.log)).MatchString(status) {
+					t.Errorf("thermite status does not note %q:\n%s", c.log, status)
+				}
 			}
 			info, a := startTrial(t, r, 1, makeProject(t, r))
 			mapDeletedInLane(t, r, info.ID, a, 6, 4)
@@ -92,7 +135,7 @@ func TestMappedDeletedFileOverTheCapEndsTheTrial(t *testing.T) {
 					t.Fatalf("end reason %q, want it to say %q", s.EndReason, w)
 				}
 			}
-			if c.egress {
+			if c.wrap == nil {
 				// One descriptor shows at most one 4 MiB file at a time:
 				// more than that is files counted by their mappings alone.
 				var mib, files int
@@ -111,10 +154,11 @@ func TestMappedDeletedFileOverTheCapEndsTheTrial(t *testing.T) {
 }
 
 // A lane whose process keeps a deleted file by a mapping alone (as bun,
-// OpenCode's runtime, does at start), well under its cap, goes on, and
-// its measure counts the file's blocks.
+// OpenCode's runtime, does at start), well under its cap, on a rig with
+// no agent egress: its measure counts the file's blocks, and the trial
+// goes on.
 func TestLaneMappedDeletedFileUnderTheCapCounted(t *testing.T) {
-	r := mappedRig(t, 64, true)
+	r := mappedRig(t, 64)
 	info, a := startTrial(t, r, 1, makeProject(t, r))
 	mapDeletedInLane(t, r, info.ID, a, 1, 8)
 	var got int64

@@ -312,14 +312,14 @@ func callTool(t *testing.T, s *mcp.ClientSession, name string, args map[string]a
 
 // TestMCPToolsReachOnlyTheTrial speaks MCP, with the SDK's own client, to
 // thermite-trial run as agent-1 (its token file, as thermite gives it)
-// and as lane-1 (the token itself, as a lane harness is given it): the
+// and as lane-1 (a lane harness run's token, while the run lasts): the
 // tools are listed with input schemas; a fetch of loopback and a path out
 // of the workspace are tool errors naming why; a note reads back; exec
 // runs as the lane. The lane cannot borrow the agent's token file.
 func TestMCPToolsReachOnlyTheTrial(t *testing.T) {
 	r := newRig(t)
 	p := makeProject(t, r)
-	info, a := startTrial(t, r, 1, p)
+	info, _ := startTrial(t, r, 1, p)
 	lane1 := r.Role("lane-1")
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -328,9 +328,10 @@ func TestMCPToolsReachOnlyTheTrial(t *testing.T) {
 	defer l.Close()
 	go http.Serve(l, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "secret") }))
 
+	// A lane's socket serves a lane harness run's token alone.
 	for _, who := range []struct{ role, env string }{
 		{"agent-1", "THERMITE_TOKEN_FILE=" + info.TokenFile},
-		{"lane-1", "THERMITE_TOKEN=" + a.token},
+		{"lane-1", "THERMITE_TOKEN=" + startLaneRun(t, r, info.ID).token},
 	} {
 		t.Run("as "+who.role, func(t *testing.T) {
 			s := mcpSession(t, r, who.role, "THERMITE_API_SOCKET="+r.Cfg.RoleAPISocket(who.role), who.env)
@@ -443,14 +444,17 @@ func TestAgentHarnessesWithTheirOwnLimits(t *testing.T) {
 		if n := len(srv.Args); n == 0 || srv.Args[n-1] != "mcp" {
 			t.Fatalf("claude's server %+v", srv)
 		}
-		// The configured command, asked for the trial instead of MCP, as the lane.
+		// The configured command, asked for the trial instead of MCP, as
+		// the lane while a lane harness run holds its token.
+		run := startLaneRun(t, r, info.ID)
 		argv := append([]string{"run-as", "lane-1", "--", srv.Command}, srv.Args[:len(srv.Args)-1]...)
 		if out, stderr, code := r.Thermite(append(argv, "trial")...); code != 0 || !strings.Contains(out, "trial      "+info.ID) {
 			t.Fatalf("the configured server's command as lane-1: exit %d %q %s", code, out, stderr)
 		}
+		run.stop()
 		for _, f := range []string{".codex/config.toml", ".config/opencode/opencode.json"} {
 			raw, err := os.ReadFile(filepath.Join(home, f))
-			if err != nil || !strings.Contains(string(raw), filepath.Join(home, "token")) || !strings.Contains(string(raw), r.Cfg.RoleAPISocket("lane-1")) {
+			if err != nil || !strings.Contains(string(raw), run.file) || !strings.Contains(string(raw), r.Cfg.RoleAPISocket("lane-1")) {
 				t.Errorf("%s: %v %s", f, err, raw)
 			}
 		}
@@ -481,8 +485,9 @@ func TestAgentHarnessesWithTheirOwnLimits(t *testing.T) {
 		if _, _, code := r.Thermite("trial", "agent", info.ID, "--harness", "lane", "--", "cat", info.TokenFile); code == 0 {
 			t.Error("the lane harness read the agent's token")
 		}
-		if _, _, code := r.Thermite("trial", "agent", info.ID, "--", "cat", filepath.Join(home, "token")); code == 0 {
-			t.Error("agent-1 read the lane harness's token")
+		run := startLaneRun(t, r, info.ID)
+		if _, stderr, code := r.Thermite("trial", "agent", info.ID, "--", "cat", run.file); code == 0 || !strings.Contains(stderr, "Permission denied") {
+			t.Errorf("agent-1 reads the running lane harness's token %s: exit %d %q, want EACCES", run.file, code, stderr)
 		}
 		_, stderr, code := r.Thermite("trial", "agent", info.ID, "--harness", "judge", "--", "true")
 		if code != 1 || !strings.Contains(stderr, `harness: "judge" is not one of pi, lane`) {

@@ -33,13 +33,25 @@ var Broker = []int{
 // agent start) take CAP_SYS_ADMIN; bringing its lo up, CAP_NET_ADMIN.
 var Egress = []int{unix.CAP_SYS_ADMIN, unix.CAP_NET_ADMIN}
 
-// BrokerFor is the broker's capabilities for a rig: its six, and Egress
-// where agents get egress.
-func BrokerFor(agentEgress bool) []int {
-	if !agentEgress {
-		return Broker
+// Measure is the capability the broker keeps beside its six wherever the
+// kernel (Linux 5.9 and later) and its container give it: the disk
+// measure raises it, on its measuring thread and for one stat, to read the
+// blocks of a deleted file a process keeps only by a mapping through
+// /proc/PID/map_files (the kernel's checkpoint_restore_ns_capable). It is
+// the narrow one of MapFiles; the broker uses it for nothing else.
+const Measure = unix.CAP_CHECKPOINT_RESTORE
+
+// BrokerFor is the broker's capabilities for a rig: its six, Measure where
+// it has it (mapFiles), and Egress where agents get egress.
+func BrokerFor(agentEgress, mapFiles bool) []int {
+	out := append([]int(nil), Broker...)
+	if mapFiles {
+		out = append(out, Measure)
 	}
-	return append(append([]int(nil), Broker...), Egress...)
+	if agentEgress {
+		out = append(out, Egress...)
+	}
+	return out
 }
 
 // Bounded says whether the bounding set holds every one of set.
@@ -254,9 +266,9 @@ func Names(m uint64) string {
 // another's /proc/PID/map_files links (the kernel's
 // checkpoint_restore_ns_capable, in the initial user namespace), which the
 // disk measure takes to read a deleted file's blocks that only a mapping
-// keeps: CAP_CHECKPOINT_RESTORE (Linux 5.9 and later) is the narrow one;
-// the broker keeps CAP_SYS_ADMIN where agents get egress.
-var MapFiles = []int{unix.CAP_CHECKPOINT_RESTORE, unix.CAP_SYS_ADMIN}
+// keeps, the narrow one first: Measure, which the broker keeps wherever it
+// is given, then CAP_SYS_ADMIN, which it keeps where agents get egress.
+var MapFiles = []int{Measure, unix.CAP_SYS_ADMIN}
 
 // PermittedOf is the first of set that this thread's permitted set holds
 // (one it may raise), or -1.

@@ -93,7 +93,7 @@ func anthropicTurn(path string, req anthropicRequest) Turn {
 			case m.Role == "assistant" && b.Type == "tool_use":
 				names[b.ID] = b.Name
 			case m.Role == "user" && b.Type == "tool_result":
-				t.Results = append(t.Results, Result{CallID: b.ToolUseID, Name: names[b.ToolUseID], Output: anthropicText(b.Content), IsError: b.IsError})
+				t.Results = append(t.Results, Result{CallID: b.ToolUseID, Name: names[b.ToolUseID], Output: anthropicText(b.Content), IsError: b.IsError, Reported: true})
 			}
 		}
 		if m.Role == "user" {

@@ -103,7 +103,7 @@ func TestAnthropicParsesResultsAndEndsTheTurn(t *testing.T) {
 	if msg.Type != "message" || msg.Role != "assistant" || msg.StopReason != "end_turn" || len(msg.Content) != 1 || msg.Content[0].Text != "all done" {
 		t.Errorf("answer %+v, want one text block \"all done\" that ends the turn", msg)
 	}
-	want := []Result{{CallID: "toolu_1", Name: "Bash", Output: "lane-1\n/work"}, {CallID: "toolu_3", Name: "ToolSearch", Output: "mcp__x__y"}, {CallID: "toolu_2", Name: "Read", Output: "EACCES: permission denied", IsError: true}}
+	want := []Result{{CallID: "toolu_1", Name: "Bash", Output: "lane-1\n/work", Reported: true}, {CallID: "toolu_3", Name: "ToolSearch", Output: "mcp__x__y", Reported: true}, {CallID: "toolu_2", Name: "Read", Output: "EACCES: permission denied", IsError: true, Reported: true}}
 	if got := p.Results(); !reflect.DeepEqual(got, want) {
 		t.Errorf("results %+v, want %+v", got, want)
 	}

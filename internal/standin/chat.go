@@ -77,8 +77,9 @@ func chatText(raw json.RawMessage) string {
 }
 
 // chatTurn is what a Chat Completions request shows of the conversation.
-// The API has no error flag on a tool's result: the program says so in
-// its text, which refusedResult and the like read.
+// The API has no error flag on a tool's result (Result.Reported is
+// false): OpenCode sends a failed tool's error as the result's text, and
+// says it failed only in its own record (`opencode run --format json`).
 func chatTurn(path string, req chatRequest) Turn {
 	t := Turn{API: OpenAIChat, Path: path, Model: req.Model, Stream: req.Stream}
 	for _, tool := range req.Tools {
@@ -94,7 +95,7 @@ func chatTurn(path string, req chatRequest) Turn {
 				names[c.ID] = c.Function.Name
 			}
 		case "tool":
-			t.Results = append(t.Results, Result{CallID: m.ToolCallID, Name: names[m.ToolCallID], Output: chatText(m.Content)})
+			t.Results = append(t.Results, Result{CallID: m.ToolCallID, Name: names[m.ToolCallID], Output: chatText(m.Content), Reported: false})
 		case "user":
 			if text := chatText(m.Content); text != "" {
 				t.Prompt = text

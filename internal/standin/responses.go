@@ -113,7 +113,9 @@ func (q *responsesRequest) turn(path string) Turn {
 		case "function_call_output", "custom_tool_call_output":
 			out := contentText(it.Output)
 			m := exitCode.FindStringSubmatch(out)
-			t.Results = append(t.Results, Result{CallID: it.CallID, Name: names[it.CallID], Output: out, IsError: m != nil && m[1] != "0"})
+			// Codex reports a command's status in its output's text; an
+			// MCP tool's error in nothing the provider sees.
+			t.Results = append(t.Results, Result{CallID: it.CallID, Name: names[it.CallID], Output: out, IsError: m != nil && m[1] != "0", Reported: m != nil})
 		}
 	}
 	return t

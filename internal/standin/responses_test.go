@@ -46,7 +46,7 @@ func TestResponsesTurnIsWhatCodexSent(t *testing.T) {
 	want := Turn{API: OpenAIResponses, Path: "/v1/responses", Model: "standin-model", Stream: true, Prompt: "do the thing",
 		Tools: []string{"exec_command", "mcp__thermite__research_note", "mcp__thermite__fs_read", "multi_agent_v1.spawn_agent", "apply_patch"},
 		Results: []Result{
-			{CallID: "c1", Name: "exec_command", Output: "Chunk ID: x\nProcess exited with code 1\nOutput:\n", IsError: true},
+			{CallID: "c1", Name: "exec_command", Output: "Chunk ID: x\nProcess exited with code 1\nOutput:\n", IsError: true, Reported: true},
 			{CallID: "c2", Name: "mcp__thermite__research_note", Output: `{"path":"notes/a.md"}`},
 		}}
 	if !reflect.DeepEqual(got, want) {

@@ -55,10 +55,19 @@ type Step struct {
 
 // Result is a tool's result as the program sent it back.
 type Result struct {
-	CallID  string
-	Name    string
-	Output  string
-	IsError bool
+	CallID string
+	Name   string
+	Output string
+	// IsError is whether the program reported the result as an error, and
+	// Reported whether its request carried such a report at all: the
+	// Messages API's is_error (on every result), Codex's exit status line
+	// for its shell tools on the Responses API ("Process exited with code
+	// N"). The Chat Completions API has no place for one, and Codex sends
+	// none for an MCP tool: Reported is false there (IsError too), and
+	// only the program's own record (its JSON events) says what it took
+	// for an error.
+	IsError  bool
+	Reported bool
 }
 
 // Turn is what one request showed of the conversation so far.

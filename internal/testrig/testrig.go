@@ -145,6 +145,10 @@ type Options struct {
 	// Parallel): it measures time, load or the machine's shared pools, or
 	// changes what every rig on the machine sees.
 	Alone bool
+	// Wrap is a command that runs `thermite serve` (its argv, thermite's
+	// after it), as a container that gives less would: `setpriv
+	// --bounding-set=-checkpoint_restore --`.
+	Wrap []string
 }
 
 // Rig is one throwaway rig.
@@ -365,7 +369,8 @@ func (r *Rig) Launch() error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(r.Bin, append([]string{"--config", r.Config, "serve"}, r.opts.ServeArgs...)...)
+	argv := append(append(append([]string{}, r.opts.Wrap...), r.Bin, "--config", r.Config, "serve"), r.opts.ServeArgs...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout = logf
 	cmd.Stderr = logf
 	cmd.Env = append(os.Environ(), r.opts.Env...)
