@@ -30,13 +30,15 @@ func TestLaneOverItsConnectionCapTold503(t *testing.T) {
 	p := makeProject(t, r)
 	t1, _ := startTrial(t, r, 1, p)
 	t2, _ := startTrial(t, r, 2, p)
-	over := startAs(t, r, "lane-1", "over-cap", "ATTACK_SOCKET="+r.Cfg.RoleAPISocket("lane-1"), "ATTACK_TOKEN="+tokenOf(t, t1), "ATTACK_N=4")
+	// A lane's socket serves only a lane harness run's token.
+	run1, run2 := startLaneRun(t, r, t1.ID), startLaneRun(t, r, t2.ID)
+	over := startAs(t, r, "lane-1", "over-cap", "ATTACK_SOCKET="+r.Cfg.RoleAPISocket("lane-1"), "ATTACK_TOKEN="+run1.token, "ATTACK_N=4")
 	line := over.expect("over-cap ", time.Minute)
 	t.Logf("lane-1: %s", line)
 	if field(t, line, "held") != 4 || field(t, line, "status") != 503 || !strings.Contains(line, "api.max_conns_per_peer of 4") {
 		t.Fatalf("lane-1's connection over its cap of 4: %s, want a 503 naming api.max_conns_per_peer of 4", line)
 	}
-	lane2 := startAs(t, r, "lane-2", "calls", "ATTACK_SOCKET="+r.Cfg.RoleAPISocket("lane-2"), "ATTACK_TOKEN="+tokenOf(t, t2), "ATTACK_N=10", "ATTACK_FRESH=1")
+	lane2 := startAs(t, r, "lane-2", "calls", "ATTACK_SOCKET="+r.Cfg.RoleAPISocket("lane-2"), "ATTACK_TOKEN="+run2.token, "ATTACK_N=10", "ATTACK_FRESH=1")
 	if l := lane2.expect("calls ", time.Minute); field(t, l, "ok") != 10 {
 		t.Errorf("lane-2's calls while lane-1 is at its cap: %s, want all 10 answered", l)
 	}
