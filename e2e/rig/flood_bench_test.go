@@ -100,7 +100,9 @@ func startFloods(tb testing.TB, r *testrig.Rig, trials []controller.TrialInfo, l
 		}
 		start("agent-"+lane, agent...)
 		if paths.laneSockets {
-			start("lane-"+lane, token, "ATTACK_SOCKET="+r.Cfg.RoleAPISocket("lane-"+lane))
+			// A lane's socket serves a lane harness run's token alone.
+			run := startLaneRun(tb, r, t.ID)
+			start("lane-"+lane, "ATTACK_TOKEN="+run.token, "ATTACK_SOCKET="+r.Cfg.RoleAPISocket("lane-"+lane))
 		}
 	}
 	for _, f := range s.procs {
