@@ -272,6 +272,9 @@ func Parallel(t testing.TB) {
 	}
 }
 
+// startWithin is how long Start waits for a rig to be ready.
+const startWithin = time.Minute
+
 // reserveDir holds one marker per uid range a running test holds.
 const reserveDir = "/run/thermite-testrig"
 
@@ -333,7 +336,9 @@ func (r *Rig) Start() error {
 	if err := r.Launch(); err != nil {
 		return err
 	}
-	deadline := time.Now().Add(20 * time.Second)
+	// A liveness bound, not a speed one: rigs of parallel tests start
+	// side by side on a loaded machine.
+	deadline := time.Now().Add(startWithin)
 	for time.Now().Before(deadline) {
 		select {
 		case <-r.exited:
@@ -359,7 +364,7 @@ func (r *Rig) Start() error {
 		}
 		time.Sleep(30 * time.Millisecond)
 	}
-	return fmt.Errorf("broker did not come up in 20s\n%s", r.LogText())
+	return fmt.Errorf("broker did not come up in %s\n%s", startWithin, r.LogText())
 }
 
 // Launch starts `thermite serve` and returns at once.
