@@ -88,7 +88,7 @@ type Weakening struct {
 	// AmbientCaps are raised into the command's ambient set (they must be
 	// in the caller's permitted and inheritable sets).
 	AmbientCaps []int
-	// SlowStart spends about 300 ms of CPU time and 300 ms asleep before
+	// SlowStart spends about 150 ms of CPU time and 450 ms asleep before
 	// the stamp: a start a clock counting the child would see.
 	SlowStart bool
 	// Unguarded starts as before the start-window fix: holding

@@ -17,7 +17,7 @@ const (
 	// AdvisoryCPUs holds judge CPUs by request only, as before issue 12:
 	// no cpuset is narrowed or widened for a timed run.
 	AdvisoryCPUs = "advisory-cpus"
-	// SlowStart makes a timed run's start spend 300 ms of CPU and 300 ms
+	// SlowStart makes a timed run's start spend 150 ms of CPU and 450 ms
 	// asleep before its exec, so a test sees whether the judge's clock
 	// counts the start.
 	SlowStart = "slow-start"
