@@ -49,10 +49,12 @@ func follow(t *testing.T, r *testrig.Rig, id string) *follower {
 	return f
 }
 
-// wait waits for a line holding want, or fails saying what it saw.
+// wait waits for a line holding want, or fails saying what it saw after
+// a minute (a liveness bound: an agent program starts slowly on a busy
+// machine).
 func (f *follower) wait(t *testing.T, want string) {
 	t.Helper()
-	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		f.mu.Lock()
 		text := strings.Join(f.lines, "\n")
 		f.mu.Unlock()

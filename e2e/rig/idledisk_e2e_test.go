@@ -28,10 +28,11 @@ func trialDisk(t *testing.T, r *testrig.Rig, id string) controller.TrialStatus {
 	return controller.TrialStatus{}
 }
 
-// waitTrial polls until f holds for the trial, or fails naming what.
+// waitTrial polls until f holds for the trial, or fails naming what
+// after 90 s (a liveness bound: parallel tests share the machine).
 func waitTrial(t *testing.T, r *testrig.Rig, id, what string, f func(controller.TrialStatus) bool) controller.TrialStatus {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(90 * time.Second)
 	for {
 		s := trialDisk(t, r, id)
 		if f(s) {
