@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -252,17 +251,21 @@ time.sleep(600)
 }
 
 // A lane makes a FIFO and a listening unix socket in its research area,
-// then its trial ends: the publish walk holds each by O_PATH and never
-// opens it, so the end is not held. Published, neither is any use: no role
-// may open the FIFO to write (Landlock grants no write outside a role's own
-// places), so a reader waits on it alone.
+// then its trial ends: the publish walk never opens either (the end is not
+// held) and removes both, naming them in the trial's end event, since a
+// published FIFO every role may open would hold each reader that opens it
+// to read (a lane reading the run's research) until a writer comes, which
+// none ever does. Lane-2's blocking open of the FIFO's path returns at
+// once, finding nothing (ENOENT); the lane's plain file is published and
+// lane-2 reads it.
 func TestLaneFIFOInResearchAreaCannotStallAnotherRole(t *testing.T) {
 	requirePython(t)
 	r := newRig(t)
 	t1, _ := startTrial(t, r, 1, makeProject(t, r))
 	fifo := filepath.Join(t1.LaneArea, "pipe")
 	sock := filepath.Join(t1.LaneArea, "sock")
-	if _, stderr, code := r.Thermite("trial", "exec", t1.ID, "--", "sh", "-c", "mkfifo -m 0666 "+fifo+" && ls -l "+fifo); code != 0 {
+	note := filepath.Join(t1.LaneArea, "note")
+	if _, stderr, code := r.Thermite("trial", "exec", t1.ID, "--", "sh", "-c", "mkfifo -m 0666 "+fifo+" && echo kept > "+note); code != 0 {
 		t.Fatalf("lane-1 makes a FIFO in its research area: exit %d %s", code, stderr)
 	}
 	listener := `import socket, os, time, sys
@@ -280,23 +283,49 @@ s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); os.chmod(sys.argv[1], 0o
 	if d := time.Since(start); d > 10*time.Second {
 		t.Errorf("the trial's end took %v with a FIFO in its research area", d)
 	}
-	var st os.FileInfo
-	st, err := os.Lstat(fifo)
-	if err != nil || st.Mode()&os.ModeNamedPipe == 0 {
-		t.Fatalf("the published FIFO: %v %v", st, err)
+	for _, p := range []string{fifo, sock} {
+		if st, err := os.Lstat(p); !os.IsNotExist(err) {
+			t.Errorf("published with the research area: %s (%v, %v), want it removed", p, st, err)
+		}
 	}
-	t.Logf("published FIFO: %v uid %d", st.Mode(), st.Sys().(*syscall.Stat_t).Uid)
-	got := pyAs(t, r, "lane-2", `
-try_("write the FIFO", lambda: os.close(os.open(sys.argv[1], os.O_WRONLY | os.O_NONBLOCK)))
-s = socket.socket(socket.AF_UNIX)
-try_("connect the socket", lambda: s.connect(sys.argv[2]))
-`, fifo, sock)
-	if got["write the FIFO"] != "EACCES" {
-		t.Errorf("lane-2 opens the published FIFO to write: %s, want EACCES", got["write the FIFO"])
+	// Lane-2 opens the FIFO's path as a reader does, blocking: it must
+	// return, whatever it finds, or it is held.
+	type answer struct {
+		got map[string]string
+		err string
 	}
-	// Its listener was stopped with the trial: nothing answers.
-	if got["connect the socket"] != "ECONNREFUSED" {
-		t.Errorf("lane-2 connects to the published socket: %s, want ECONNREFUSED", got["connect the socket"])
+	answered := make(chan answer, 1)
+	go func() {
+		var a answer
+		a.got, a.err = pyRun(r, "lane-2", `
+try_("read-open the FIFO", lambda: os.close(os.open(sys.argv[1], os.O_RDONLY)))
+try_("read the note", lambda: open(sys.argv[2]).read())
+`, fifo, note)
+		answered <- a
+	}()
+	select {
+	case a := <-answered:
+		if a.err != "" {
+			t.Fatal(a.err)
+		}
+		if a.got["read-open the FIFO"] != "ENOENT" || a.got["read the note"] != "ok" {
+			t.Errorf("lane-2 after the publish: %v, want the FIFO ENOENT and the note ok", a.got)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("lane-2's read-open of the FIFO's published path did not return in 60 s: it is held")
+	}
+	out, stderr, code := r.Thermite("ledger", "export")
+	if code != 0 {
+		t.Fatalf("ledger export: exit %d %s", code, stderr)
+	}
+	found := false
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, `"trial.end"`) && strings.Contains(l, t1.ID) {
+			found = strings.Contains(l, `"research_removed"`) && strings.Contains(l, fifo) && strings.Contains(l, sock)
+		}
+	}
+	if !found {
+		t.Errorf("the trial's end event does not name the FIFO and the socket it removed:\n%s", out)
 	}
 }
 

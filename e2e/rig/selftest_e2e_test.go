@@ -220,6 +220,18 @@ func TestSelftestCatchesBreakage(t *testing.T) {
 			roles: "lane-1",
 		},
 		{
+			// A lane's folders as they were before issue 27: its trial's
+			// folder the controller's 0711, so that a folder the lane
+			// opens inside is open to every role, and its research area's
+			// top the lane's own, which it chmods open.
+			name: "a lane's folders open to every role",
+			opts: testrig.Options{Tags: "thermite_weaken", Env: []string{"THERMITE_WEAKEN=" + weaken.LaneFoldersOpen}, Extra: `startup_selftest = "warn"`},
+			want: []string{"list a folder another lane opened to every role",
+				"open its research area to every role",
+				"every trial's folder is the controller's, passable by its lane and that lane's agent alone, or retired"},
+			roles: "lane-1",
+		},
+		{
 			// Judge CPUs held by request alone, as before issue 12: a lane
 			// moves onto a held CPU, a candidate widens its affinity.
 			name:  "judge CPUs held by request only",
