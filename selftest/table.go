@@ -348,6 +348,22 @@ var Policy = []Row{
 	{Who: Only(roles.Lane, roles.Agent, roles.Builder, roles.Timing), Attempt: "watch with fanotify (FAN_REPORT_FID, open to an unprivileged user)", Make: one(OpFanotify, ""), Want: notPerm},
 	{Who: Only(roles.Lane, roles.Agent, roles.Builder, roles.Timing), Attempt: "watch a folder every role reads with dnotify (fcntl F_NOTIFY)", Make: one(OpDnotify, "/usr/bin"), Want: notPerm},
 	{Who: Only(roles.Controller), Attempt: "watch a folder with inotify (a role that runs no lane's code)", Make: one(OpInotify, "/usr/bin"), Want: succeeds},
+	// Issue 27, keyrings: a key in a keyring a role's later commands, or
+	// another role, could find (its session's, its user's, its persistent
+	// one, a session keyring joined by name, which finds another user's
+	// keyring whose permissions allow it) is refused by the filter.
+	{Who: Every, Attempt: "add a key to its session, user or process keyring", Make: func(*Context, roles.Role) []Attempt {
+		return []Attempt{{Op: OpAddKey, Arg: "session"}, {Op: OpAddKey, Arg: "user"}, {Op: OpAddKey, Arg: "process"}}
+	}, Want: notPerm},
+	{Who: Every, Attempt: "reach its user's persistent keyring, or join a session keyring by name, as another role's may be found", Make: func(*Context, roles.Role) []Attempt {
+		return []Attempt{{Op: OpKeyctl, Arg: "get-persistent"}, {Op: OpKeyctl, Arg: "join-session"}}
+	}, Want: notPerm},
+	// Issue 27, POSIX message queues: their names are shared by every
+	// role, and Landlock refuses a queue only after mq_open made it, so
+	// the filter refuses every queue call: no name is ever left.
+	{Who: Every, Attempt: "make a POSIX message queue, whose name every role's mq_open would see", Make: func(_ *Context, r roles.Role) []Attempt {
+		return []Attempt{{Op: OpPOSIXMQ, Arg: "/thermite-selftest-" + r.User}}
+	}, Want: notPerm},
 	// A role's HOME and TMPDIR are root's, for its group: it cannot open
 	// them to other roles.
 	{Who: Every, Attempt: "open its own HOME to every role (chmod 0755)", Make: at(OpOpenUp, func(c *Context, r roles.Role) string { return filepath.Join(c.Cfg.ScratchDir(), "home", r.Name) }), Want: notPerm},
@@ -605,6 +621,7 @@ var DaemonRows = []Row{
 	{Attempt: "mount a file system", Make: at(OpMount, func(c *Context, r roles.Role) string { return tmpOf(c, r.Name) }), Want: notPerm},
 	{Attempt: "set up io_uring", Make: one(OpIOUring, ""), Want: notPerm},
 	{Attempt: "add a key to a kernel keyring", Make: one(OpAddKey, ""), Want: notPerm},
+	{Attempt: "make a POSIX message queue, whose name every role's mq_open would see", Make: one(OpPOSIXMQ, "/thermite-selftest-controller-daemon"), Want: notPerm},
 	{Attempt: "open a netlink socket of a family other than NETLINK_ROUTE, such as uevents", Make: func(*Context, roles.Role) []Attempt {
 		return []Attempt{{Op: OpNetlink, Arg: strconv.Itoa(unix.NETLINK_KOBJECT_UEVENT)}}
 	}, Want: notPerm},

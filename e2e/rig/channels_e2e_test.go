@@ -9,6 +9,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 
 	"thermite/internal/testrig"
 	"thermite/selftest"
@@ -148,29 +151,71 @@ func pyList(xs []string) string {
 	return "[" + strings.Join(q, ", ") + "]"
 }
 
-// POSIX named semaphores and shared memory live in /dev/shm, POSIX message
-// queues in the kernel's mqueue file system: a lane makes neither, so no
-// other role can open one. Its own TMPDIR still takes a file.
+// POSIX named semaphores and shared memory live in /dev/shm, closed to
+// every role (EACCES). POSIX message queues live in the kernel's mqueue
+// file system, one per IPC namespace, shared by every role: there Landlock
+// refused only the open, after mq_open(O_CREAT) had made the queue, so the
+// name stayed, and another role's mq_open told it from a name never made
+// (EACCES against ENOENT). The filter now refuses every queue call
+// (EPERM), and no name is left: root, which Landlock does not hold, finds
+// none of them (ENOENT). A role's own TMPDIR still takes a file.
 func TestLaneNamedSemaphoreAndQueueRefused(t *testing.T) {
 	requirePython(t)
 	r := newRig(t)
-	got := pyAs(t, r, "lane-1", `
-import ctypes
+	script := `
+import ctypes, platform
 rt = ctypes.CDLL("librt.so.1", use_errno=True)
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+MQ_OPEN, MQ_UNLINK = {"x86_64": (240, 241), "aarch64": (180, 181)}[platform.machine()]
+name = sys.argv[1].encode()
 def mq():
-    if rt.mq_open(b"/thermite-channel", os.O_CREAT | os.O_RDWR, 0o666, None) < 0:
+    if rt.mq_open(name, os.O_CREAT | os.O_RDWR, 0o666, None) < 0:
         raise OSError(ctypes.get_errno(), "mq_open")
-    rt.mq_unlink(b"/thermite-channel")
+# The system calls themselves (glibc's mq_unlink turns EPERM into EACCES),
+# named as the kernel takes them, without the leading slash.
+def raw(*args):
+    def f():
+        if libc.syscall(*args) < 0:
+            raise OSError(ctypes.get_errno(), "mq")
+    return f
 try_("mq_open", mq)
+try_("mq_open system call", raw(MQ_OPEN, name[1:], os.O_CREAT | os.O_RDWR, 0o666, None))
+try_("mq_unlink system call", raw(MQ_UNLINK, b"thermite-no-such-queue"))
 try_("sem in /dev/shm", lambda: os.close(os.open("/dev/shm/sem.thermite-channel", os.O_CREAT | os.O_RDWR, 0o666)))
 try_("shm in /dev/shm", lambda: os.close(os.open("/dev/shm/thermite-channel", os.O_CREAT | os.O_RDWR, 0o666)))
 try_("file in TMPDIR", lambda: os.close(os.open(os.environ["TMPDIR"] + "/sem.own", os.O_CREAT | os.O_RDWR, 0o600)))
-`)
-	for what, want := range map[string]string{"mq_open": "EACCES", "sem in /dev/shm": "EACCES", "shm in /dev/shm": "EACCES", "file in TMPDIR": "ok"} {
-		if got[what] != want {
-			t.Errorf("lane-1: %s: %s, want %s", what, got[what], want)
+`
+	for _, role := range []string{"lane-1", "lane-2", "agent-1", "run", "builder"} {
+		name := "/thermite-channel-" + role + "-" + ipcKey()
+		got := pyAs(t, r, role, script, name)
+		for what, want := range map[string]string{"mq_open": "EPERM", "mq_open system call": "EPERM", "mq_unlink system call": "EPERM", "sem in /dev/shm": "EACCES", "shm in /dev/shm": "EACCES", "file in TMPDIR": "ok"} {
+			if got[what] != want {
+				t.Errorf("%s: %s: %s, want %s", role, what, got[what], want)
+			}
+		}
+		if left := rootOpensQueue(name); left != "ENOENT" {
+			t.Errorf("%s's mq_open left the queue %s for another role to see: root's mq_open: %s, want ENOENT", role, name, left)
 		}
 	}
+}
+
+// rootOpensQueue opens the POSIX message queue name ("/NAME") as the test
+// (root, with no rule set), removing it if it is there, and says what it
+// got. The system call takes the name without its slash, as glibc passes
+// it.
+func rootOpensQueue(name string) string {
+	p, err := unix.BytePtrFromString(strings.TrimPrefix(name, "/"))
+	if err != nil {
+		return err.Error()
+	}
+	fd, _, errno := unix.Syscall(unix.SYS_MQ_OPEN, uintptr(unsafe.Pointer(p)), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if errno != 0 {
+		return unix.ErrnoName(errno)
+	}
+	unix.Close(int(fd))
+	unix.Syscall(unix.SYS_MQ_UNLINK, uintptr(unsafe.Pointer(p)), 0, 0)
+	return "ok"
 }
 
 // A lane leaves a process holding every lock it can take on what other

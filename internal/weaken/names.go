@@ -20,6 +20,10 @@ const (
 	// that a lane that opens its workspace or its area opens it to every
 	// role.
 	LaneFoldersOpen = "lane-folders-open"
+	// POSIXQueues lets role commands call mq_open again, as before issue
+	// 27: Landlock refuses the open with EACCES after the queue is made,
+	// so a queue's name stays where every role's mq_open sees it.
+	POSIXQueues = "posix-queues"
 	// AdvisoryCPUs holds judge CPUs by request only, as before issue 12:
 	// no cpuset is narrowed or widened for a timed run.
 	AdvisoryCPUs = "advisory-cpus"
