@@ -14,7 +14,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"thermite/internal/testrig"
-	"thermite/selftest"
 )
 
 // Issue 27: the kernel's channels between roles. Each test is one attack,
@@ -74,17 +73,24 @@ func pyOutcomes(out string) map[string]string {
 }
 
 // A lane reads what it can of the timing user's process, and of another
-// lane's, while each runs. Every file the kernel guards with a ptrace check
-// (what it reads and writes, its environment, the call it sits in, its
-// kernel stack, its descriptors and mappings) is refused: their uids are
-// not the lane's, and Landlock keeps ptrace within the lane's own domain.
-// The same files of the lane's own process are read. Where /proc hides
-// other users' processes (hidepid=invisible, the rig check's row), every
-// file of theirs, stat, status, schedstat and cmdline too, is not there at
-// all (ENOENT); without it those four are read, which the rig check names.
+// lane's, while each runs. /proc, as every role sees it, is the broker's
+// own mount with hidepid=invisible (broker.HideProcesses): every file of
+// another user's process, stat, status, schedstat, cmdline and io as much
+// as its descriptors and memory, is not there at all (ENOENT), and
+// listing /proc shows none of their pids. The same files of the lane's
+// own process are read. What remains is named, and asserted so the docs
+// stay true: a pid is not a file, so kill(pid, 0) (EPERM where the pid
+// lives, ESRCH once it is gone) and pidfd_open (a descriptor for any live
+// pid, readable when it ends) tell a lane that some process lives under a
+// number and when it ends, though not whose it is; seccomp sees only the
+// number, never the target's user, so it cannot refuse these for other
+// roles' pids alone.
 func TestLaneReadingTheTimingUsersAndAnotherLanesProcFilesRefused(t *testing.T) {
 	requirePython(t)
 	r := newRig(t)
+	if v := r.Status().ProcView; strings.HasPrefix(v, "none") || v == "" {
+		t.Fatalf("the rig runs without hidepid for its roles (%q): newRig accepts no such loss", v)
+	}
 	others := []string{"run", "lane-2"}
 	done := make(chan string, len(others))
 	target := map[string]int{}
@@ -99,38 +105,44 @@ func TestLaneReadingTheTimingUsersAndAnotherLanesProcFilesRefused(t *testing.T) 
 		}
 		target[role] = pids[0]
 	}
-	guarded := []string{"io", "environ", "syscall", "stack", "fd", "maps", "mem", "pagemap", "fdinfo", "map_files"}
-	unguarded := []string{"stat", "status", "schedstat", "cmdline"}
-	hidden := selftest.ProcHidesOthers("/proc")
+	files := []string{"stat", "status", "schedstat", "cmdline", "io", "environ", "syscall", "stack", "fd", "maps", "mem", "pagemap", "fdinfo", "map_files"}
 	script := `
+import select
+listed = set(os.listdir("/proc"))
 for who in sys.argv[1:]:
     name, pid = who.split("=")
-    for f in ` + pyList(append(guarded, unguarded...)) + `:
+    for f in ` + pyList(files) + `:
         p = "/proc/%s/%s" % (pid, f)
         try_(f + " of " + name, lambda: os.listdir(p) if os.path.isdir(p) else open(p, "rb").read(1))
+    if pid == "self":
+        continue
+    print("listed " + name, "yes" if pid in listed else "no", flush=True)
+    try_("kill 0 of " + name, lambda: os.kill(int(pid), 0))
+    def pidfd():
+        fd = os.pidfd_open(int(pid))
+        r, _, _ = select.select([fd], [], [], 0)
+        os.close(fd)
+        if r:
+            raise OSError(errno.ESRCH, "ended")
+    try_("pidfd_open of " + name, pidfd)
 `
-	got := pyAs(t, r, "lane-1", script, "run="+strconv.Itoa(target["run"]), "lane-2="+strconv.Itoa(target["lane-2"]), "self=self")
-	want := "EACCES"
-	if hidden {
-		want = "ENOENT"
-	}
+	args := []string{"run=" + strconv.Itoa(target["run"]), "lane-2=" + strconv.Itoa(target["lane-2"]), "self=self"}
+	got := pyAs(t, r, "lane-1", script, args...)
 	for _, role := range others {
-		for _, f := range unguarded {
-			g := got[f+" of "+role]
-			switch {
-			case hidden && g != "ENOENT":
-				t.Errorf("lane-1 reads /proc/%d/%s of %s where /proc hides it: %s, want ENOENT", target[role], f, role, g)
-			case !hidden:
-				t.Logf("without hidepid lane-1 reads /proc/%d/%s of %s: %s", target[role], f, role, g)
+		for _, f := range files {
+			if g := got[f+" of "+role]; g != "ENOENT" {
+				t.Errorf("lane-1 reads /proc/%d/%s of %s: %s, want ENOENT", target[role], f, role, g)
 			}
 		}
-		for _, f := range guarded {
-			if g := got[f+" of "+role]; g != want {
-				t.Errorf("lane-1 reads /proc/%d/%s of %s: %s, want %s", target[role], f, role, g, want)
-			}
+		if got["listed "+role] != "no" {
+			t.Errorf("lane-1 lists %s's pid %d in /proc", role, target[role])
+		}
+		// The named remainder, while it runs.
+		if got["kill 0 of "+role] != "EPERM" || got["pidfd_open of "+role] != "ok" {
+			t.Errorf("lane-1's kill(pid, 0) and pidfd_open on %s's live pid: %s, %s; the docs name EPERM and a descriptor", role, got["kill 0 of "+role], got["pidfd_open of "+role])
 		}
 	}
-	for _, f := range guarded {
+	for _, f := range files {
 		// Its own mem and pagemap have nothing at offset 0, and its own
 		// kernel stack takes CAP_SYS_ADMIN: the rest it reads.
 		if g := got[f+" of self"]; g != "ok" && f != "mem" && f != "pagemap" && f != "stack" {
@@ -140,6 +152,13 @@ for who in sys.argv[1:]:
 	for _, role := range others {
 		r.Thermite("stop", role)
 		<-done
+	}
+	// And once they are gone: ESRCH, which is all the number said.
+	got = pyAs(t, r, "lane-1", script, args[:2]...)
+	for _, role := range others {
+		if got["kill 0 of "+role] != "ESRCH" {
+			t.Errorf("lane-1's kill(pid, 0) on %s's ended pid: %s, want ESRCH", role, got["kill 0 of "+role])
+		}
 	}
 }
 

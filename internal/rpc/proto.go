@@ -284,21 +284,24 @@ const (
 
 // Status is the broker's view of the rig.
 type Status struct {
-	Phase          string          `json:"phase"`
-	PhaseWhy       string          `json:"phase_why,omitempty"`
-	BrokerPID      int             `json:"broker_pid"`
-	StartedAt      string          `json:"started_at"`
-	ControllerPID  int             `json:"controller_pid"`
-	ControllerUp   bool            `json:"controller_answers"`
-	ControllerRuns int             `json:"controller_starts"`
-	StateDir       string          `json:"state_dir"`
-	Socket         string          `json:"socket"`
-	LandlockABI    int             `json:"landlock_abi"`
-	Cgroup         string          `json:"cgroup"`
-	Roles          []RoleStatus    `json:"roles"`
-	Selftest       *SelftestResult `json:"selftest,omitempty"`
-	GPU            *GPUStatus      `json:"gpu,omitempty"`
-	Notes          []string        `json:"notes,omitempty"`
+	Phase          string `json:"phase"`
+	PhaseWhy       string `json:"phase_why,omitempty"`
+	BrokerPID      int    `json:"broker_pid"`
+	StartedAt      string `json:"started_at"`
+	ControllerPID  int    `json:"controller_pid"`
+	ControllerUp   bool   `json:"controller_answers"`
+	ControllerRuns int    `json:"controller_starts"`
+	StateDir       string `json:"state_dir"`
+	Socket         string `json:"socket"`
+	LandlockABI    int    `json:"landlock_abi"`
+	Cgroup         string `json:"cgroup"`
+	// ProcView is /proc as every role sees it: the hidepid option in
+	// force, or "none: why" (the kernel policy's proc-hidepid).
+	ProcView string          `json:"proc_view,omitempty"`
+	Roles    []RoleStatus    `json:"roles"`
+	Selftest *SelftestResult `json:"selftest,omitempty"`
+	GPU      *GPUStatus      `json:"gpu,omitempty"`
+	Notes    []string        `json:"notes,omitempty"`
 	// Without names the protections this host lacks that the operator
 	// accepted (host.accept_lost), each with why it is missing.
 	Without []string `json:"without,omitempty"`

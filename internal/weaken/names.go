@@ -24,6 +24,10 @@ const (
 	// 27: Landlock refuses the open with EACCES after the queue is made,
 	// so a queue's name stays where every role's mq_open sees it.
 	POSIXQueues = "posix-queues"
+	// ProcVisible starts the broker without a /proc of its own: roles see
+	// /proc as the host mounts it, as before issue 27 (the kernel policy
+	// then refuses the start unless proc-hidepid is accepted).
+	ProcVisible = "proc-visible"
 	// AdvisoryCPUs holds judge CPUs by request only, as before issue 12:
 	// no cpuset is narrowed or widened for a timed run.
 	AdvisoryCPUs = "advisory-cpus"
