@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 	"unsafe"
@@ -393,8 +394,10 @@ try_("read the note", lambda: open(sys.argv[2]).read())
 	}
 }
 
-// heldMemfds lists the memfds named name among a process's descriptors.
-func heldMemfds(t *testing.T, pid int, name string) []string {
+// heldFrom lists what a process's descriptors hold of what a role passed
+// it: a memfd named name, any pidfd, and any file whose owner is uid (a
+// memfd is its maker's, as is every file a role makes).
+func heldFrom(t *testing.T, pid int, name string, uid int) []string {
 	t.Helper()
 	dir := "/proc/" + strconv.Itoa(pid) + "/fd"
 	ents, err := os.ReadDir(dir)
@@ -405,26 +408,48 @@ func heldMemfds(t *testing.T, pid int, name string) []string {
 	}
 	var held []string
 	for _, e := range ents {
-		if l, err := os.Readlink(filepath.Join(dir, e.Name())); err == nil && strings.Contains(l, "memfd:"+name) {
-			held = append(held, e.Name()+" -> "+l)
+		p := filepath.Join(dir, e.Name())
+		l, err := os.Readlink(p)
+		if err != nil {
+			continue // closed since the listing
+		}
+		var st syscall.Stat_t
+		owned := syscall.Stat(p, &st) == nil && int(st.Uid) == uid
+		if strings.Contains(l, "memfd:"+name) || strings.Contains(l, "[pidfd]") || owned {
+			held = append(held, fmt.Sprintf("%s -> %s (uid %d)", e.Name(), l, st.Uid))
 		}
 	}
 	return held
 }
 
-// An agent hands a memfd (and a pidfd of itself) over the socket of
-// another role's it reaches by design, its harness API socket, with a
-// request in the same message, and keeps its end open: the controller
-// reads its connections with read(2), which takes no descriptors, so the
-// kernel drops them and the controller holds none (every API listener is
-// the same server: a lane's own socket is read the same way). Passed over
-// a socketpair of its own, the same memfd arrives and reads back.
+// A role hands a memfd (and a pidfd of itself) over the socket of another
+// role's it reaches by design, its harness API socket, with a request in
+// the same message, and keeps its end open: the controller reads its
+// connections with read(2), which takes no descriptors, so the kernel
+// drops them and the controller holds none: no memfd, no pidfd, no file
+// of the role's at all. The agent tries it on its socket, the lane on its
+// own (each lane and agent has one). Passed over a socketpair of its own,
+// the same memfd arrives and reads back, and the role's own process shows
+// it (so the controller's listing would show one too).
 func TestAgentPassingAMemfdOverItsAPISocketKeepsNothingInTheController(t *testing.T) {
 	requirePython(t)
 	r := newRig(t)
 	info, _ := startTrial(t, r, 1, makeProject(t, r))
+	tok, err := os.ReadFile(info.TokenFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, role := range []string{"agent-1", "lane-1"} {
+		passMemfd(t, r, role, strings.TrimSpace(string(tok)))
+	}
+}
+
+// passMemfd runs one role's attempt of
+// TestAgentPassingAMemfdOverItsAPISocketKeepsNothingInTheController.
+func passMemfd(t *testing.T, r *testrig.Rig, role, token string) {
+	t.Helper()
 	name := "thermite-channel-" + ipcKey()
-	sent := filepath.Join(r.Cfg.ScratchDir(), "home", "agent-1", "sent")
+	sent := filepath.Join(r.Cfg.ScratchDir(), "home", role, "sent")
 	type answer struct {
 		got map[string]string
 		err string
@@ -432,10 +457,11 @@ func TestAgentPassingAMemfdOverItsAPISocketKeepsNothingInTheController(t *testin
 	answered := make(chan answer, 1)
 	go func() {
 		var a answer
-		a.got, a.err = pyRun(r, "agent-1", `
+		a.got, a.err = pyRun(r, role, `
 import array
 name = sys.argv[2]
-mfd = os.memfd_create(name); os.write(mfd, b"from agent-1")
+mfd = os.memfd_create(name); os.write(mfd, b"from " + os.environ.get("USER", "the role").encode())
+os.lseek(mfd, 0, 0); mine = os.read(mfd, 100)
 pfd = os.pidfd_open(os.getpid())
 fds = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [mfd, pfd]))]
 a, b = socket.socketpair()
@@ -443,39 +469,42 @@ a.sendmsg([b"x"], fds)
 msg, anc, _, _ = b.recvmsg(1, socket.CMSG_SPACE(8))
 got = array.array("i"); got.frombytes(anc[0][2])
 os.lseek(got[0], 0, 0)
-print("own socketpair", "ok" if os.read(got[0], 100) == b"from agent-1" else "lost", flush=True)
+print("own socketpair", "ok" if os.read(got[0], 100) == mine else "lost", flush=True)
 s = socket.socket(socket.AF_UNIX)
 def send():
     s.connect(sys.argv[1])
-    s.sendmsg([b"GET /v1/trial HTTP/1.1\r\nHost: api\r\nConnection: keep-alive\r\n\r\n"], fds)
+    s.sendmsg([b"GET /v1/trial HTTP/1.1\r\nHost: api\r\nAuthorization: Bearer " + sys.argv[3].encode() + b"\r\nConnection: keep-alive\r\n\r\n"], fds)
     s.settimeout(10)
-    if not s.recv(100).startswith(b"HTTP/1.1"):
-        raise OSError(errno.EPROTO, "no HTTP answer")
+    if not s.recv(100).startswith(b"HTTP/1.1 200"):
+        raise OSError(errno.EPROTO, "no 200 answer")
 try_("the API socket", send)
 open(os.environ["HOME"] + "/sent", "w").close()
 time.sleep(3)
-`, info.APISocket, name)
+`, r.Cfg.RoleAPISocket(role), name, token)
 		answered <- a
 	}()
-	// While the lane still holds its connection and its memfd.
-	if waitFor(10*time.Second, func() bool { _, err := os.Stat(sent); return err == nil }) {
-		if held := heldMemfds(t, controllerPID(t, r), name); len(held) > 0 {
-			t.Errorf("the controller holds agent-1's memfd: %v", held)
-		}
-		// The listing does see a memfd where one is held: the agent's own.
-		seen := false
-		for _, pid := range r.Procs("agent-1") {
-			seen = seen || len(heldMemfds(t, pid, name)) > 0
-		}
-		if !seen {
-			t.Error("no process of agent-1 shows its memfd, so the controller's listing proves nothing")
-		}
+	// While the role still holds its connection and its memfd.
+	if !waitFor(30*time.Second, func() bool { _, err := os.Stat(sent); return err == nil }) {
+		a := <-answered
+		t.Fatalf("%s never reported its descriptors sent: %v %s", role, a.got, a.err)
+	}
+	uid := r.Role(role).UID
+	if held := heldFrom(t, controllerPID(t, r), name, uid); len(held) > 0 {
+		t.Errorf("the controller holds what %s passed it: %v", role, held)
+	}
+	seen := false
+	for _, pid := range r.Procs(role) {
+		seen = seen || len(heldFrom(t, pid, name, uid)) > 0
+	}
+	if !seen {
+		t.Errorf("no process of %s shows its memfd, so the controller's listing proves nothing", role)
 	}
 	a := <-answered
 	if a.err != "" {
 		t.Fatal(a.err)
 	}
 	if got := a.got; got["own socketpair"] != "ok" || got["the API socket"] != "ok" {
-		t.Fatalf("agent-1 passing a memfd: %v, want both ok", got)
+		t.Fatalf("%s passing a memfd: %v, want both ok", role, got)
 	}
+	os.Remove(sent)
 }
