@@ -51,6 +51,9 @@ type Broker struct {
 	judgeCPUs cpuset.Set
 	// kernel is what the kernel and the cgroup tree give (internal/hostpolicy).
 	kernel hostpolicy.Host
+	// procHideErr is why `thermite serve` could not mount the broker's own
+	// /proc with hidepid (HideProcesses), "" when it did.
+	procHideErr string
 
 	gpu gpuState
 	// ruleSets are every role command's built Landlock rule sets; a
@@ -455,6 +458,7 @@ func (b *Broker) status() *rpc.Status {
 	b.mu.Unlock()
 	st.LandlockABI = landlockABI()
 	st.Cgroup = b.cgroupStatus()
+	st.ProcView = b.procView()
 	st.Without = b.Without()
 	counts, _ := procs.CountByUID("/proc", b.uidSet())
 	for _, r := range b.table.Roles {

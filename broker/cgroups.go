@@ -126,6 +126,7 @@ func (b *Broker) decideKernelPolicy() error {
 		b.kernel.Cgroups = b.cgroups.why
 	}
 	b.kernel.CPUSet = b.cpusetWhy()
+	b.kernel.ProcHidepid = b.procHidepid()
 	if err := hostpolicy.Decide(b.kernel, b.cfg.Host.AcceptLost); err != nil {
 		if strings.Contains(err.Error(), "landlock") || b.kernel.ABI == 0 {
 			// internal/testrig matches these words to skip tests on such a kernel.

@@ -11,6 +11,7 @@ import (
 
 	"thermite/internal/confined"
 	"thermite/internal/rpc"
+	"thermite/internal/weaken"
 	"thermite/roles"
 )
 
@@ -60,12 +61,54 @@ func (b *Broker) HandFolder(req *rpc.HandFolderRequest) (*rpc.HandFolderResult, 
 		return &rpc.HandFolderResult{Changed: 1}, nil
 	}
 	uids := b.uidSet()
-	changed, skipped, err := confined.ChownTree(top, r.UID, r.GID, func(uid int) bool { return uids[uid] }, req.ReadOnly, req.Publish, req.Mode)
+	h := confined.Hand{UID: r.UID, GID: r.GID, TopUID: r.UID, Allowed: func(uid int) bool { return uids[uid] },
+		ReadOnly: req.ReadOnly, Publish: req.Publish, TopMode: req.Mode}
+	if req.GroupTop {
+		keep, err := b.groupTop(r, req)
+		if err != nil {
+			return nil, fmt.Errorf("hand_folder: %s: %w", req.Path, err)
+		}
+		if keep {
+			h.TopUID, h.TopMode = b.table.Controller().UID, GroupTopMode
+		}
+	}
+	res, err := confined.ChownTree(top, h)
 	if err != nil {
 		return nil, fmt.Errorf("hand_folder: %w", err)
 	}
+	if len(res.Removed) > 0 {
+		b.log.Warn("publish removed FIFOs, sockets and device nodes", "path", req.Path, "removed", firstOf(res.Removed, 100))
+	}
 	b.recordHanded(r, req.Path)
-	return &rpc.HandFolderResult{Changed: changed, Skipped: skipped}, nil
+	return &rpc.HandFolderResult{Changed: res.Changed, Skipped: res.Skipped, Removed: firstOf(res.Removed, 100)}, nil
+}
+
+// GroupTopMode is a lane's research area's top while its trial runs: the
+// controller's, for the lane's group (no other user is in it), so that the
+// lane writes there as in a folder of its own but cannot chmod it open, as
+// its HOME (root:role 0770).
+const GroupTopMode = 0o770
+
+// groupTop decides whether a folder may be handed with its top kept from
+// the role: a lane's research area (research/<run>/lanes/lane-N), to that
+// lane, writable. It says whether the top is kept: where a thermite_weaken
+// build says so, the lane gets the top as before issue 27.
+func (b *Broker) groupTop(r roles.Role, req *rpc.HandFolderRequest) (bool, error) {
+	rel, err := filepath.Rel(b.cfg.ResearchDir(), req.Path)
+	parts := strings.Split(rel, "/")
+	if err != nil || r.Kind != roles.Lane || len(parts) != 3 || parts[1] != "lanes" || parts[2] != r.Name || req.ReadOnly || req.Publish {
+		return false, fmt.Errorf("group_top is for a lane's own research area (research/<run>/lanes/%s), handed writable", r.Name)
+	}
+	return !(weaken.Enabled && weaken.Has(weaken.LaneFoldersOpen)), nil
+}
+
+// firstOf is at most n of xs, and how many more there were: a role
+// decides how long these lists are.
+func firstOf(xs []string, n int) []string {
+	if len(xs) <= n {
+		return xs
+	}
+	return append(xs[:n:n], fmt.Sprintf("… and %d more", len(xs)-n))
 }
 
 // handTop gives a folder, and not what it holds, to a role: a trial's

@@ -85,8 +85,16 @@ func (b *Broker) heldUnlinked(r roles.Role, skipDev uint64) (procs.Held, error) 
 			disk[st.Dev] = true
 		}
 	}, func(error) {})
+	// The role's processes are listed here, as root, whose group the
+	// broker's /proc shows every process (HideProcesses): as the role,
+	// the listing would pass over those of its processes that are not
+	// dumpable, which /proc then hides from it.
+	pids, err := procs.ByUIDOwned("/proc", r.UID)
+	if err != nil {
+		return procs.Held{}, fmt.Errorf("unlinked files of %s: %w", r.Name, err)
+	}
 	var h procs.Held
-	err := threadcred.As(r.UID, r.GID, func() error {
+	err = threadcred.As(r.UID, r.GID, func() error {
 		if len(free) > 0 {
 			// Affinity is per thread, and this thread ends with the call.
 			if err := unix.SchedSetaffinity(0, &cpus); err != nil {
@@ -94,7 +102,7 @@ func (b *Broker) heldUnlinked(r roles.Role, skipDev uint64) (procs.Held, error) 
 			}
 		}
 		var err error
-		h, err = procs.HeldUnlinkedOn("/proc", r.UID, skip, skipDev, disk, statMapped(caps.PermittedOf(caps.MapFiles)))
+		h, err = procs.HeldUnlinkedOf("/proc", pids, skip, skipDev, disk, statMapped(caps.PermittedOf(caps.MapFiles)))
 		return err
 	})
 	if err != nil {

@@ -563,7 +563,7 @@ func planConfinement(cfg *config.Config, r roles.Role, argv []string, l *fence.L
 	w := now.Weakened
 	sc := &seccomp.Options{Network: pol.Network, AllowPerf: pol.AllowPerf, FileHelper: fileHelper(r, argv),
 		NoUnixSockets: pol.NoUnixSockets, NoWatches: pol.NoWatches}
-	for _, name := range []string{seccomp.WeakenSysVIPC, seccomp.WeakenSetIDOpenat2, seccomp.WeakenAPITCP, seccomp.WeakenAIO, seccomp.WeakenStopSignals} {
+	for _, name := range []string{seccomp.WeakenSysVIPC, seccomp.WeakenSetIDOpenat2, seccomp.WeakenAPITCP, seccomp.WeakenAIO, seccomp.WeakenStopSignals, seccomp.WeakenPOSIXQueues} {
 		if w[name] {
 			sc.Weakened = append(sc.Weakened, name)
 		}
@@ -763,7 +763,7 @@ func ledgerPath(cfg *config.Config) string { return filepath.Join(cfg.Controller
 // policySwitches are every switch the policy reads.
 var policySwitches = []string{
 	seccomp.WeakenSysVIPC, seccomp.WeakenSetIDOpenat2, seccomp.WeakenAPITCP, seccomp.WeakenAIO, seccomp.WeakenStopSignals,
-	weaken.APITCP, weaken.AdvisoryCPUs, weaken.ControllerBare, weaken.NoLandlock, weaken.FenceOnly,
+	seccomp.WeakenPOSIXQueues, weaken.APITCP, weaken.AdvisoryCPUs, weaken.ControllerBare, weaken.NoLandlock, weaken.FenceOnly,
 	weaken.EgressOpen,
 }
 

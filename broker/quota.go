@@ -155,11 +155,18 @@ func (b *Broker) quotaUsage(r roles.Role, fs *quota.FS) (u *rpc.DiskUsage, ok bo
 }
 
 // addRootOwnedTops adds the blocks of the role's HOME and TMPDIR
-// themselves, which are root's (so that the role cannot open them to other
-// roles): the quota charges a folder's own blocks to its owner, so a role
-// that grows its HOME's directory with entries would be charged nothing.
+// themselves, which are root's, and of a lane's research area, the
+// controller's (so that the role cannot open them to other roles): the
+// quota charges a folder's own blocks to its owner, so a role that grows
+// its HOME's directory with entries would be charged nothing.
 func (b *Broker) addRootOwnedTops(r roles.Role, dev uint64, u *rpc.DiskUsage) {
-	for _, top := range []string{b.homeOf(r), b.tmpOf(r)} {
+	tops := []string{b.homeOf(r), b.tmpOf(r)}
+	b.mu.Lock()
+	for p := range b.handed[r.UID] {
+		tops = append(tops, p)
+	}
+	b.mu.Unlock()
+	for _, top := range tops {
 		var st unix.Stat_t
 		if unix.Lstat(top, &st) == nil && uint64(st.Dev) == dev && int(st.Uid) != r.UID {
 			u.Bytes += st.Blocks * 512

@@ -8,6 +8,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"thermite/internal/confined"
+	"thermite/internal/posixacl"
 	"thermite/internal/procs"
 	"thermite/internal/rpc"
 )
@@ -49,10 +50,14 @@ func (b *Broker) RetireFolder(req *rpc.RetireRequest) (*rpc.RetireResult, error)
 		return nil, fmt.Errorf("retire_folder: %s: %w", p, err)
 	}
 	// Owner first, then mode: in between the folder is root's and still
-	// 0711 at most, never open to more than it was.
+	// lets through no more than it did. The mode's 0700 empties the ACL's
+	// mask, and the ACL itself (TrialFolder's) goes last.
 	err = unix.Fchown(fd, 0, 0)
 	if err == nil {
 		err = unix.Fchmod(fd, 0o700)
+	}
+	if err == nil {
+		err = posixacl.Remove(fd)
 	}
 	unix.Close(fd)
 	if err != nil {

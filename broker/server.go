@@ -154,6 +154,12 @@ var rpcOps = map[string]rpcOp{
 		}
 		return &rpc.Response{}, b.RunFolder(req.RunFolder)
 	}},
+	rpc.OpTrialFolder: {keep: true, serve: func(b *Broker, _ *rpc.Conn, req *rpc.Request, _ []*os.File) (*rpc.Response, error) {
+		if req.TrialFolder == nil {
+			return nil, fmt.Errorf("trial_folder: missing trial_folder field")
+		}
+		return &rpc.Response{}, b.TrialFolder(req.TrialFolder)
+	}},
 	rpc.OpRetire: {keep: true, serve: func(b *Broker, _ *rpc.Conn, req *rpc.Request, _ []*os.File) (*rpc.Response, error) {
 		if req.Retire == nil {
 			return nil, fmt.Errorf("retire_folder: missing retire_folder field")

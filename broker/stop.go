@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"time"
 
 	"thermite/internal/procs"
 	"thermite/internal/seccomp"
@@ -157,13 +158,34 @@ func (b *Broker) stopHelper(r roles.Role) (int, error) {
 		ch.close()
 		var n int
 		if _, serr := fmt.Sscanf(ch.answer, "ok %d", &n); serr == nil && e.ws.Exited() && e.ws.ExitStatus() == 0 {
-			return n, nil
+			left := b.hiddenLeft(r)
+			if len(left) == 0 {
+				return n, nil
+			}
+			lastErr = fmt.Errorf("stop %s: processes %v that /proc hides from its user outlived the helper", r.Name, left)
+			continue
 		}
 		// Another process of the user may have killed the helper first;
 		// it is dead by now or dies in the next round.
 		lastErr = fmt.Errorf("stop %s: helper %s: %s", r.Name, describe(e.ws), ch.answer)
 	}
 	return 0, lastErr
+}
+
+// hiddenLeft waits, at most a second, for the processes of the role's
+// user that the helper could not see to end, and returns those that did
+// not. /proc (the broker's own, with hidepid) hides from a user its own
+// processes that are not dumpable: the helper's kill(-1) reached them all
+// the same, but its check that none is left could not see them. The
+// broker's group sees every process (HideProcesses).
+func (b *Broker) hiddenLeft(r roles.Role) []int {
+	var pids []int
+	for deadline := time.Now().Add(time.Second); ; time.Sleep(10 * time.Millisecond) {
+		pids, _ = procs.ByUID("/proc", r.UID)
+		if len(pids) == 0 || time.Now().After(deadline) {
+			return pids
+		}
+	}
 }
 
 // stopLock is the user's lock for one stop at a time.

@@ -120,9 +120,21 @@ func (b *brokerClient) handFolder(path, role string, mode uint32, readOnly bool)
 }
 
 // publish gives a folder back to the controller, readable by every role
-// and writable by none.
-func (b *brokerClient) publish(path string) error {
-	_, err := b.call(&rpc.Request{Op: rpc.OpHandFolder, HandFolder: &rpc.HandFolderRequest{Path: path, Role: "thermite", Publish: true}})
+// and writable by none; it returns what the broker removed from it
+// (FIFOs, sockets and device nodes), by path.
+func (b *brokerClient) publish(path string) ([]string, error) {
+	resp, err := b.call(&rpc.Request{Op: rpc.OpHandFolder, HandFolder: &rpc.HandFolderRequest{Path: path, Role: "thermite", Publish: true}})
+	if err != nil || resp.HandFolder == nil {
+		return nil, err
+	}
+	return resp.HandFolder.Removed, nil
+}
+
+// handArea gives a lane its research area: what it holds, and the right
+// to write in it through the lane's group, but not its top, so that the
+// lane cannot open it to other roles.
+func (b *brokerClient) handArea(path, lane string) error {
+	_, err := b.call(&rpc.Request{Op: rpc.OpHandFolder, HandFolder: &rpc.HandFolderRequest{Path: path, Role: lane, GroupTop: true}})
 	return err
 }
 
@@ -158,6 +170,13 @@ func (b *brokerClient) diskUsage(role string, helperIdle bool) (rpc.DiskUsage, e
 // runFolder opens a timed run's folder to its timing user alone.
 func (b *brokerClient) runFolder(path, role string) error {
 	_, err := b.call(&rpc.Request{Op: rpc.OpRunFolder, RunFolder: &rpc.RunFolderRequest{Path: path, Role: role}})
+	return err
+}
+
+// trialFolder closes a trial's folder to every role but its lane and the
+// lane's agent.
+func (b *brokerClient) trialFolder(path, lane string) error {
+	_, err := b.call(&rpc.Request{Op: rpc.OpTrialFolder, TrialFolder: &rpc.TrialFolderRequest{Path: path, Lane: lane}})
 	return err
 }
 

@@ -183,7 +183,8 @@ func (c *Controller) Build(ctx context.Context, req BuildRequest) (ledger.Build,
 // by the controller, files 0444 or 0555, folders 0555. The store itself is
 // 0711, so a build can be reached only by its exact, random path.
 func (c *Controller) storeOutputs(k *kit.Kit, src, store string) error {
-	if err := plainOutputs(src, k.Build.Outputs); err != nil {
+	lim := &sizeLimit{what: "the build's outputs", key: "judge.build_disk_mb", limitMB: c.cfg.Judge.BuildDiskMB}
+	if err := plainOutputs(src, k.Build.Outputs, lim); err != nil {
 		return err
 	}
 	if err := os.Mkdir(store, 0o700); err != nil {
@@ -223,21 +224,23 @@ func (c *Controller) storeOutputs(k *kit.Kit, src, store string) error {
 }
 
 // plainOutputs decides what a build may store: each output, and all it
-// holds, is a folder or a regular file with one link, inside the build.
+// holds, is a folder or a regular file with one link, inside the build,
+// and together they are no larger than the build's disk limit, holes
+// counted (lim).
 // A symlink would let the next timed run execute whatever its target holds
 // then, which no hash covers; a hard link, a device, a FIFO or a socket has
 // no content of the build's own. Each is refused with its path. (Every
 // builder process has been stopped and the folder is the controller's
 // again, so nothing changes between this check and the copy; the store's
 // hash refuses symlinks and links again.)
-func plainOutputs(src string, outputs []string) error {
+func plainOutputs(src string, outputs []string, lim *sizeLimit) error {
 	for _, o := range outputs {
 		// No part of an output's path may be a symlink: the controller
 		// must not be led outside the build.
 		if err := noSymlinks(src, o); err != nil {
 			return fmt.Errorf("judge: build output %s: %w", o, err)
 		}
-		if err := plainTree(src, filepath.Join(src, o), "a build's outputs must be plain files and folders"); err != nil {
+		if err := plainTree(src, filepath.Join(src, o), "a build's outputs must be plain files and folders", lim); err != nil {
 			return err
 		}
 	}
@@ -287,7 +290,9 @@ func copyFileRO(from, to string, mode os.FileMode) error {
 	if err != nil {
 		return err
 	}
-	if _, err := io.Copy(out, in); err != nil {
+	// Holes stay holes: the apparent size was bounded (plainTree), the
+	// blocks written are only those the file has.
+	if err := copytree.Data(out, in); err != nil {
 		out.Close()
 		return err
 	}
@@ -462,7 +467,8 @@ func (c *Controller) scoreTimedRun(ctx context.Context, tr *ledger.TimedRun, k *
 		return nil, fmt.Errorf("judge: out/: %w", err)
 	}
 	if tr.Status != "failed" {
-		if err := PlainTree(out); err != nil {
+		lim := &sizeLimit{what: "the run's out/", key: "judge.run_out_mb", limitMB: c.cfg.Judge.RunOutMB}
+		if err := PlainTree(out, lim); err != nil {
 			tr.Status, tr.Error = "failed", err.Error()
 		}
 	}
@@ -599,17 +605,40 @@ func (c *Controller) removeRunDir(dir string) {
 }
 
 // PlainTree refuses a tree that holds anything but folders and regular
-// files with one link: outputs of an untrusted run that the controller
-// and a kit's check will read by path.
-func PlainTree(root string) error {
-	return plainTree(filepath.Dir(root), root, "a timed run's outputs must be plain files")
+// files with one link, or more than lim of apparent size: outputs of an
+// untrusted run that the controller and a kit's check will read by path.
+func PlainTree(root string, lim *sizeLimit) error {
+	return plainTree(filepath.Dir(root), root, "a timed run's outputs must be plain files", lim)
+}
+
+// sizeLimit bounds the apparent size (st_size, holes counted) of what
+// untrusted code left for the judge. The disk guards count allocated
+// blocks, so a sparse file (truncate -s 1T) passes them taking none; but
+// the store's copy, its hash and a kit's check read it whole.
+type sizeLimit struct {
+	what    string // "the build's outputs"
+	key     string // the configuration key of the limit
+	limitMB int64
+	total   int64
+}
+
+// add counts a file of st, named rel, and refuses it where the total
+// passes the limit, naming the file, its sizes and the limit.
+func (l *sizeLimit) add(rel string, st *unix.Stat_t) error {
+	l.total += st.Size
+	if l.total <= l.limitMB<<20 {
+		return nil
+	}
+	return fmt.Errorf("judge: %s is %d bytes (%d allocated): %s come to %d bytes with holes counted, over %s = %d (%d bytes); a sparse file is read whole by the copy, the hash and the check",
+		rel, st.Size, st.Blocks*512, l.what, l.total, l.key, l.limitMB, l.limitMB<<20)
 }
 
 // plainTree is the one check of what untrusted code left for the judge to
 // read or store: beneath root, only folders and regular files with one
-// link. A symlink, a hard link, a device, a FIFO or a socket is refused,
-// named by its path relative to base, with why.
-func plainTree(base, root, why string) error {
+// link, together within lim's apparent size. A symlink, a hard link, a
+// device, a FIFO or a socket is refused, named by its path relative to
+// base, with why.
+func plainTree(base, root, why string, lim *sizeLimit) error {
 	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -626,7 +655,7 @@ func plainTree(base, root, why string) error {
 			if st.Nlink > 1 {
 				return fmt.Errorf("judge: %s has %d links: %s", rel, st.Nlink, why)
 			}
-			return nil
+			return lim.add(rel, &st)
 		}
 		return fmt.Errorf("judge: %s is not a plain file or folder (%s): %s", rel, hashtree.Kind(st.Mode), why)
 	})

@@ -169,11 +169,15 @@ func (c *Controller) StartTrial(req StartRequest) (TrialInfo, error) {
 			}
 		}
 	}()
-	if err := os.Mkdir(dir, 0o711); err != nil {
+	if err := os.Mkdir(dir, 0o700); err != nil {
 		return TrialInfo{}, fmt.Errorf("trial: %w", err)
 	}
-	os.Chmod(dir, 0o711)
 	undo = append(undo, func() { c.removeTrialDir(dir) })
+	// Closed to every role but this lane and its agent before anything is
+	// in it: whatever the lane opens inside, no other role passes.
+	if err := c.broker.trialFolder(dir, laneRole.Name); err != nil {
+		return TrialInfo{}, fmt.Errorf("trial: %w", err)
+	}
 	ws := filepath.Join(dir, "workspace")
 	var st copytree.Stats
 	if req.LaneOwned {
@@ -202,7 +206,7 @@ func (c *Controller) StartTrial(req StartRequest) (TrialInfo, error) {
 	if err := os.Mkdir(area, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 		return TrialInfo{}, fmt.Errorf("trial: research area: %w", err)
 	}
-	if err := c.broker.handFolder(area, laneRole.Name, 0o700, false); err != nil {
+	if err := c.broker.handArea(area, laneRole.Name); err != nil {
 		return TrialInfo{}, fmt.Errorf("trial: research area: %w", err)
 	}
 	undo = append(undo, func() { c.broker.publish(area) })
@@ -445,8 +449,14 @@ func (c *Controller) EndTrial(id, reason string) error {
 	// trial's folder becomes root's alone in one step, out of every
 	// role's reach, and is removed when the rig keeps it no longer.
 	area := filepath.Join(t.ResearchDir, "lanes", laneRole.Name)
-	errs = append(errs, c.broker.publish(area), c.retireTrial(t))
+	removed, perr := c.broker.publish(area)
+	errs = append(errs, perr, c.retireTrial(t))
 	data := map[string]any{"reason": reason, "processes_stopped": stopped, "disk_bytes": t.DiskBytes}
+	if len(removed) > 0 {
+		// What every role could have opened and been held by (a FIFO) or
+		// reached (a socket) is not published: the end says what went.
+		data["research_removed"] = removed
+	}
 	if rt != nil {
 		data["events_unrecorded"] = rt.unrecordedEvents()
 	}

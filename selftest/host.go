@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"thermite/internal/cpuset"
+	"thermite/internal/hostpolicy"
 )
 
 // The rig check: the host's own hygiene, which thermite relies on or which
@@ -32,6 +33,9 @@ type HostEnv struct {
 	LandlockABI       int
 	PolicyABI         int    // the ABI the role policy needs
 	Cgroup            string // the broker's cgroup status; "" when no broker answers
+	// ProcView is the broker's word on /proc as roles see it: the hidepid
+	// option in force there, or "none: why"; "" when no broker answers.
+	ProcView string
 }
 
 // HostResult is one row's outcome.
@@ -234,54 +238,33 @@ var HostChecks = []HostRow{
 		},
 	},
 	{
-		Name: "other users' processes hidden in /proc", Severity: SevWarning, Want: "hidepid=invisible",
+		Name: "other users' processes hidden in /proc", Severity: SevIsolation, Want: "hidepid=invisible",
 		Why: "without hidepid, every role reads stat, status, schedstat and cmdline of the timing user's processes (file modes and Landlock guard only the ptrace-checked files): when the judge runs, what, and for how long",
 		Check: func(e HostEnv) (string, bool, string) {
-			fix := "mount -o remount,hidepid=invisible /proc (and hidepid=invisible in /etc/fstab, or ProtectProc=invisible in the rig's unit); the broker, root, still sees every process"
-			data, err := os.ReadFile(filepath.Join(e.ProcRoot, "self", "mountinfo"))
-			if err != nil {
-				return "unreadable: " + err.Error(), false, fix
+			fix := "start the rig with `thermite serve` as root holding CAP_SYS_ADMIN: it mounts a /proc of its own with hidepid=invisible that every role sees; or mount the host's /proc with hidepid=invisible; otherwise the rig runs only with [host] accept_lost = [\"proc-hidepid\"]"
+			switch {
+			case strings.HasPrefix(e.ProcView, "none"):
+				return e.ProcView, false, fix
+			case e.ProcView != "":
+				return e.ProcView, true, ""
 			}
-			opts, ok := procMountOptions(string(data))
-			if !ok {
-				return "no proc file system mounted at /proc", false, fix
+			// No broker answers: the host's own /proc says no more than
+			// that, as the broker decides at its start.
+			data, _ := os.ReadFile(filepath.Join(e.ProcRoot, "self", "mountinfo"))
+			if opts, ok := procMountOptions(string(data)); ok && hidepidOf(opts) != "" {
+				return hidepidOf(opts) + " on the host's /proc", true, ""
 			}
-			if o := hidepidOf(opts); o != "" {
-				return o, true, ""
-			}
-			return "no hidepid (" + opts + ")", false, fix
+			return "unknown: no broker answers (at its start it mounts a /proc of its own with hidepid, or refuses unless [host] accept_lost names proc-hidepid)", true, ""
 		},
 	},
 }
 
-// procMountOptions finds the proc file system mounted at /proc in a
-// mountinfo and returns its super options, where hidepid is. Of mounts
-// stacked on /proc the last is the one a path reaches.
-func procMountOptions(mountinfo string) (opts string, ok bool) {
-	for _, l := range strings.Split(mountinfo, "\n") {
-		pre, post, found := strings.Cut(l, " - ")
-		f, g := strings.Fields(pre), strings.Fields(post)
-		if found && len(f) >= 5 && f[4] == "/proc" {
-			opts, ok = "", false
-			if len(g) >= 3 && g[0] == "proc" {
-				opts, ok = g[2], true
-			}
-		}
-	}
-	return opts, ok
-}
-
-// hidepidOf is the hidepid option among a proc mount's options that hides
-// other users' processes, or "".
-func hidepidOf(opts string) string {
-	for _, o := range strings.Split(opts, ",") {
-		switch o {
-		case "hidepid=invisible", "hidepid=2", "hidepid=ptraceable", "hidepid=4":
-			return o
-		}
-	}
-	return ""
-}
+// procMountOptions and hidepidOf are hostpolicy's: the broker decides by
+// the same reading.
+var (
+	procMountOptions = hostpolicy.ProcMountOptions
+	hidepidOf        = hostpolicy.HidepidOf
+)
 
 // ProcHidesOthers says whether the proc file system at /proc, as the
 // caller's mount namespace has it under procRoot, hides other users'

@@ -133,12 +133,9 @@ func TestHostCheckNamesEachWeakness(t *testing.T) {
 		{"ondemand governor", func(h *hostTree) {
 			h.write("sys/devices/system/cpu/cpu2/cpufreq/scaling_governor", "ondemand", 0o644)
 		}, "CPU frequency governor of the judge CPUs", true, "echo performance | tee", "cpu2 ondemand", true},
-		{"other users' processes in /proc", func(h *hostTree) {
-			h.write("proc/self/mountinfo", "22 1 0:21 / /proc rw,nosuid,nodev,noexec,relatime shared:12 - proc proc rw\n23 22 0:22 / /proc/sys/fs/binfmt_misc rw - binfmt_misc binfmt_misc rw", 0o644)
-		}, "other users' processes hidden in /proc", true, "hidepid=invisible /proc", "no hidepid (rw)", true},
-		{"a proc without hidepid mounted over one with it", func(h *hostTree) {
-			h.write("proc/self/mountinfo", "22 1 0:21 / /proc rw - proc proc rw,hidepid=invisible\n66 22 0:40 / /proc rw - proc proc rw,hidepid=off", 0o644)
-		}, "other users' processes hidden in /proc", true, "hidepid=invisible /proc", "no hidepid (rw,hidepid=off)", true},
+		{"roles see other users' processes in /proc", func(h *hostTree) {
+			h.env.ProcView = "none: /proc shows every user's processes (no hidepid in rw)"
+		}, "other users' processes hidden in /proc", false, `accept_lost = ["proc-hidepid"]`, "no hidepid in rw", false},
 		{"turbo on", func(h *hostTree) { h.write("sys/devices/system/cpu/intel_pstate/no_turbo", "0", 0o644) }, "turbo boost", true, "no_turbo", "no_turbo=0", true},
 	}
 	for _, c := range cases {

@@ -82,7 +82,7 @@ const (
 	// OpAffinity asks sched_setaffinity for the CPU list Arg (or Path);
 	// Detail is the CPUs the thread may run on afterwards.
 	OpAffinity = "affinity"
-	OpAddKey   = "add-key" // add_key a user key to the process keyring
+	OpAddKey   = "add-key" // add_key a user key to the keyring Arg: process (""), session or user
 	OpNetlink  = "netlink" // make a netlink socket of the family (protocol) Arg
 )
 
@@ -235,6 +235,7 @@ var attempts = map[string]func(Attempt) Outcome{
 	OpFanotify:   watchWithFanotify,
 	OpDnotify:    watchWithDnotify,
 	OpOpenUp:     openFolderToAll,
+	OpKeyctl:     keyctlAttempt,
 	// Issue 12's SysV IPC and set-id attempts (probe_ipc.go).
 	OpSysVShared:   makeSharedSysVObject,
 	OpSysVOpenUp:   openUpSysVObject,
@@ -645,9 +646,15 @@ func makeUDPSocket(a Attempt) Outcome {
 	return result(a.ID, err)
 }
 
-// addKey adds a user key to the process keyring.
+// addKey adds a user key to the keyring Arg names: the process's (""),
+// the session's or the user's, which every process of the user shares.
 func addKey(a Attempt) Outcome {
-	_, err := unix.AddKey("user", "thermite-selftest", []byte("canary"), unix.KEY_SPEC_PROCESS_KEYRING)
+	ring, ok := map[string]int{"": unix.KEY_SPEC_PROCESS_KEYRING, "process": unix.KEY_SPEC_PROCESS_KEYRING,
+		"session": unix.KEY_SPEC_SESSION_KEYRING, "user": unix.KEY_SPEC_USER_KEYRING}[a.Arg]
+	if !ok {
+		return Outcome{ID: a.ID, Got: "error: keyring " + strconv.Quote(a.Arg)}
+	}
+	_, err := unix.AddKey("user", "thermite-selftest", []byte("canary"), ring)
 	return result(a.ID, err)
 }
 

@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 
 	"golang.org/x/sys/unix"
 )
@@ -20,7 +21,26 @@ const (
 	OpFanotify   = "fanotify"    // fanotify_init with FAN_REPORT_FID (which an unprivileged user may ask for)
 	OpDnotify    = "dnotify"     // open the folder Path and ask fcntl(F_NOTIFY) for its accesses
 	OpOpenUp     = "open-up"     // chmod the folder Path 0755, and back if that worked
+	OpKeyctl     = "keyctl"      // keyctl Arg: get-persistent (the user's persistent keyring) or join-session (a named session keyring)
 )
+
+// keyctlAttempt asks keyctl for a keyring that outlives the command or
+// that another user may find: its user's persistent keyring
+// (KEYCTL_GET_PERSISTENT), or a session keyring joined by name
+// (KEYCTL_JOIN_SESSION_KEYRING), which finds any keyring of that name
+// whose permissions let the caller search it, another role's included.
+func keyctlAttempt(a Attempt) Outcome {
+	var err error
+	switch a.Arg {
+	case "get-persistent":
+		_, err = unix.KeyctlInt(unix.KEYCTL_GET_PERSISTENT, -1, unix.KEY_SPEC_PROCESS_KEYRING, 0, 0)
+	case "join-session":
+		_, err = unix.KeyctlJoinSessionKeyring("thermite-selftest")
+	default:
+		return Outcome{ID: a.ID, Got: "error: keyctl " + strconv.Quote(a.Arg)}
+	}
+	return result(a.ID, err)
+}
 
 // makeUnixSocket makes a unix socket, the first step to connecting to any
 // listener by its path.

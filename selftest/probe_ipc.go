@@ -105,18 +105,21 @@ func createThroughOpenat2Fallback(a Attempt) Outcome {
 }
 
 // openPOSIXQueue opens (creating) the POSIX message queue Arg, and
-// unlinks it again if made.
+// unlinks it again: also after a refused open, which (Landlock's EACCES)
+// may come after the queue was made.
 func openPOSIXQueue(a Attempt) Outcome {
-	name, err := unix.BytePtrFromString(a.Arg)
+	// The kernel takes the name without its leading slash, as glibc's
+	// mq_open passes it (with one, the lookup itself answers EACCES).
+	name, err := unix.BytePtrFromString(strings.TrimPrefix(a.Arg, "/"))
 	if err != nil {
 		return result(a.ID, err)
 	}
 	fd, _, errno := unix.Syscall6(unix.SYS_MQ_OPEN, uintptr(unsafe.Pointer(name)), unix.O_CREAT|unix.O_RDWR|unix.O_CLOEXEC, 0o600, 0, 0, 0)
+	defer unix.Syscall(unix.SYS_MQ_UNLINK, uintptr(unsafe.Pointer(name)), 0, 0)
 	if errno != 0 {
 		return result(a.ID, errno)
 	}
 	unix.Close(int(fd))
-	unix.Syscall(unix.SYS_MQ_UNLINK, uintptr(unsafe.Pointer(name)), 0, 0)
 	return result(a.ID, nil)
 }
 

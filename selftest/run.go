@@ -46,6 +46,7 @@ type Host interface {
 	StopUser(role roles.Role) (int, error)
 	HandFolder(req *rpc.HandFolderRequest) (*rpc.HandFolderResult, error)
 	RunFolder(req *rpc.RunFolderRequest) error
+	TrialFolder(req *rpc.TrialFolderRequest) error
 	// MeasureDisk is a role's disk check as a trial's runs it, less what
 	// its processes hold unlinked, and a full walk of the same folders.
 	MeasureDisk(role roles.Role) (counted, walked int64, err error)
@@ -160,7 +161,7 @@ func newContext(h Host) *Context {
 		Cfg: h.Config(), Table: h.Table(), BrokerPID: h.BrokerPID(),
 		OtherPID: map[string]int{}, Workspace: map[int]string{}, RunKit: map[int]string{}, RunOut: map[int]string{},
 		RunDir: map[int]string{}, RunBuild: map[int]string{},
-		AgentDir: map[int]string{}, LaneArea: map[int]string{},
+		AgentDir: map[int]string{}, LaneArea: map[int]string{}, OpenedByLane: map[int]string{},
 		EnvAllowed: map[string]bool{}, Given: map[string][]int{}, Lost: map[string]bool{},
 	}
 	for _, w := range h.Without() {
@@ -533,8 +534,8 @@ type canaryPlacer struct {
 	ctl   roles.Role
 	errs  []error
 
-	trialsDir      string // the lanes' workspaces and the agents' folders
-	storedBuildDir string // the stored build's folder, the timed runs' link
+	trialDirs      map[int]string // lane number -> its trial folder: its workspace and its agent's folder
+	storedBuildDir string         // the stored build's folder, the timed runs' link
 }
 
 // file places a file at path and its removal in undo.
@@ -618,27 +619,45 @@ func (p *canaryPlacer) storedBuild() {
 	p.errs = append(p.errs, p.file(c.StoredFile, ctl.UID, ctl.GID, 0o555), os.Chmod(sb, 0o555))
 }
 
-// laneWorkspaces: a workspace for each lane, handed to it as a trial's
-// would be.
+// laneWorkspaces: a trial's folder for each lane, closed to every role
+// but the lane and its agent as a trial's is (the broker's TrialFolder),
+// holding the lane's workspace and a folder of the lane's that it opened
+// to every role (0777), as a lane that chmods its workspace open would.
 func (p *canaryPlacer) laneWorkspaces() {
 	c, ctl := p.c, p.ctl
-	p.trialsDir = filepath.Join(c.Cfg.ScratchDir(), "trials", randomName("selftest-"))
-	p.errs = append(p.errs, p.dir(p.trialsDir, ctl.UID, ctl.GID, 0o711))
+	base := randomName("selftest-")
+	p.trialDirs = map[int]string{}
 	for _, r := range c.Table.Roles {
 		if r.Kind != roles.Lane {
 			continue
 		}
-		ws := filepath.Join(p.trialsDir, r.Name)
-		if err := p.dir(ws, ctl.UID, ctl.GID, 0o700); err != nil {
+		dir := filepath.Join(c.Cfg.ScratchDir(), "trials", base+"-"+r.Name)
+		if err := p.dir(dir, ctl.UID, ctl.GID, 0o700); err != nil {
 			p.errs = append(p.errs, err)
 			continue
 		}
-		if _, err := p.h.HandFolder(&rpc.HandFolderRequest{Path: ws, Role: r.Name, Mode: 0o700}); err != nil {
+		if err := p.h.TrialFolder(&rpc.TrialFolderRequest{Path: dir, Lane: r.Name}); err != nil {
 			p.errs = append(p.errs, err)
 			continue
 		}
-		c.Workspace[r.Index] = ws
-		p.handBack(ws)
+		p.trialDirs[r.Index] = dir
+		for _, f := range []struct {
+			name string
+			mode uint32
+			into map[int]string
+		}{{"workspace", 0o700, c.Workspace}, {"opened", 0o777, c.OpenedByLane}} {
+			ws := filepath.Join(dir, f.name)
+			if err := p.dir(ws, ctl.UID, ctl.GID, 0o700); err != nil {
+				p.errs = append(p.errs, err)
+				continue
+			}
+			if _, err := p.h.HandFolder(&rpc.HandFolderRequest{Path: ws, Role: r.Name, Mode: f.mode}); err != nil {
+				p.errs = append(p.errs, err)
+				continue
+			}
+			f.into[r.Index] = ws
+			p.handBack(ws)
+		}
 	}
 }
 
@@ -673,7 +692,10 @@ func (p *canaryPlacer) agentFolders() {
 		if r.Kind != roles.Agent {
 			continue
 		}
-		ad := filepath.Join(p.trialsDir, r.Name)
+		if p.trialDirs[r.Index] == "" {
+			continue // its lane's trial folder was not placed: said there
+		}
+		ad := filepath.Join(p.trialDirs[r.Index], "agent")
 		if err := p.dir(ad, ctl.UID, ctl.GID, 0o700); err != nil {
 			p.errs = append(p.errs, err)
 			continue
@@ -704,7 +726,7 @@ func (p *canaryPlacer) laneAreas() {
 			p.errs = append(p.errs, err)
 			continue
 		}
-		if _, err := p.h.HandFolder(&rpc.HandFolderRequest{Path: area, Role: r.Name, Mode: 0o700}); err != nil {
+		if _, err := p.h.HandFolder(&rpc.HandFolderRequest{Path: area, Role: r.Name, GroupTop: true}); err != nil {
 			p.errs = append(p.errs, err)
 			continue
 		}

@@ -18,6 +18,7 @@ import (
 	"thermite/internal/config"
 	"thermite/internal/hostpolicy"
 	"thermite/internal/netpolicy"
+	"thermite/internal/posixacl"
 	"thermite/internal/sysvipc"
 	"thermite/roles"
 )
@@ -52,6 +53,7 @@ type Context struct {
 	EnvAllowed         map[string]bool   // the variables a role's command may have
 	AgentDir           map[int]string    // agent number -> an agent folder (with a token) handed to it
 	LaneArea           map[int]string    // lane number -> a research area handed to it
+	OpenedByLane       map[int]string    // lane number -> a folder of its trial's it opened to every role (0777)
 	ResearchRun        string            // a run\'s research folder, the controller\'s
 	EndedToken         string            // a token of an ended trial, when one exists
 	OpenDir            string            // a folder every user may write by its mode (0777)
@@ -300,6 +302,15 @@ var Policy = []Row{
 		return filepath.Join(c.AgentDir[n], "token")
 	}), Want: refused},
 	{Who: Only(roles.Lane), Attempt: "read another lane's research area", Make: at(OpList, func(c *Context, r roles.Role) string { return c.LaneArea[otherLane(c, r)] }), Want: refused},
+	// Issue 27: a lane's folders are closed by what it cannot change. Its
+	// trial's folder lets only the lane and its agent pass, so a folder
+	// the lane opens inside (its workspace, whose top git wants the
+	// lane's) stays out of every other role's reach; its research area's
+	// top is the controller's, for the lane's group, as its HOME is root's.
+	{Who: Except(roles.Controller), Attempt: "list a folder another lane opened to every role (0777) in its trial's folder", Make: at(OpList, func(c *Context, r roles.Role) string { return c.OpenedByLane[notItsLane(c, r)] }), Want: refused},
+	{Who: Only(roles.Lane), Attempt: "list a folder it opened to every role (0777) in its trial's folder", Make: at(OpList, func(c *Context, r roles.Role) string { return c.OpenedByLane[r.Index] }), Want: succeeds},
+	{Who: Only(roles.Lane), Attempt: "open its research area to every role (chmod 0755)", Make: at(OpOpenUp, func(c *Context, r roles.Role) string { return c.LaneArea[r.Index] }), Want: notPerm},
+	{Who: Only(roles.Lane), Attempt: "write its own research area", Make: at(OpCreateIn, func(c *Context, r roles.Role) string { return c.LaneArea[r.Index] }), Want: succeeds},
 	{Who: Except(roles.Controller), Attempt: "write the research folder", Make: at(OpCreateIn, func(c *Context, _ roles.Role) string { return c.ResearchRun }), Want: refused},
 	{Who: Only(roles.Agent), Attempt: "read its lane's workspace", Make: at(OpList, func(c *Context, r roles.Role) string { return c.Workspace[r.Index] }), Want: refused},
 	{Who: Only(roles.Agent), Attempt: "read its own token", Make: at(OpRead, func(c *Context, r roles.Role) string {
@@ -337,6 +348,22 @@ var Policy = []Row{
 	{Who: Only(roles.Lane, roles.Agent, roles.Builder, roles.Timing), Attempt: "watch with fanotify (FAN_REPORT_FID, open to an unprivileged user)", Make: one(OpFanotify, ""), Want: notPerm},
 	{Who: Only(roles.Lane, roles.Agent, roles.Builder, roles.Timing), Attempt: "watch a folder every role reads with dnotify (fcntl F_NOTIFY)", Make: one(OpDnotify, "/usr/bin"), Want: notPerm},
 	{Who: Only(roles.Controller), Attempt: "watch a folder with inotify (a role that runs no lane's code)", Make: one(OpInotify, "/usr/bin"), Want: succeeds},
+	// Issue 27, keyrings: a key in a keyring a role's later commands, or
+	// another role, could find (its session's, its user's, its persistent
+	// one, a session keyring joined by name, which finds another user's
+	// keyring whose permissions allow it) is refused by the filter.
+	{Who: Every, Attempt: "add a key to its session, user or process keyring", Make: func(*Context, roles.Role) []Attempt {
+		return []Attempt{{Op: OpAddKey, Arg: "session"}, {Op: OpAddKey, Arg: "user"}, {Op: OpAddKey, Arg: "process"}}
+	}, Want: notPerm},
+	{Who: Every, Attempt: "reach its user's persistent keyring, or join a session keyring by name, as another role's may be found", Make: func(*Context, roles.Role) []Attempt {
+		return []Attempt{{Op: OpKeyctl, Arg: "get-persistent"}, {Op: OpKeyctl, Arg: "join-session"}}
+	}, Want: notPerm},
+	// Issue 27, POSIX message queues: their names are shared by every
+	// role, and Landlock refuses a queue only after mq_open made it, so
+	// the filter refuses every queue call: no name is ever left.
+	{Who: Every, Attempt: "make a POSIX message queue, whose name every role's mq_open would see", Make: func(_ *Context, r roles.Role) []Attempt {
+		return []Attempt{{Op: OpPOSIXMQ, Arg: "/thermite-selftest-" + r.User}}
+	}, Want: notPerm},
 	// A role's HOME and TMPDIR are root's, for its group: it cannot open
 	// them to other roles.
 	{Who: Every, Attempt: "open its own HOME to every role (chmod 0755)", Make: at(OpOpenUp, func(c *Context, r roles.Role) string { return filepath.Join(c.Cfg.ScratchDir(), "home", r.Name) }), Want: notPerm},
@@ -594,6 +621,7 @@ var DaemonRows = []Row{
 	{Attempt: "mount a file system", Make: at(OpMount, func(c *Context, r roles.Role) string { return tmpOf(c, r.Name) }), Want: notPerm},
 	{Attempt: "set up io_uring", Make: one(OpIOUring, ""), Want: notPerm},
 	{Attempt: "add a key to a kernel keyring", Make: one(OpAddKey, ""), Want: notPerm},
+	{Attempt: "make a POSIX message queue, whose name every role's mq_open would see", Make: one(OpPOSIXMQ, "/thermite-selftest-controller-daemon"), Want: notPerm},
 	{Attempt: "open a netlink socket of a family other than NETLINK_ROUTE, such as uevents", Make: func(*Context, roles.Role) []Attempt {
 		return []Attempt{{Op: OpNetlink, Arg: strconv.Itoa(unix.NETLINK_KOBJECT_UEVENT)}}
 	}, Want: notPerm},
@@ -751,6 +779,19 @@ func otherTiming(c *Context, r roles.Role) int {
 		return 0
 	}
 	return n
+}
+
+// notItsLane is a lane that is neither r nor r's: for a lane or an agent
+// the next lane (0: there is none), for any other role the first.
+func notItsLane(c *Context, r roles.Role) int {
+	if r.Kind == roles.Lane || r.Kind == roles.Agent {
+		n := r.Index%c.Cfg.Lanes + 1
+		if n == r.Index {
+			return 0
+		}
+		return n
+	}
+	return 1
 }
 
 // otherLane is a lane that is not r.
@@ -978,6 +1019,7 @@ var RigChecks = []RigCheck{
 			ownerMode(c.Cfg.ResearchDir(), ctl.UID, ctl.GID, 0o755, unix.S_IFDIR))
 	}},
 	{"every timed run's folder is the controller's, open to one timing user's group alone", runFoldersClosed},
+	{"every trial's folder is the controller's, passable by its lane and that lane's agent alone, or retired", trialFoldersClosed},
 	{"the running controller has a seccomp filter, Seccomp 2, and no_new_privs", func(c *Context) string {
 		if c.LiveController <= 0 {
 			return "" // not started yet: its probe's rows speak for it
@@ -1026,6 +1068,75 @@ func runFoldersClosed(c *Context) string {
 		}
 	}
 	return strings.Join(bad, "; ")
+}
+
+// trialFoldersClosed checks each folder in scratch/trials: retired (root's,
+// 0700, no ACL), still private (the controller's, 0700, no ACL: a trial
+// being set up), or closed as TrialFolder closes it: the controller's,
+// 0710, and an ACL that names exactly one lane and that lane's agent, with
+// search only. Anything more open lets every role reach what a lane opens
+// inside.
+func trialFoldersClosed(c *Context) string {
+	ctl := c.Table.Controller()
+	trials := filepath.Join(c.Cfg.ScratchDir(), "trials")
+	names, _ := readNames(trials)
+	var bad []string
+	for _, n := range names {
+		p := filepath.Join(trials, n)
+		fd, err := unix.Open(p, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			continue // gone since the listing, or not a folder: retire's concern
+		}
+		var st unix.Stat_t
+		err = unix.Fstat(fd, &st)
+		acl, aerr := posixacl.Get(fd)
+		unix.Close(fd)
+		if err != nil || aerr != nil {
+			bad = append(bad, fmt.Sprintf("%s: %v %v", p, err, aerr))
+			continue
+		}
+		if why := trialFolderWrong(c, ctl, st, acl); why != "" {
+			bad = append(bad, p+" "+why)
+		}
+		if len(bad) == 10 {
+			break
+		}
+	}
+	return strings.Join(bad, "; ")
+}
+
+// trialFolderWrong says what is wrong with a trial folder's owner, mode
+// and ACL, or "".
+func trialFolderWrong(c *Context, ctl roles.Role, st unix.Stat_t, acl []posixacl.Entry) string {
+	mode := st.Mode & 0o7777
+	switch {
+	case st.Uid == 0 && mode == 0o700 && acl == nil:
+		return "" // retired
+	case int(st.Uid) != ctl.UID:
+		return fmt.Sprintf("is owned by uid %d", st.Uid)
+	case mode == 0o700 && acl == nil:
+		return "" // being set up
+	case mode != 0o710:
+		return fmt.Sprintf("is mode %04o, want 0710 with an ACL for its lane and agent", mode)
+	}
+	var named []uint32
+	for _, e := range acl {
+		switch {
+		case e.Tag == posixacl.User && e.Perm == posixacl.Execute:
+			named = append(named, e.ID)
+		case e.Tag == posixacl.UserObj, e.Tag == posixacl.Mask && e.Perm == posixacl.Execute, (e.Tag == posixacl.GroupObj || e.Tag == posixacl.Other) && e.Perm == 0:
+		default:
+			return fmt.Sprintf("has ACL entry tag %#x perm %o id %d beyond its lane's and agent's search", e.Tag, e.Perm, e.ID)
+		}
+	}
+	if len(named) == 2 {
+		lane, ok1 := c.Table.ByUID(int(named[0]))
+		agent, ok2 := c.Table.ByUID(int(named[1]))
+		if ok1 && ok2 && lane.Kind == roles.Lane && agent.Kind == roles.Agent && lane.Index == agent.Index {
+			return ""
+		}
+	}
+	return fmt.Sprintf("lets users %v pass, want one lane and its agent", named)
 }
 
 // unplainStored lists what in the store is neither a folder nor a regular

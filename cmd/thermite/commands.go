@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"runtime"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -17,6 +18,7 @@ import (
 	"thermite/internal/config"
 	"thermite/internal/rpc"
 	"thermite/internal/runas"
+	"thermite/internal/weaken"
 	"thermite/roles"
 	"thermite/selftest"
 )
@@ -91,6 +93,14 @@ func runServe() error {
 	// give it; where they do not, the broker says what it cannot measure.
 	egress := len(cfg.Agent.Egress) > 0 && caps.Bounded(caps.Egress)
 	keep := caps.BrokerFor(egress, caps.Bounded([]int{caps.Measure}))
+	// The broker's own /proc, with hidepid, on this thread, which execs
+	// next: what it cannot do the broker's kernel policy names.
+	runtime.LockOSThread()
+	if weaken.Enabled && weaken.Has(weaken.ProcVisible) {
+		argv = append(argv, "--"+broker.HideProcessesFlag, "a thermite_weaken build ("+weaken.ProcVisible+")")
+	} else if err := broker.HideProcesses(); err != nil {
+		argv = append(argv, "--"+broker.HideProcessesFlag, err.Error())
+	}
 	return caps.ReduceAndExec(keep, argv, stripEnv(os.Environ(), cfg.StripEnvPrefixes))
 }
 

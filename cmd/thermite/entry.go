@@ -49,6 +49,7 @@ func brokerMain(args []string) int {
 	fs.StringVar(&configPath, "config", "", "the rig's TOML configuration")
 	fs.StringVar(&controlKey, "control-key", "", "control's key")
 	fs.StringVar(&controlKeySHA, "control-key-sha256", "", "the SHA-256 (hex) the launch names for control's key")
+	procHideErr := fs.String(broker.HideProcessesFlag, "", "why thermite serve could not mount the broker's own /proc")
 	if err := fs.Parse(args); err != nil {
 		return exitStatus(fmt.Errorf("%s: %w", broker.Arg, err))
 	}
@@ -65,6 +66,7 @@ func brokerMain(args []string) int {
 		return exitStatus(err)
 	}
 	b.SetControlKey(controlKey, controlKeySHA)
+	b.SetProcHideError(*procHideErr)
 	b.SetSelftest(func() *rpc.SelftestResult { return selftest.Run(b) })
 	if err := b.Serve(); err != nil {
 		log.Error("broker refused to start", "err", err.Error())

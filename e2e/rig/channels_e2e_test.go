@@ -10,9 +10,11 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 
 	"thermite/internal/testrig"
-	"thermite/selftest"
 )
 
 // Issue 27: the kernel's channels between roles. Each test is one attack,
@@ -72,17 +74,24 @@ func pyOutcomes(out string) map[string]string {
 }
 
 // A lane reads what it can of the timing user's process, and of another
-// lane's, while each runs. Every file the kernel guards with a ptrace check
-// (what it reads and writes, its environment, the call it sits in, its
-// kernel stack, its descriptors and mappings) is refused: their uids are
-// not the lane's, and Landlock keeps ptrace within the lane's own domain.
-// The same files of the lane's own process are read. Where /proc hides
-// other users' processes (hidepid=invisible, the rig check's row), every
-// file of theirs, stat, status, schedstat and cmdline too, is not there at
-// all (ENOENT); without it those four are read, which the rig check names.
+// lane's, while each runs. /proc, as every role sees it, is the broker's
+// own mount with hidepid=invisible (broker.HideProcesses): every file of
+// another user's process, stat, status, schedstat, cmdline and io as much
+// as its descriptors and memory, is not there at all (ENOENT), and
+// listing /proc shows none of their pids. The same files of the lane's
+// own process are read. What remains is named, and asserted so the docs
+// stay true: a pid is not a file, so kill(pid, 0) (EPERM where the pid
+// lives, ESRCH once it is gone) and pidfd_open (a descriptor for any live
+// pid, readable when it ends) tell a lane that some process lives under a
+// number and when it ends, though not whose it is; seccomp sees only the
+// number, never the target's user, so it cannot refuse these for other
+// roles' pids alone.
 func TestLaneReadingTheTimingUsersAndAnotherLanesProcFilesRefused(t *testing.T) {
 	requirePython(t)
 	r := newRig(t)
+	if v := r.Status().ProcView; strings.HasPrefix(v, "none") || v == "" {
+		t.Fatalf("the rig runs without hidepid for its roles (%q): newRig accepts no such loss", v)
+	}
 	others := []string{"run", "lane-2"}
 	done := make(chan string, len(others))
 	target := map[string]int{}
@@ -97,38 +106,44 @@ func TestLaneReadingTheTimingUsersAndAnotherLanesProcFilesRefused(t *testing.T) 
 		}
 		target[role] = pids[0]
 	}
-	guarded := []string{"io", "environ", "syscall", "stack", "fd", "maps", "mem", "pagemap", "fdinfo", "map_files"}
-	unguarded := []string{"stat", "status", "schedstat", "cmdline"}
-	hidden := selftest.ProcHidesOthers("/proc")
+	files := []string{"stat", "status", "schedstat", "cmdline", "io", "environ", "syscall", "stack", "fd", "maps", "mem", "pagemap", "fdinfo", "map_files"}
 	script := `
+import select
+listed = set(os.listdir("/proc"))
 for who in sys.argv[1:]:
     name, pid = who.split("=")
-    for f in ` + pyList(append(guarded, unguarded...)) + `:
+    for f in ` + pyList(files) + `:
         p = "/proc/%s/%s" % (pid, f)
         try_(f + " of " + name, lambda: os.listdir(p) if os.path.isdir(p) else open(p, "rb").read(1))
+    if pid == "self":
+        continue
+    print("listed " + name, "yes" if pid in listed else "no", flush=True)
+    try_("kill 0 of " + name, lambda: os.kill(int(pid), 0))
+    def pidfd():
+        fd = os.pidfd_open(int(pid))
+        r, _, _ = select.select([fd], [], [], 0)
+        os.close(fd)
+        if r:
+            raise OSError(errno.ESRCH, "ended")
+    try_("pidfd_open of " + name, pidfd)
 `
-	got := pyAs(t, r, "lane-1", script, "run="+strconv.Itoa(target["run"]), "lane-2="+strconv.Itoa(target["lane-2"]), "self=self")
-	want := "EACCES"
-	if hidden {
-		want = "ENOENT"
-	}
+	args := []string{"run=" + strconv.Itoa(target["run"]), "lane-2=" + strconv.Itoa(target["lane-2"]), "self=self"}
+	got := pyAs(t, r, "lane-1", script, args...)
 	for _, role := range others {
-		for _, f := range unguarded {
-			g := got[f+" of "+role]
-			switch {
-			case hidden && g != "ENOENT":
-				t.Errorf("lane-1 reads /proc/%d/%s of %s where /proc hides it: %s, want ENOENT", target[role], f, role, g)
-			case !hidden:
-				t.Logf("without hidepid lane-1 reads /proc/%d/%s of %s: %s", target[role], f, role, g)
+		for _, f := range files {
+			if g := got[f+" of "+role]; g != "ENOENT" {
+				t.Errorf("lane-1 reads /proc/%d/%s of %s: %s, want ENOENT", target[role], f, role, g)
 			}
 		}
-		for _, f := range guarded {
-			if g := got[f+" of "+role]; g != want {
-				t.Errorf("lane-1 reads /proc/%d/%s of %s: %s, want %s", target[role], f, role, g, want)
-			}
+		if got["listed "+role] != "no" {
+			t.Errorf("lane-1 lists %s's pid %d in /proc", role, target[role])
+		}
+		// The named remainder, while it runs.
+		if got["kill 0 of "+role] != "EPERM" || got["pidfd_open of "+role] != "ok" {
+			t.Errorf("lane-1's kill(pid, 0) and pidfd_open on %s's live pid: %s, %s; the docs name EPERM and a descriptor", role, got["kill 0 of "+role], got["pidfd_open of "+role])
 		}
 	}
-	for _, f := range guarded {
+	for _, f := range files {
 		// Its own mem and pagemap have nothing at offset 0, and its own
 		// kernel stack takes CAP_SYS_ADMIN: the rest it reads.
 		if g := got[f+" of self"]; g != "ok" && f != "mem" && f != "pagemap" && f != "stack" {
@@ -138,6 +153,13 @@ for who in sys.argv[1:]:
 	for _, role := range others {
 		r.Thermite("stop", role)
 		<-done
+	}
+	// And once they are gone: ESRCH, which is all the number said.
+	got = pyAs(t, r, "lane-1", script, args[:2]...)
+	for _, role := range others {
+		if got["kill 0 of "+role] != "ESRCH" {
+			t.Errorf("lane-1's kill(pid, 0) on %s's ended pid: %s, want ESRCH", role, got["kill 0 of "+role])
+		}
 	}
 }
 
@@ -149,29 +171,71 @@ func pyList(xs []string) string {
 	return "[" + strings.Join(q, ", ") + "]"
 }
 
-// POSIX named semaphores and shared memory live in /dev/shm, POSIX message
-// queues in the kernel's mqueue file system: a lane makes neither, so no
-// other role can open one. Its own TMPDIR still takes a file.
+// POSIX named semaphores and shared memory live in /dev/shm, closed to
+// every role (EACCES). POSIX message queues live in the kernel's mqueue
+// file system, one per IPC namespace, shared by every role: there Landlock
+// refused only the open, after mq_open(O_CREAT) had made the queue, so the
+// name stayed, and another role's mq_open told it from a name never made
+// (EACCES against ENOENT). The filter now refuses every queue call
+// (EPERM), and no name is left: root, which Landlock does not hold, finds
+// none of them (ENOENT). A role's own TMPDIR still takes a file.
 func TestLaneNamedSemaphoreAndQueueRefused(t *testing.T) {
 	requirePython(t)
 	r := newRig(t)
-	got := pyAs(t, r, "lane-1", `
-import ctypes
+	script := `
+import ctypes, platform
 rt = ctypes.CDLL("librt.so.1", use_errno=True)
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+MQ_OPEN, MQ_UNLINK = {"x86_64": (240, 241), "aarch64": (180, 181)}[platform.machine()]
+name = sys.argv[1].encode()
 def mq():
-    if rt.mq_open(b"/thermite-channel", os.O_CREAT | os.O_RDWR, 0o666, None) < 0:
+    if rt.mq_open(name, os.O_CREAT | os.O_RDWR, 0o666, None) < 0:
         raise OSError(ctypes.get_errno(), "mq_open")
-    rt.mq_unlink(b"/thermite-channel")
+# The system calls themselves (glibc's mq_unlink turns EPERM into EACCES),
+# named as the kernel takes them, without the leading slash.
+def raw(*args):
+    def f():
+        if libc.syscall(*args) < 0:
+            raise OSError(ctypes.get_errno(), "mq")
+    return f
 try_("mq_open", mq)
+try_("mq_open system call", raw(MQ_OPEN, name[1:], os.O_CREAT | os.O_RDWR, 0o666, None))
+try_("mq_unlink system call", raw(MQ_UNLINK, b"thermite-no-such-queue"))
 try_("sem in /dev/shm", lambda: os.close(os.open("/dev/shm/sem.thermite-channel", os.O_CREAT | os.O_RDWR, 0o666)))
 try_("shm in /dev/shm", lambda: os.close(os.open("/dev/shm/thermite-channel", os.O_CREAT | os.O_RDWR, 0o666)))
 try_("file in TMPDIR", lambda: os.close(os.open(os.environ["TMPDIR"] + "/sem.own", os.O_CREAT | os.O_RDWR, 0o600)))
-`)
-	for what, want := range map[string]string{"mq_open": "EACCES", "sem in /dev/shm": "EACCES", "shm in /dev/shm": "EACCES", "file in TMPDIR": "ok"} {
-		if got[what] != want {
-			t.Errorf("lane-1: %s: %s, want %s", what, got[what], want)
+`
+	for _, role := range []string{"lane-1", "lane-2", "agent-1", "run", "builder"} {
+		name := "/thermite-channel-" + role + "-" + ipcKey()
+		got := pyAs(t, r, role, script, name)
+		for what, want := range map[string]string{"mq_open": "EPERM", "mq_open system call": "EPERM", "mq_unlink system call": "EPERM", "sem in /dev/shm": "EACCES", "shm in /dev/shm": "EACCES", "file in TMPDIR": "ok"} {
+			if got[what] != want {
+				t.Errorf("%s: %s: %s, want %s", role, what, got[what], want)
+			}
+		}
+		if left := rootOpensQueue(name); left != "ENOENT" {
+			t.Errorf("%s's mq_open left the queue %s for another role to see: root's mq_open: %s, want ENOENT", role, name, left)
 		}
 	}
+}
+
+// rootOpensQueue opens the POSIX message queue name ("/NAME") as the test
+// (root, with no rule set), removing it if it is there, and says what it
+// got. The system call takes the name without its slash, as glibc passes
+// it.
+func rootOpensQueue(name string) string {
+	p, err := unix.BytePtrFromString(strings.TrimPrefix(name, "/"))
+	if err != nil {
+		return err.Error()
+	}
+	fd, _, errno := unix.Syscall(unix.SYS_MQ_OPEN, uintptr(unsafe.Pointer(p)), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if errno != 0 {
+		return unix.ErrnoName(errno)
+	}
+	unix.Close(int(fd))
+	unix.Syscall(unix.SYS_MQ_UNLINK, uintptr(unsafe.Pointer(p)), 0, 0)
+	return "ok"
 }
 
 // A lane leaves a process holding every lock it can take on what other
@@ -252,17 +316,21 @@ time.sleep(600)
 }
 
 // A lane makes a FIFO and a listening unix socket in its research area,
-// then its trial ends: the publish walk holds each by O_PATH and never
-// opens it, so the end is not held. Published, neither is any use: no role
-// may open the FIFO to write (Landlock grants no write outside a role's own
-// places), so a reader waits on it alone.
+// then its trial ends: the publish walk never opens either (the end is not
+// held) and removes both, naming them in the trial's end event, since a
+// published FIFO every role may open would hold each reader that opens it
+// to read (a lane reading the run's research) until a writer comes, which
+// none ever does. Lane-2's blocking open of the FIFO's path returns at
+// once, finding nothing (ENOENT); the lane's plain file is published and
+// lane-2 reads it.
 func TestLaneFIFOInResearchAreaCannotStallAnotherRole(t *testing.T) {
 	requirePython(t)
 	r := newRig(t)
 	t1, _ := startTrial(t, r, 1, makeProject(t, r))
 	fifo := filepath.Join(t1.LaneArea, "pipe")
 	sock := filepath.Join(t1.LaneArea, "sock")
-	if _, stderr, code := r.Thermite("trial", "exec", t1.ID, "--", "sh", "-c", "mkfifo -m 0666 "+fifo+" && ls -l "+fifo); code != 0 {
+	note := filepath.Join(t1.LaneArea, "note")
+	if _, stderr, code := r.Thermite("trial", "exec", t1.ID, "--", "sh", "-c", "mkfifo -m 0666 "+fifo+" && echo kept > "+note); code != 0 {
 		t.Fatalf("lane-1 makes a FIFO in its research area: exit %d %s", code, stderr)
 	}
 	listener := `import socket, os, time, sys
@@ -280,28 +348,56 @@ s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); os.chmod(sys.argv[1], 0o
 	if d := time.Since(start); d > 10*time.Second {
 		t.Errorf("the trial's end took %v with a FIFO in its research area", d)
 	}
-	var st os.FileInfo
-	st, err := os.Lstat(fifo)
-	if err != nil || st.Mode()&os.ModeNamedPipe == 0 {
-		t.Fatalf("the published FIFO: %v %v", st, err)
+	for _, p := range []string{fifo, sock} {
+		if st, err := os.Lstat(p); !os.IsNotExist(err) {
+			t.Errorf("published with the research area: %s (%v, %v), want it removed", p, st, err)
+		}
 	}
-	t.Logf("published FIFO: %v uid %d", st.Mode(), st.Sys().(*syscall.Stat_t).Uid)
-	got := pyAs(t, r, "lane-2", `
-try_("write the FIFO", lambda: os.close(os.open(sys.argv[1], os.O_WRONLY | os.O_NONBLOCK)))
-s = socket.socket(socket.AF_UNIX)
-try_("connect the socket", lambda: s.connect(sys.argv[2]))
-`, fifo, sock)
-	if got["write the FIFO"] != "EACCES" {
-		t.Errorf("lane-2 opens the published FIFO to write: %s, want EACCES", got["write the FIFO"])
+	// Lane-2 opens the FIFO's path as a reader does, blocking: it must
+	// return, whatever it finds, or it is held.
+	type answer struct {
+		got map[string]string
+		err string
 	}
-	// Its listener was stopped with the trial: nothing answers.
-	if got["connect the socket"] != "ECONNREFUSED" {
-		t.Errorf("lane-2 connects to the published socket: %s, want ECONNREFUSED", got["connect the socket"])
+	answered := make(chan answer, 1)
+	go func() {
+		var a answer
+		a.got, a.err = pyRun(r, "lane-2", `
+try_("read-open the FIFO", lambda: os.close(os.open(sys.argv[1], os.O_RDONLY)))
+try_("read the note", lambda: open(sys.argv[2]).read())
+`, fifo, note)
+		answered <- a
+	}()
+	select {
+	case a := <-answered:
+		if a.err != "" {
+			t.Fatal(a.err)
+		}
+		if a.got["read-open the FIFO"] != "ENOENT" || a.got["read the note"] != "ok" {
+			t.Errorf("lane-2 after the publish: %v, want the FIFO ENOENT and the note ok", a.got)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("lane-2's read-open of the FIFO's published path did not return in 60 s: it is held")
+	}
+	out, stderr, code := r.Thermite("ledger", "export")
+	if code != 0 {
+		t.Fatalf("ledger export: exit %d %s", code, stderr)
+	}
+	found := false
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, `"trial.end"`) && strings.Contains(l, t1.ID) {
+			found = strings.Contains(l, `"research_removed"`) && strings.Contains(l, fifo) && strings.Contains(l, sock)
+		}
+	}
+	if !found {
+		t.Errorf("the trial's end event does not name the FIFO and the socket it removed:\n%s", out)
 	}
 }
 
-// heldMemfds lists the memfds named name among a process's descriptors.
-func heldMemfds(t *testing.T, pid int, name string) []string {
+// heldFrom lists what a process's descriptors hold of what a role passed
+// it: a memfd named name, any pidfd, and any file whose owner is uid (a
+// memfd is its maker's, as is every file a role makes).
+func heldFrom(t *testing.T, pid int, name string, uid int) []string {
 	t.Helper()
 	dir := "/proc/" + strconv.Itoa(pid) + "/fd"
 	ents, err := os.ReadDir(dir)
@@ -312,26 +408,48 @@ func heldMemfds(t *testing.T, pid int, name string) []string {
 	}
 	var held []string
 	for _, e := range ents {
-		if l, err := os.Readlink(filepath.Join(dir, e.Name())); err == nil && strings.Contains(l, "memfd:"+name) {
-			held = append(held, e.Name()+" -> "+l)
+		p := filepath.Join(dir, e.Name())
+		l, err := os.Readlink(p)
+		if err != nil {
+			continue // closed since the listing
+		}
+		var st syscall.Stat_t
+		owned := syscall.Stat(p, &st) == nil && int(st.Uid) == uid
+		if strings.Contains(l, "memfd:"+name) || strings.Contains(l, "[pidfd]") || owned {
+			held = append(held, fmt.Sprintf("%s -> %s (uid %d)", e.Name(), l, st.Uid))
 		}
 	}
 	return held
 }
 
-// An agent hands a memfd (and a pidfd of itself) over the socket of
-// another role's it reaches by design, its harness API socket, with a
-// request in the same message, and keeps its end open: the controller
-// reads its connections with read(2), which takes no descriptors, so the
-// kernel drops them and the controller holds none (every API listener is
-// the same server: a lane's own socket is read the same way). Passed over
-// a socketpair of its own, the same memfd arrives and reads back.
+// A role hands a memfd (and a pidfd of itself) over the socket of another
+// role's it reaches by design, its harness API socket, with a request in
+// the same message, and keeps its end open: the controller reads its
+// connections with read(2), which takes no descriptors, so the kernel
+// drops them and the controller holds none: no memfd, no pidfd, no file
+// of the role's at all. The agent tries it on its socket, the lane on its
+// own (each lane and agent has one). Passed over a socketpair of its own,
+// the same memfd arrives and reads back, and the role's own process shows
+// it (so the controller's listing would show one too).
 func TestAgentPassingAMemfdOverItsAPISocketKeepsNothingInTheController(t *testing.T) {
 	requirePython(t)
 	r := newRig(t)
 	info, _ := startTrial(t, r, 1, makeProject(t, r))
+	tok, err := os.ReadFile(info.TokenFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, role := range []string{"agent-1", "lane-1"} {
+		passMemfd(t, r, role, strings.TrimSpace(string(tok)))
+	}
+}
+
+// passMemfd runs one role's attempt of
+// TestAgentPassingAMemfdOverItsAPISocketKeepsNothingInTheController.
+func passMemfd(t *testing.T, r *testrig.Rig, role, token string) {
+	t.Helper()
 	name := "thermite-channel-" + ipcKey()
-	sent := filepath.Join(r.Cfg.ScratchDir(), "home", "agent-1", "sent")
+	sent := filepath.Join(r.Cfg.ScratchDir(), "home", role, "sent")
 	type answer struct {
 		got map[string]string
 		err string
@@ -339,10 +457,11 @@ func TestAgentPassingAMemfdOverItsAPISocketKeepsNothingInTheController(t *testin
 	answered := make(chan answer, 1)
 	go func() {
 		var a answer
-		a.got, a.err = pyRun(r, "agent-1", `
+		a.got, a.err = pyRun(r, role, `
 import array
 name = sys.argv[2]
-mfd = os.memfd_create(name); os.write(mfd, b"from agent-1")
+mfd = os.memfd_create(name); os.write(mfd, b"from " + os.environ.get("USER", "the role").encode())
+os.lseek(mfd, 0, 0); mine = os.read(mfd, 100)
 pfd = os.pidfd_open(os.getpid())
 fds = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [mfd, pfd]))]
 a, b = socket.socketpair()
@@ -350,39 +469,42 @@ a.sendmsg([b"x"], fds)
 msg, anc, _, _ = b.recvmsg(1, socket.CMSG_SPACE(8))
 got = array.array("i"); got.frombytes(anc[0][2])
 os.lseek(got[0], 0, 0)
-print("own socketpair", "ok" if os.read(got[0], 100) == b"from agent-1" else "lost", flush=True)
+print("own socketpair", "ok" if os.read(got[0], 100) == mine else "lost", flush=True)
 s = socket.socket(socket.AF_UNIX)
 def send():
     s.connect(sys.argv[1])
-    s.sendmsg([b"GET /v1/trial HTTP/1.1\r\nHost: api\r\nConnection: keep-alive\r\n\r\n"], fds)
+    s.sendmsg([b"GET /v1/trial HTTP/1.1\r\nHost: api\r\nAuthorization: Bearer " + sys.argv[3].encode() + b"\r\nConnection: keep-alive\r\n\r\n"], fds)
     s.settimeout(10)
-    if not s.recv(100).startswith(b"HTTP/1.1"):
-        raise OSError(errno.EPROTO, "no HTTP answer")
+    if not s.recv(100).startswith(b"HTTP/1.1 200"):
+        raise OSError(errno.EPROTO, "no 200 answer")
 try_("the API socket", send)
 open(os.environ["HOME"] + "/sent", "w").close()
 time.sleep(3)
-`, info.APISocket, name)
+`, r.Cfg.RoleAPISocket(role), name, token)
 		answered <- a
 	}()
-	// While the lane still holds its connection and its memfd.
-	if waitFor(10*time.Second, func() bool { _, err := os.Stat(sent); return err == nil }) {
-		if held := heldMemfds(t, controllerPID(t, r), name); len(held) > 0 {
-			t.Errorf("the controller holds agent-1's memfd: %v", held)
-		}
-		// The listing does see a memfd where one is held: the agent's own.
-		seen := false
-		for _, pid := range r.Procs("agent-1") {
-			seen = seen || len(heldMemfds(t, pid, name)) > 0
-		}
-		if !seen {
-			t.Error("no process of agent-1 shows its memfd, so the controller's listing proves nothing")
-		}
+	// While the role still holds its connection and its memfd.
+	if !waitFor(30*time.Second, func() bool { _, err := os.Stat(sent); return err == nil }) {
+		a := <-answered
+		t.Fatalf("%s never reported its descriptors sent: %v %s", role, a.got, a.err)
+	}
+	uid := r.Role(role).UID
+	if held := heldFrom(t, controllerPID(t, r), name, uid); len(held) > 0 {
+		t.Errorf("the controller holds what %s passed it: %v", role, held)
+	}
+	seen := false
+	for _, pid := range r.Procs(role) {
+		seen = seen || len(heldFrom(t, pid, name, uid)) > 0
+	}
+	if !seen {
+		t.Errorf("no process of %s shows its memfd, so the controller's listing proves nothing", role)
 	}
 	a := <-answered
 	if a.err != "" {
 		t.Fatal(a.err)
 	}
 	if got := a.got; got["own socketpair"] != "ok" || got["the API socket"] != "ok" {
-		t.Fatalf("agent-1 passing a memfd: %v, want both ok", got)
+		t.Fatalf("%s passing a memfd: %v, want both ok", role, got)
 	}
+	os.Remove(sent)
 }

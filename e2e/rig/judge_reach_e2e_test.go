@@ -12,7 +12,6 @@ import (
 	"thermite/controller/ledger"
 	"thermite/internal/rpc"
 	"thermite/internal/testrig"
-	"thermite/selftest"
 )
 
 // Attacks on the judge from issue 12: a build whose outputs are not plain
@@ -211,10 +210,10 @@ func TestRunFolderUnreadableByLaneDuringTimedRun(t *testing.T) {
 // neither the run's folder nor the stored build's path, and does see the
 // check's awk (so it looked at the right moment).
 func TestCheckArgvNamesNoRunPath(t *testing.T) {
-	if selftest.ProcHidesOthers("/proc") {
-		t.Skip("/proc hides other users' processes (hidepid): the scanner has no process of the check's to read")
-	}
 	r := newRig(t)
+	if v := r.Status().ProcView; !strings.HasPrefix(v, "none") {
+		t.Skipf("/proc hides other users' processes from every role (%s): the scanner has no process of the check's to read", v)
+	}
 	b := peekKit(t, r)
 	// The scanner's own command line must not match what it looks for, so
 	// the patterns are put together from pieces at run time.
@@ -315,5 +314,65 @@ func TestRunFolderGroupIsNarrow(t *testing.T) {
 	statOf(t, deeper, &st)
 	if int(st.Gid) != ctl.GID {
 		t.Fatalf("what the folder holds changed group: %d", st.Gid)
+	}
+}
+
+// TestBuildOutputSparseRefused: a sparse file takes no blocks, so the
+// build's disk guard (which counts blocks) lets `truncate -s 1T` pass;
+// stored, it would be copied and hashed as a terabyte. The build is
+// refused naming the file, its apparent and allocated sizes and
+// judge.build_disk_mb, and nothing is stored; so is a set of outputs each
+// under the limit that together pass it. A sparse output within the limit
+// is stored, its holes kept holes.
+func TestBuildOutputSparseRefused(t *testing.T) {
+	r := testrig.New(t, testrig.Options{Extra: "[judge]\nbuild_disk_mb = 256\n"})
+	refusedBuild(t, r, "sparse", "truncate -s 1T prog", []string{"prog"},
+		"prog is 1099511627776 bytes", "allocated", "over judge.build_disk_mb = 256")
+	refusedBuild(t, r, "sparsein", "mkdir bin && echo x > bin/prog && truncate -s 1T bin/big", []string{"bin"},
+		"bin/big is 1099511627776 bytes", "over judge.build_disk_mb = 256")
+	refusedBuild(t, r, "sparsesum", "truncate -s 200M a && truncate -s 200M b", []string{"a", "b"},
+		"b is 209715200 bytes", "come to 419430400 bytes", "over judge.build_disk_mb = 256")
+	importKit(t, r, "sparseok", `name = "sparseok"
+[build]
+command = ["sh", "-c", "truncate -s 200M prog && printf data | dd of=prog bs=1 seek=100000000 conv=notrunc 2>/dev/null"]
+outputs = ["prog"]
+[run]
+command = ["true"]
+repeats = 1
+[check]
+command = ["sh", "-c", "echo '{\"score\": 1}'"]
+`, nil)
+	proj := filepath.Join(r.Dir, "p-sparseok")
+	os.MkdirAll(proj, 0o755)
+	b := judgeBuild(t, r, "sparseok", proj)
+	var st syscallStat
+	statOf(t, filepath.Join(b.StorePath, "prog"), &st)
+	if st.Size != 200<<20 || st.Blocks*512 > 1<<20 {
+		t.Errorf("the stored sparse output: %d bytes, %d allocated; want 200 MiB with its holes kept", st.Size, st.Blocks*512)
+	}
+}
+
+// TestTimedRunSparseOutputRefused: the same for a timed run's out/, which
+// the run's guard measures by blocks and the kit's check reads by path: a
+// 1 TiB sparse file there fails the run naming it and judge.run_out_mb,
+// and the check never reads it.
+func TestTimedRunSparseOutputRefused(t *testing.T) {
+	r := testrig.New(t, testrig.Options{Extra: "[judge]\nrun_out_mb = 16\n"})
+	importKit(t, r, "sparserun", `name = "sparserun"
+[build]
+command = ["sh", "-c", "echo x > x"]
+outputs = ["x"]
+[run]
+command = ["sh", "-c", "echo 1 > out/answer && truncate -s 1T out/big"]
+repeats = 1
+[check]
+command = ["sh", "-c", "wc -c \"$THERMITE_OUT/big\" >&2; echo '{\"score\": 1}'"]
+`, nil)
+	proj := filepath.Join(r.Dir, "p")
+	os.MkdirAll(proj, 0o755)
+	b := judgeBuild(t, r, "sparserun", proj)
+	out, stderr, code := r.Thermite("judge", "time", b.ID, "--kit", "sparserun", "--json")
+	if code == 0 || !strings.Contains(stderr, "big is 1099511627776 bytes") || !strings.Contains(stderr, "over judge.run_out_mb = 16") {
+		t.Fatalf("a run leaving a 1 TiB sparse file in out/: exit %d %q %q", code, out, stderr)
 	}
 }

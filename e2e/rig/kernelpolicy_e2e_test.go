@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"thermite/internal/testrig"
+	"thermite/internal/weaken"
 )
 
 // oldKernel is a test build that pretends the kernel has Landlock ABI abi:
@@ -173,4 +174,55 @@ func TestAcceptLostDoesNotHideABrokenProtection(t *testing.T) {
 			t.Errorf("a row says its protection's loss was accepted: %+v", p)
 		}
 	}
+}
+
+// Issue 27: where roles would see every process in /proc (the broker has
+// no /proc of its own with hidepid: here a test build that mounts none,
+// as a container without CAP_SYS_ADMIN), the rig refuses to start in one
+// line naming proc-hidepid and the setting; with the loss accepted it
+// runs, and its status, its rig check and its verdict name the loss, which
+// is real: a lane reads the timing user's stat.
+func TestRigWithoutHidepidRefusedUnlessAccepted(t *testing.T) {
+	visible := func(extra string) testrig.Options {
+		return testrig.Options{Tags: "thermite_weaken", Env: []string{"THERMITE_WEAKEN=" + weaken.ProcVisible}, Extra: extra, NoStart: true}
+	}
+	r := testrig.New(t, visible(""))
+	if err := r.Launch(); err != nil {
+		t.Fatal(err)
+	}
+	exitErr, done := r.WaitExit(20 * time.Second)
+	if !done || exitErr == nil {
+		t.Fatalf("broker without hidepid, nothing accepted: exit %v (done %v)\n%s", exitErr, done, r.LogText())
+	}
+	for _, w := range []string{"proc-hidepid is lost", `[host] accept_lost = [\"proc-hidepid\"]`, "thermite serve could not mount its own"} {
+		if !strings.Contains(r.LogText(), w) {
+			t.Errorf("refusal lacks %q:\n%s", w, r.LogText())
+		}
+	}
+	r = testrig.New(t, visible("[host]\naccept_lost = [\"proc-hidepid\"]\n"))
+	if err := r.Start(); err != nil {
+		t.Fatal(err)
+	}
+	st := r.Status()
+	if w := strings.Join(st.Without, "; "); !strings.HasPrefix(w, "proc-hidepid (") || !strings.HasPrefix(st.ProcView, "none: ") {
+		t.Fatalf("status: without %q, proc view %q", w, st.ProcView)
+	}
+	out, _, code := r.Thermite("check")
+	if code == 0 || !strings.Contains(out, "other users' processes hidden in /proc") {
+		t.Errorf("the rig check with /proc showing every process: exit %d\n%s", code, out)
+	}
+	if out, _, _ := r.Thermite("selftest", "isolation"); !strings.Contains(out, "without: proc-hidepid") {
+		t.Errorf("the verdict does not name the loss: %s", out)
+	}
+	done2 := make(chan struct{})
+	go func() { r.RunAs("run", nil, "sleep", "10"); close(done2) }()
+	var pids []int
+	if !waitFor(10*time.Second, func() bool { pids = r.Procs("run"); return len(pids) > 0 }) {
+		t.Fatal("the timing user's sleep did not start")
+	}
+	if got := r.Probe("lane-1", "read", "/proc/"+strconv.Itoa(pids[0])+"/stat"); got != "ok" {
+		t.Errorf("lane-1 reads the timing user's stat where the loss is accepted: %s, want ok (the loss the status names)", got)
+	}
+	r.Thermite("stop", "run")
+	<-done2
 }

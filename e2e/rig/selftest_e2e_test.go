@@ -187,8 +187,20 @@ func TestSelftestCatchesBreakage(t *testing.T) {
 				"make a unix socket, which could reach a listener a lane opened to every role",
 				"connect to the broker socket", "connect to the harness API's operator socket",
 				"make a FIFO in its own temp folder",
+				// And only the filter the keyrings and the message queues.
+				"add a key to its session, user or process keyring",
+				"reach its user's persistent keyring, or join a session keyring by name, as another role's may be found",
+				"make a POSIX message queue, whose name every role's mq_open would see",
 			},
 			roles: "lane-1",
+		},
+		{
+			// Issue 27: mq_open allowed again, as before the fix: Landlock
+			// refuses the queue with EACCES after making it.
+			name:  "POSIX message queues allowed",
+			opts:  testrig.Options{Tags: "thermite_weaken", Env: []string{"THERMITE_WEAKEN=" + weaken.POSIXQueues}, Extra: `startup_selftest = "warn"`},
+			want:  []string{"make a POSIX message queue, whose name every role's mq_open would see"},
+			roles: "every",
 		},
 		{
 			// Issue 12, point 3: the filter's SysV IPC rules and the stop
@@ -217,6 +229,18 @@ func TestSelftestCatchesBreakage(t *testing.T) {
 			opts: testrig.Options{Tags: "thermite_weaken", Env: []string{"THERMITE_WEAKEN=" + weaken.RunFolder0711}, Extra: `startup_selftest = "warn"`},
 			want: []string{"read another role's timed run's copy of the kit", "read another role's timed run's build link",
 				"every timed run's folder is the controller's, open to one timing user's group alone"},
+			roles: "lane-1",
+		},
+		{
+			// A lane's folders as they were before issue 27: its trial's
+			// folder the controller's 0711, so that a folder the lane
+			// opens inside is open to every role, and its research area's
+			// top the lane's own, which it chmods open.
+			name: "a lane's folders open to every role",
+			opts: testrig.Options{Tags: "thermite_weaken", Env: []string{"THERMITE_WEAKEN=" + weaken.LaneFoldersOpen}, Extra: `startup_selftest = "warn"`},
+			want: []string{"list a folder another lane opened to every role",
+				"open its research area to every role",
+				"every trial's folder is the controller's, passable by its lane and that lane's agent alone, or retired"},
 			roles: "lane-1",
 		},
 		{
@@ -270,6 +294,7 @@ func TestSelftestCatchesBreakage(t *testing.T) {
 				"write outside its own folders, in a folder whose mode lets everyone write",
 				"list a folder outside the places it reads",
 				"make a user namespace, as unshare -U does", "set up io_uring", "add a key to a kernel keyring",
+				"make a POSIX message queue, whose name every role's mq_open would see",
 				"open a netlink socket of a family other than NETLINK_ROUTE, such as uevents",
 				"connect to the broker's abstract unix socket", "make the broker its tracer with PTRACE_TRACEME",
 				"runs under a seccomp filter, Seccomp 2, with no_new_privs", "runs inside the controller's cgroup",

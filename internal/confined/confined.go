@@ -373,71 +373,113 @@ func reopenDir(top *os.File) (int, error) {
 	return fd, nil
 }
 
-// ChownTree gives top and everything beneath it to uid:gid. allowed says
-// which current owners may be handed on: anything else (root's files, or a
-// hard link a role made to a file elsewhere) is skipped and reported, so
-// that the broker never gives away a file that was not in the tree. With
-// readOnly, every write bit is taken away too. Set-id bits always go, also
-// from a skipped hard-linked file that a role owns.
-func ChownTree(top *os.File, uid, gid int, allowed func(uid int) bool, readOnly, publish bool, topMode uint32) (changed int, skipped []string, err error) {
-	readOnly = readOnly || publish
+// Hand says what ChownTree does to a tree.
+type Hand struct {
+	// UID and GID own every entry beneath the top once handed.
+	UID, GID int
+	// TopUID owns the top folder itself, with GID as its group: UID for a
+	// folder handed whole, another (the controller's) for a top the role
+	// may write in through its group but not open to other roles.
+	TopUID int
+	// Allowed says which current owners may be handed on: anything else
+	// (root's files, or a hard link a role made to a file elsewhere) is
+	// skipped and reported, so that the broker never gives away a file
+	// that was not in the tree.
+	Allowed func(uid int) bool
+	// ReadOnly takes every write bit away.
+	ReadOnly bool
+	// Publish makes the tree readable by all and writable by none, and
+	// removes every FIFO, socket and device node in it: a FIFO that every
+	// role may open would stall each reader that opens it.
+	Publish bool
+	// TopMode is the top folder's mode; 0 keeps it.
+	TopMode uint32
+}
+
+// Handed is what ChownTree did.
+type Handed struct {
+	Changed int
+	Skipped []string
+	// Removed are the paths of what a publish took away (Hand.Publish).
+	Removed []string
+}
+
+// special says whether a file type is one a publish removes: a FIFO, a
+// socket or a device node, which hold no content of their own.
+func special(typ uint32) bool {
+	return typ == unix.S_IFIFO || typ == unix.S_IFSOCK || typ == unix.S_IFCHR || typ == unix.S_IFBLK
+}
+
+// ChownTree gives top and everything beneath it to h.UID:h.GID (the top
+// to h.TopUID:h.GID). Set-id bits always go, also from a skipped
+// hard-linked file that a role owns.
+func ChownTree(top *os.File, h Hand) (res Handed, err error) {
+	readOnly := h.ReadOnly || h.Publish
 	apply := func(fd int, st Stat, path string) {
 		typ := st.Mode & unix.S_IFMT
 		switch {
-		case !allowed(int(st.UID)):
-			skipped = append(skipped, path+": owned by uid "+strconv.Itoa(int(st.UID)))
+		case !h.Allowed(int(st.UID)):
+			res.Skipped = append(res.Skipped, path+": owned by uid "+strconv.Itoa(int(st.UID)))
 			return
 		case typ != unix.S_IFDIR && st.Nlink > 1:
 			// Never handed on: its other links may live outside. Its set-id
 			// bits go all the same when a role owns it.
 			note := path + ": has " + strconv.FormatUint(st.Nlink, 10) + " links"
-			if clearsLinkedSetID(st, allowed) {
+			if clearsLinkedSetID(st, h.Allowed) {
 				if e := chmodFD(fd, st.Mode&0o7777&^setIDBits); e != nil {
 					note += "; clearing its set-id bits: " + e.Error()
 				} else {
 					note += "; set-id bits cleared"
 				}
 			}
-			skipped = append(skipped, note)
+			res.Skipped = append(res.Skipped, note)
 			return
 		case typ == unix.S_IFLNK:
 			return
 		}
-		if e := chownFD(fd, uid, gid); e != nil {
-			skipped = append(skipped, path+": "+e.Error())
+		if e := chownFD(fd, h.UID, h.GID); e != nil {
+			res.Skipped = append(res.Skipped, path+": "+e.Error())
 			return
 		}
 		mode := st.Mode & 0o7777 &^ setIDBits
 		if readOnly {
 			mode &^= 0o222
 		}
-		if publish {
+		if h.Publish {
 			mode = published(mode, typ == unix.S_IFDIR)
 		}
 		if typ == unix.S_IFDIR || typ == unix.S_IFREG {
 			if e := chmodFD(fd, mode); e != nil {
-				skipped = append(skipped, path+": "+e.Error())
+				res.Skipped = append(res.Skipped, path+": "+e.Error())
 				return
 			}
 		}
-		changed++
+		res.Changed++
 	}
 	tst, err := fstat(int(top.Fd()))
 	if err != nil {
-		return 0, nil, err
+		return res, err
 	}
 	if tst.Mode&unix.S_IFMT != unix.S_IFDIR {
-		return 0, nil, fmt.Errorf("%s: not a folder", top.Name())
+		return res, fmt.Errorf("%s: not a folder", top.Name())
 	}
 	dir, err := reopenDir(top)
 	if err != nil {
-		return 0, nil, err
+		return res, err
 	}
 	defer unix.Close(dir)
 	err = walk(dir, top.Name(), func(dirfd int, name, path string, st Stat) error {
+		if h.Publish && special(st.Mode&unix.S_IFMT) {
+			if e := unix.Unlinkat(dirfd, name, 0); e != nil && !errors.Is(e, unix.ENOENT) {
+				res.Skipped = append(res.Skipped, path+": removing it: "+e.Error())
+			} else {
+				res.Removed = append(res.Removed, path)
+			}
+			return nil
+		}
 		fd, cur, err := openEntry(dirfd, name, st)
 		if err != nil {
-			skipped = append(skipped, path+": "+err.Error())
+			res.Skipped = append(res.Skipped, path+": "+err.Error())
 			if st.Mode&unix.S_IFMT == unix.S_IFDIR {
 				return errSkipDir
 			}
@@ -445,36 +487,38 @@ func ChownTree(top *os.File, uid, gid int, allowed func(uid int) bool, readOnly,
 		}
 		apply(fd, cur, path)
 		unix.Close(fd)
-		if cur.Mode&unix.S_IFMT == unix.S_IFDIR && !allowed(int(cur.UID)) {
+		if cur.Mode&unix.S_IFMT == unix.S_IFDIR && !h.Allowed(int(cur.UID)) {
 			return errSkipDir
 		}
 		return nil
 	}, make([]byte, 64<<10))
 	if err != nil {
-		return changed, skipped, err
+		return res, err
 	}
 	// The top changes hands last, so that the new owner has no way in
 	// before everything beneath is its own.
-	if !allowed(int(tst.UID)) {
-		return changed, append(skipped, top.Name()+": owned by uid "+strconv.Itoa(int(tst.UID))), nil
+	if !h.Allowed(int(tst.UID)) {
+		res.Skipped = append(res.Skipped, top.Name()+": owned by uid "+strconv.Itoa(int(tst.UID)))
+		return res, nil
 	}
-	if err := chownFD(int(top.Fd()), uid, gid); err != nil {
-		return changed, skipped, fmt.Errorf("%s: %w", top.Name(), err)
+	if err := chownFD(int(top.Fd()), h.TopUID, h.GID); err != nil {
+		return res, fmt.Errorf("%s: %w", top.Name(), err)
 	}
 	mode := tst.Mode & 0o7777 &^ setIDBits
-	if topMode != 0 {
-		mode = topMode
+	if h.TopMode != 0 {
+		mode = h.TopMode
 	}
 	if readOnly {
 		mode &^= 0o222
 	}
-	if publish {
+	if h.Publish {
 		mode = published(mode, true)
 	}
 	if err := chmodFD(int(top.Fd()), mode); err != nil {
-		return changed, skipped, fmt.Errorf("%s: %w", top.Name(), err)
+		return res, fmt.Errorf("%s: %w", top.Name(), err)
 	}
-	return changed + 1, skipped, nil
+	res.Changed++
+	return res, nil
 }
 
 // Usage is what lies beneath top, and top itself: allocated bytes (blocks,

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -144,7 +145,8 @@ func TestChownTree(t *testing.T) {
 	}
 	defer top.Close()
 	allowed := func(uid int) bool { return uid == from || uid == to }
-	changed, skipped, err := ChownTree(top, to, to, allowed, true, false, 0o750)
+	res, err := ChownTree(top, Hand{UID: to, GID: to, TopUID: to, Allowed: allowed, ReadOnly: true, TopMode: 0o750})
+	changed, skipped := res.Changed, res.Skipped
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +197,8 @@ func TestChownTreeClearsSetIDOfLinkedRoleFiles(t *testing.T) {
 	}
 	defer top.Close()
 	allowed := func(uid int) bool { return uid == from || uid == to }
-	_, skipped, err := ChownTree(top, to, to, allowed, true, true, 0)
+	res, err := ChownTree(top, Hand{UID: to, GID: to, TopUID: to, Allowed: allowed, ReadOnly: true, Publish: true})
+	skipped := res.Skipped
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -349,4 +352,62 @@ func BenchmarkUsage100k(b *testing.B) {
 		}
 		b.ReportMetric(float64(cpu(unix.RUSAGE_CHILDREN)-start)/float64(b.N)/1e6, "cpu-ms/op")
 	})
+}
+
+// TestChownTreePublishRemovesFIFOsSocketsAndDevices: a published tree is
+// opened by every role, so nothing in it may hold a reader (a FIFO), be
+// connected to (a socket) or reach a device: each goes, by name in
+// Removed, and the plain file and folder are published as usual. Handed
+// without publishing, they stay.
+func TestChownTreePublishRemovesFIFOsSocketsAndDevices(t *testing.T) {
+	requireRoot(t)
+	const from, to = 45994, 45993
+	for _, publish := range []bool{false, true} {
+		base := t.TempDir()
+		dir := filepath.Join(base, "area")
+		os.MkdirAll(filepath.Join(dir, "sub"), 0o755)
+		os.WriteFile(filepath.Join(dir, "sub", "note"), []byte("x"), 0o644)
+		if err := unix.Mkfifo(filepath.Join(dir, "sub", "pipe"), 0o666); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Mknod(filepath.Join(dir, "null"), unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3))); err != nil {
+			t.Fatal(err)
+		}
+		s, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Bind(s, &unix.SockaddrUnix{Name: filepath.Join(dir, "sock")}); err != nil {
+			t.Fatal(err)
+		}
+		unix.Close(s)
+		filepath.Walk(dir, func(p string, _ os.FileInfo, _ error) error { return os.Lchown(p, from, from) })
+		top, err := Open(base, dir, unix.O_PATH|unix.O_DIRECTORY)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := ChownTree(top, Hand{UID: to, GID: to, TopUID: to, Allowed: func(uid int) bool { return uid == from || uid == to }, Publish: publish})
+		top.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		special := []string{filepath.Join(dir, "null"), filepath.Join(dir, "sock"), filepath.Join(dir, "sub", "pipe")}
+		for _, p := range special {
+			_, err := os.Lstat(p)
+			if publish && !os.IsNotExist(err) {
+				t.Errorf("published: %s is still there (%v)", p, err)
+			}
+			if !publish && err != nil {
+				t.Errorf("handed, not published: %s went: %v", p, err)
+			}
+		}
+		removed := append([]string(nil), res.Removed...)
+		sort.Strings(removed)
+		if want := special; publish && strings.Join(removed, " ") != strings.Join(want, " ") || !publish && len(removed) > 0 {
+			t.Errorf("publish %v: Removed %v", publish, removed)
+		}
+		if got := mode(t, filepath.Join(dir, "sub", "note")); publish && got != 0o444 {
+			t.Errorf("the published note: mode %04o, want 0444", got)
+		}
+	}
 }

@@ -218,8 +218,8 @@ func copyDir(sfd, dfd int, src, dst string, o Options, st *Stats) error {
 	return nil
 }
 
-// copyFile copies one regular file: FICLONE first, then copy_file_range
-// through io.Copy.
+// copyFile copies one regular file: FICLONE first, then its data ranges
+// (Data), holes kept.
 func copyFile(sfd, dfd int, name, sp, dp string, o Options, want unix.Stat_t) (bool, error) {
 	// O_NONBLOCK: a FIFO swapped in after the check must not hang the copy.
 	in, err := unix.Openat(sfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
@@ -244,8 +244,57 @@ func copyFile(sfd, dfd int, name, sp, dp string, o Options, want unix.Stat_t) (b
 	if unix.IoctlFileClone(out, in) == nil {
 		return true, nil
 	}
-	if _, err := io.Copy(fout, fin); err != nil {
+	if err := Data(fout, fin); err != nil {
 		return false, fmt.Errorf("copy: %s: %w", dp, err)
 	}
 	return false, nil
+}
+
+// Data copies what in holds into out, an empty file, keeping its holes
+// holes: only the ranges SEEK_DATA finds are read and written, and out is
+// then made in's size. A sparse file a role made (truncate -s 1T) copies
+// as the blocks it has, not as its apparent size in zeros, which would
+// fill the disk. Where the file system cannot say where data lies, the
+// whole file is copied.
+func Data(out, in *os.File) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(in.Fd()), &st); err != nil {
+		return err
+	}
+	for pos := int64(0); pos < st.Size; {
+		start, err := unix.Seek(int(in.Fd()), pos, unix.SEEK_DATA)
+		if errors.Is(err, unix.ENXIO) {
+			break // nothing but a hole from pos to the end
+		}
+		if errors.Is(err, unix.EINVAL) && pos == 0 {
+			return copyAll(out, in)
+		}
+		if err != nil {
+			return err
+		}
+		end, err := unix.Seek(int(in.Fd()), start, unix.SEEK_HOLE)
+		if err != nil {
+			return err
+		}
+		if _, err := in.Seek(start, io.SeekStart); err != nil {
+			return err
+		}
+		if _, err := out.Seek(start, io.SeekStart); err != nil {
+			return err
+		}
+		if _, err := io.CopyN(out, in, end-start); err != nil && !errors.Is(err, io.EOF) {
+			return err
+		}
+		pos = end
+	}
+	return out.Truncate(st.Size)
+}
+
+// copyAll copies in whole into out, from the start.
+func copyAll(out, in *os.File) error {
+	if _, err := in.Seek(0, io.SeekStart); err != nil {
+		return err
+	}
+	_, err := io.Copy(out, in)
+	return err
 }

@@ -226,3 +226,56 @@ func TestCopyLeaksNoDescriptorToAConcurrentFork(t *testing.T) {
 		t.Fatalf("a program started during the copy inherited a descriptor of the tree copied:\n%s", out)
 	}
 }
+
+// TestCopyOfASparseFileKeepsItsHoles: a role's `truncate -s 1T` with a few
+// bytes written at its start, in its middle and at its end copies as
+// those blocks, not as a terabyte of zeros that fills the disk: the copy
+// has the same size and content where there is data, and allocates about
+// what the source does.
+func TestCopyOfASparseFileKeepsItsHoles(t *testing.T) {
+	src := t.TempDir()
+	p := filepath.Join(src, "out")
+	f, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const size = 1 << 40
+	if err := f.Truncate(size); err != nil {
+		t.Skipf("the temporary folder's file system takes no 1 TiB sparse file: %v", err)
+	}
+	for _, off := range []int64{0, size / 2, size - 5} {
+		if _, err := f.WriteAt([]byte("data!"), off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.Close()
+	var sst unix.Stat_t
+	unix.Stat(p, &sst)
+	dst := filepath.Join(t.TempDir(), "copy")
+	if _, err := Copy(src, dst, Options{UID: -1, GID: -1}); err != nil {
+		t.Fatal(err)
+	}
+	var dst1 unix.Stat_t
+	if err := unix.Stat(filepath.Join(dst, "out"), &dst1); err != nil {
+		t.Fatal(err)
+	}
+	if dst1.Size != size {
+		t.Errorf("the copy is %d bytes, want %d", dst1.Size, int64(size))
+	}
+	// A few blocks more than the source at most (the file system's own
+	// rounding), never the apparent size.
+	if dst1.Blocks*512 > sst.Blocks*512+1<<20 {
+		t.Errorf("the copy allocates %d bytes, the source %d: holes were written as zeros", dst1.Blocks*512, sst.Blocks*512)
+	}
+	g, err := os.Open(filepath.Join(dst, "out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	for _, off := range []int64{0, size / 2, size - 5} {
+		b := make([]byte, 5)
+		if _, err := g.ReadAt(b, off); err != nil || string(b) != "data!" {
+			t.Errorf("at %d: %q %v, want data!", off, b, err)
+		}
+	}
+}

@@ -23,6 +23,7 @@ const (
 	LandlockScope    = "landlock-scope"
 	CgroupLimits     = "cgroup-limits"
 	JudgeCPUSet      = "judge-cpuset"
+	ProcHidepid      = "proc-hidepid"
 )
 
 // Protection is one thing the rig relies on the kernel for.
@@ -68,6 +69,9 @@ var Protections = []Protection{
 	{Name: CgroupLimits,
 		What: "per-role memory (no swap) and task limits over everything a role's user runs, and the OOM report",
 		Lost: "memory is bounded only per process (RLIMIT_AS) and tasks per user (RLIMIT_NPROC): a role's processes together may take the host's memory"},
+	{Name: ProcHidepid,
+		What: "other roles' processes hidden in /proc (hidepid=invisible): no role reads stat, status, schedstat, cmdline or io of the timing user's or another lane's processes",
+		Lost: "every role reads stat, status, schedstat and cmdline of every other role's processes (file modes and Landlock guard only the ptrace-checked files): when the judge runs, what, for how long and on which CPUs"},
 	{Name: JudgeCPUSet, Judge: true,
 		What: "a timed run's judge CPUs its own in the kernel (cpuset): no other role's process runs on them, started before the hold or after, and the candidate cannot leave them",
 		Lost: "judge CPUs set by sched_setaffinity at the command's start only: another role's process may move onto them and the candidate may widen its affinity (timing noise, not access); timed runs are refused unless accepted"},
@@ -104,6 +108,9 @@ type Host struct {
 	CgroupsOff bool
 	// CPUSet is "" when a writable cpuset holds judge CPUs, else why not.
 	CPUSet string
+	// ProcHidepid is "" when /proc, as role commands see it, hides other
+	// users' processes, else why not (ProcHidden).
+	ProcHidepid string
 }
 
 // Missing is one protection this host lacks, and why.
@@ -133,6 +140,8 @@ func Evaluate(h Host) Verdict {
 			why = h.Cgroups
 		case p.Name == JudgeCPUSet:
 			why = h.CPUSet
+		case p.Name == ProcHidepid:
+			why = h.ProcHidepid
 		case h.ABI == 0:
 			why = "no Landlock in this kernel (ABI 0: landlock missing from CONFIG_LSM or lsm=)"
 		case h.ABI < need:
@@ -230,6 +239,8 @@ func Table() string {
 		switch {
 		case p.Judge:
 			need = "a writable cpuset (v1 hierarchy, or v2 delegated)"
+		case p.Name == ProcHidepid:
+			need = "/proc with hidepid as roles see it (`thermite serve` mounts one of its own where it holds CAP_SYS_ADMIN)"
 		case p.ABI == 0:
 			need = "a writable cgroup tree (memory, pids)"
 		}
@@ -244,7 +255,7 @@ func Table() string {
 		v := Evaluate(Host{ABI: abi, FenceABI: 5})
 		var holds, cov, lost []string
 		for _, n := range v.Holds {
-			if n != CgroupLimits && n != JudgeCPUSet {
+			if n != CgroupLimits && n != JudgeCPUSet && n != ProcHidepid {
 				holds = append(holds, n)
 			}
 		}
@@ -279,4 +290,50 @@ func set(xs []string) map[string]bool {
 		m[x] = true
 	}
 	return m
+}
+
+// ProcHidden decides, from a mountinfo (/proc/self/mountinfo of the
+// process whose view counts), whether the proc file system mounted at
+// /proc hides other users' processes: "" when it does, else why not.
+// Of mounts stacked on /proc the last is the one a path reaches. Hidepid
+// invisible (2) hides them; ptraceable (4) shows only what the caller may
+// trace, which for a role is nothing of another's; noaccess (1) still
+// lists them and shows their owners.
+func ProcHidden(mountinfo string) string {
+	opts, ok := ProcMountOptions(mountinfo)
+	if !ok {
+		return "no proc file system mounted at /proc"
+	}
+	if HidepidOf(opts) != "" {
+		return ""
+	}
+	return "/proc shows every user's processes (no hidepid in " + opts + ")"
+}
+
+// ProcMountOptions finds the proc file system mounted at /proc in a
+// mountinfo and returns its super options, where hidepid is.
+func ProcMountOptions(mountinfo string) (opts string, ok bool) {
+	for _, l := range strings.Split(mountinfo, "\n") {
+		pre, post, found := strings.Cut(l, " - ")
+		f, g := strings.Fields(pre), strings.Fields(post)
+		if found && len(f) >= 5 && f[4] == "/proc" {
+			opts, ok = "", false
+			if len(g) >= 3 && g[0] == "proc" {
+				opts, ok = g[2], true
+			}
+		}
+	}
+	return opts, ok
+}
+
+// HidepidOf is the hidepid option among a proc mount's options that hides
+// other users' processes, or "".
+func HidepidOf(opts string) string {
+	for _, o := range strings.Split(opts, ",") {
+		switch o {
+		case "hidepid=invisible", "hidepid=2", "hidepid=ptraceable", "hidepid=4":
+			return o
+		}
+	}
+	return ""
 }

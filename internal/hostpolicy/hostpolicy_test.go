@@ -155,3 +155,38 @@ func TestREADMEKernelTableIsCurrent(t *testing.T) {
 		t.Errorf("README.md lacks the kernel policy table as it is now; paste this under \"Kernels, cgroups and what holds\":\n%s", Table())
 	}
 }
+
+// TestProcHiddenReadsTheMountRolesReach: /proc hides other users'
+// processes only where the proc mount a path reaches (the last stacked on
+// /proc) has hidepid invisible or ptraceable; noaccess still lists them,
+// and a mount without hidepid over one with it shows everything.
+func TestProcHiddenReadsTheMountRolesReach(t *testing.T) {
+	for _, c := range []struct {
+		what, mountinfo string
+		hides           bool
+	}{
+		{"invisible", "22 1 0:21 / /proc rw - proc proc rw,hidepid=invisible,gid=0", true},
+		{"ptraceable", "22 1 0:21 / /proc rw - proc proc rw,hidepid=ptraceable", true},
+		{"noaccess still lists them", "22 1 0:21 / /proc rw - proc proc rw,hidepid=noaccess", false},
+		{"none", "22 1 0:21 / /proc rw,nosuid - proc proc rw\n23 22 0:22 / /proc/sys/fs/binfmt_misc rw - binfmt_misc binfmt_misc rw", false},
+		{"one without over one with", "22 1 0:21 / /proc rw - proc proc rw,hidepid=invisible\n66 22 0:40 / /proc rw - proc proc rw,hidepid=off", false},
+		{"one with over one without", "22 1 0:21 / /proc rw - proc proc rw\n66 22 0:40 / /proc rw - proc proc rw,hidepid=invisible,gid=0", true},
+		{"no proc at /proc", "22 1 0:21 / /sys rw - sysfs sysfs rw", false},
+	} {
+		why := ProcHidden(c.mountinfo)
+		if (why == "") != c.hides {
+			t.Errorf("%s: ProcHidden = %q, want hidden %v", c.what, why, c.hides)
+		}
+	}
+	// Lost, it refuses the start naming the setting; accepted, it runs.
+	h := Host{ABI: 6, FenceABI: 5, ProcHidepid: "/proc shows every user's processes (no hidepid in rw)"}
+	if err := Decide(h, nil); err == nil || !strings.Contains(err.Error(), `[host] accept_lost = ["proc-hidepid"]`) {
+		t.Errorf("no hidepid, nothing accepted: %v", err)
+	}
+	if err := Decide(h, []string{ProcHidepid}); err != nil {
+		t.Errorf("no hidepid, accepted: %v", err)
+	}
+	if w := Without(h, []string{ProcHidepid}); len(w) != 1 || !strings.HasPrefix(w[0], "proc-hidepid (") {
+		t.Errorf("Without: %v", w)
+	}
+}

@@ -106,6 +106,16 @@ func HeldUnlinkedOn(procRoot string, uid int, skip map[int]bool, skipDev uint64,
 	if err != nil {
 		return Held{}, fmt.Errorf("processes of uid %d: %w", uid, err)
 	}
+	return HeldUnlinkedOf(procRoot, pids, skip, skipDev, disk, statMapped)
+}
+
+// HeldUnlinkedOf is HeldUnlinkedOn for the processes pids, which the
+// caller found (ByUIDOwned) as a user that sees them all: where /proc
+// hides other users' processes (hidepid), a process of the uid that is
+// not dumpable is hidden from the uid itself, so its own listing would
+// pass over it. Measured as the uid, such a process is taken as refused
+// while it lives (scanOf), as where /proc shows it but refuses its table.
+func HeldUnlinkedOf(procRoot string, pids []int, skip map[int]bool, skipDev uint64, disk map[uint64]bool, statMapped StatMapped) (Held, error) {
 	s := &heldScan{procRoot: procRoot, skipDev: skipDev, disk: disk, statMapped: statMapped,
 		seen: map[inode]int64{}, mapped: map[inode]int64{}, unread: map[inode]string{}}
 	// A process whose table cannot be read may be between a change of
@@ -117,7 +127,7 @@ func HeldUnlinkedOn(procRoot string, uid int, skip map[int]bool, skipDev uint64,
 		if skip[pid] {
 			continue
 		}
-		switch err := s.scan(pid); {
+		switch err := s.scanOf(pid); {
 		case tooMany(err):
 			return Held{}, fmt.Errorf("%w: %w", ErrHidden, err)
 		case err == nil, errors.Is(err, os.ErrNotExist), errors.Is(err, unix.ESRCH):
@@ -203,7 +213,7 @@ func (s *heldScan) retryRefused(refused []int) (hidden []string, err error) {
 		time.Sleep(20 * time.Millisecond)
 		var again []int
 		for _, pid := range refused {
-			err := s.scan(pid)
+			err := s.scanOf(pid)
 			waited, ran := time.Since(t0).Round(time.Millisecond), cpuTime(s.procRoot, pid)-firstCPU[pid]
 			switch {
 			case tooMany(err):
@@ -225,6 +235,19 @@ func (s *heldScan) retryRefused(refused []int) (hidden []string, err error) {
 		refused = again
 	}
 	return hidden, nil
+}
+
+// scanOf is scan, where a process whose /proc entry is not there but which
+// lives (kill(pid, 0) answers it: a process the caller may signal, its
+// uid's or root's) counts as refused: /proc hides it from the caller
+// (hidepid), as it does a process of the caller's uid that is not
+// dumpable. Only on the real /proc, whose pids are this system's.
+func (s *heldScan) scanOf(pid int) error {
+	err := s.scan(pid)
+	if errors.Is(err, os.ErrNotExist) && s.procRoot == "/proc" && unix.Kill(pid, 0) == nil {
+		return fmt.Errorf("its /proc entry is hidden from the measure (hidepid): %w", os.ErrPermission)
+	}
+	return err
 }
 
 // held takes in the file a /proc link reaches (a descriptor, a folder a

@@ -21,30 +21,32 @@ const MaxFDs = 4
 
 // The operations. The set is closed: anything else is refused.
 const (
-	OpPing       = "ping"
-	OpRun        = "run"
-	OpStopUser   = "stop_user"
-	OpHandFolder = "hand_folder"
-	OpClearSetID = "clear_setid"
-	OpStatus     = "status"
-	OpSelftest   = "selftest"
-	OpDiskUsage  = "disk_usage"
-	OpRunFolder  = "run_folder"
-	OpRetire     = "retire_folder"
+	OpPing        = "ping"
+	OpRun         = "run"
+	OpStopUser    = "stop_user"
+	OpHandFolder  = "hand_folder"
+	OpClearSetID  = "clear_setid"
+	OpStatus      = "status"
+	OpSelftest    = "selftest"
+	OpDiskUsage   = "disk_usage"
+	OpRunFolder   = "run_folder"
+	OpRetire      = "retire_folder"
+	OpTrialFolder = "trial_folder"
 )
 
 // Request is one call. Exactly the field named by Op is set.
 type Request struct {
-	V          int                `json:"v"`
-	Op         string             `json:"op"`
-	Run        *RunRequest        `json:"run,omitempty"`
-	StopUser   *StopUserRequest   `json:"stop_user,omitempty"`
-	HandFolder *HandFolderRequest `json:"hand_folder,omitempty"`
-	ClearSetID *ClearSetIDRequest `json:"clear_setid,omitempty"`
-	Selftest   *SelftestRequest   `json:"selftest,omitempty"`
-	DiskUsage  *DiskUsageRequest  `json:"disk_usage,omitempty"`
-	RunFolder  *RunFolderRequest  `json:"run_folder,omitempty"`
-	Retire     *RetireRequest     `json:"retire_folder,omitempty"`
+	V           int                 `json:"v"`
+	Op          string              `json:"op"`
+	Run         *RunRequest         `json:"run,omitempty"`
+	StopUser    *StopUserRequest    `json:"stop_user,omitempty"`
+	HandFolder  *HandFolderRequest  `json:"hand_folder,omitempty"`
+	ClearSetID  *ClearSetIDRequest  `json:"clear_setid,omitempty"`
+	Selftest    *SelftestRequest    `json:"selftest,omitempty"`
+	DiskUsage   *DiskUsageRequest   `json:"disk_usage,omitempty"`
+	RunFolder   *RunFolderRequest   `json:"run_folder,omitempty"`
+	Retire      *RetireRequest      `json:"retire_folder,omitempty"`
+	TrialFolder *TrialFolderRequest `json:"trial_folder,omitempty"`
 }
 
 // DiskUsageRequest measures what a role's user holds in scratch and in the
@@ -187,12 +189,28 @@ type HandFolderRequest struct {
 	// lane's. Only beneath scratch/trials, and only a folder the
 	// controller or the role owns.
 	TopOnly bool `json:"top_only,omitempty"`
+	// GroupTop hands what the folder holds to the role and keeps its top
+	// the controller's, for the role's group (0770): the role writes in it
+	// but cannot open it to other roles. Only for a lane's own research
+	// area, handed writable.
+	GroupTop bool `json:"group_top,omitempty"`
 }
 
-// HandFolderResult counts what changed hands and what was skipped.
+// HandFolderResult counts what changed hands and what was skipped, and
+// names what a publish removed: FIFOs, sockets and device nodes.
 type HandFolderResult struct {
 	Changed int      `json:"changed"`
 	Skipped []string `json:"skipped,omitempty"`
+	Removed []string `json:"removed,omitempty"`
+}
+
+// TrialFolderRequest closes a trial's folder (a folder directly in
+// scratch/trials, the controller's) to every role but the trial's lane and
+// that lane's agent: the broker gives it an ACL naming those two, with
+// search only, and nothing for its group or others.
+type TrialFolderRequest struct {
+	Path string `json:"path"`
+	Lane string `json:"lane"` // the lane's role name, lane-N
 }
 
 // RunFolderRequest opens a timed run's folder (a folder directly in
@@ -271,21 +289,24 @@ const (
 
 // Status is the broker's view of the rig.
 type Status struct {
-	Phase          string          `json:"phase"`
-	PhaseWhy       string          `json:"phase_why,omitempty"`
-	BrokerPID      int             `json:"broker_pid"`
-	StartedAt      string          `json:"started_at"`
-	ControllerPID  int             `json:"controller_pid"`
-	ControllerUp   bool            `json:"controller_answers"`
-	ControllerRuns int             `json:"controller_starts"`
-	StateDir       string          `json:"state_dir"`
-	Socket         string          `json:"socket"`
-	LandlockABI    int             `json:"landlock_abi"`
-	Cgroup         string          `json:"cgroup"`
-	Roles          []RoleStatus    `json:"roles"`
-	Selftest       *SelftestResult `json:"selftest,omitempty"`
-	GPU            *GPUStatus      `json:"gpu,omitempty"`
-	Notes          []string        `json:"notes,omitempty"`
+	Phase          string `json:"phase"`
+	PhaseWhy       string `json:"phase_why,omitempty"`
+	BrokerPID      int    `json:"broker_pid"`
+	StartedAt      string `json:"started_at"`
+	ControllerPID  int    `json:"controller_pid"`
+	ControllerUp   bool   `json:"controller_answers"`
+	ControllerRuns int    `json:"controller_starts"`
+	StateDir       string `json:"state_dir"`
+	Socket         string `json:"socket"`
+	LandlockABI    int    `json:"landlock_abi"`
+	Cgroup         string `json:"cgroup"`
+	// ProcView is /proc as every role sees it: the hidepid option in
+	// force, or "none: why" (the kernel policy's proc-hidepid).
+	ProcView string          `json:"proc_view,omitempty"`
+	Roles    []RoleStatus    `json:"roles"`
+	Selftest *SelftestResult `json:"selftest,omitempty"`
+	GPU      *GPUStatus      `json:"gpu,omitempty"`
+	Notes    []string        `json:"notes,omitempty"`
 	// Without names the protections this host lacks that the operator
 	// accepted (host.accept_lost), each with why it is missing.
 	Without []string `json:"without,omitempty"`

@@ -43,7 +43,7 @@ const (
 // binary layout carries whole.
 func runOnly(req *Request) bool {
 	return req.Op == OpRun && req.Run != nil && req.StopUser == nil && req.HandFolder == nil &&
-		req.ClearSetID == nil && req.Selftest == nil && req.DiskUsage == nil && req.RunFolder == nil && req.Retire == nil
+		req.ClearSetID == nil && req.Selftest == nil && req.DiskUsage == nil && req.RunFolder == nil && req.Retire == nil && req.TrialFolder == nil
 }
 
 // runAnswerOnly says whether resp is a Run's answer and nothing else.

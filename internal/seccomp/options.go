@@ -86,6 +86,7 @@ const (
 	WeakenAPITCP       = weaken.APITCP      // restrictSockets: TCP for api roles
 	WeakenAIO          = weaken.AIO         // denyAIO
 	WeakenStopSignals  = weaken.StopSignals // denyStopSignals
+	WeakenPOSIXQueues  = weaken.POSIXQueues // denyPOSIXQueues
 )
 
 // ControllerOptions are the controller daemon's filter: everything a role

@@ -70,6 +70,9 @@ func makeRules(a *assembler, o Options) {
 	denyBPF(a)
 	denyPerf(a, o.AllowPerf)
 	denyKeyrings(a)
+	if !o.weakened(WeakenPOSIXQueues) {
+		denyPOSIXQueues(a)
+	}
 	denyKernelReplacement(a)
 	denyReboot(a)
 	denySwap(a)
@@ -218,6 +221,22 @@ func denyKeyrings(a *assembler) {
 	a.denyCalls("keyrings", actionEPERM, unix.SYS_KEYCTL, unix.SYS_ADD_KEY, unix.SYS_REQUEST_KEY)
 }
 
+// denyPOSIXQueues closes POSIX message queues. Their names live in one
+// mqueue file system per IPC namespace, which every role shares, and
+// Landlock refuses a queue only at its open: mq_open(O_CREAT) makes the
+// queue first (the mqueue root is 1777) and then answers EACCES, leaving
+// the name behind, owned by the role, past its stop. Another role's
+// mq_open of that name then gets EACCES where a name never made gets
+// ENOENT: a channel of names between any two roles (and a fill of
+// fs.mqueue.queues_max for the whole host). Refused here, no queue is
+// ever made. (The mq_notify signal reaches only the caller, but with no
+// queue to open there is nothing to notify of.)
+func denyPOSIXQueues(a *assembler) {
+	a.denyCalls("posix message queues", actionEPERM,
+		unix.SYS_MQ_OPEN, unix.SYS_MQ_UNLINK, unix.SYS_MQ_TIMEDSEND, unix.SYS_MQ_TIMEDRECEIVE,
+		unix.SYS_MQ_NOTIFY, unix.SYS_MQ_GETSETATTR)
+}
+
 // denyKernelReplacement closes loading a new kernel or kernel modules
 // (these need capabilities a role never has; the filter holds if one
 // leaks).
@@ -306,7 +325,7 @@ var stopSignals = []uint32{uint32(unix.SIGSTOP), uint32(unix.SIGTSTP), uint32(un
 // CLONE_PARENT the kernel gives the child the caller's own exit signal,
 // and a reparented child's becomes SIGCHLD); PR_SET_PDEATHSIG, timer_create
 // (SIGEV_THREAD_ID must name a thread of the caller's group) and mq_notify
-// signal the caller itself; a pseudo-terminal's job-control signals reach
+// (closed with every queue call, denyPOSIXQueues) signal the caller itself; a pseudo-terminal's job-control signals reach
 // only its own session, one the role made. ptrace's attach stop reaches
 // only a process the caller may trace: Landlock keeps ptrace within the
 // caller's domain, and the start's child is not dumpable from its uid
@@ -494,8 +513,7 @@ const sysvCmdMask = 0xff
 // existing one), and so is IPC_SET, which could open an object up later or
 // hand it to another uid. An object of mode 0600 still works within one
 // command, and the stop helper removes every object of a user it stops.
-// POSIX message queues are not this rule's: mq_open already fails with
-// EACCES in a role command, which TestSysVShmBetweenLanesRefused keeps so.
+// POSIX message queues are denyPOSIXQueues'.
 func denySharedSysVIPC(a *assembler) {
 	gets := []struct{ nr, flags int }{
 		{unix.SYS_SHMGET, 2}, {unix.SYS_MSGGET, 1}, {unix.SYS_SEMGET, 2},

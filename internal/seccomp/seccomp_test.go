@@ -115,6 +115,11 @@ func attacks() []attack {
 		{"keyctl", func(string) string { return raw(unix.SYS_KEYCTL, 0xffff, 0, 0, 0, 0) }, "EPERM"},
 		{"add_key", func(string) string { return raw(unix.SYS_ADD_KEY, 0, 0, 0, 0, 0) }, "EPERM"},
 		{"request_key", func(string) string { return raw(unix.SYS_REQUEST_KEY, 0, 0, 0, 0) }, "EPERM"},
+		// A queue name that would otherwise be made (and left) by the call.
+		{"mq_open", func(string) string {
+			return raw(unix.SYS_MQ_OPEN, cstr("/thermite-seccomp-test"), unix.O_CREAT|unix.O_RDWR, 0o600, 0)
+		}, "EPERM"},
+		{"mq_unlink", func(string) string { return raw(unix.SYS_MQ_UNLINK, cstr("/thermite-seccomp-test")) }, "EPERM"},
 		// Unknown flags: EINVAL before anything is loaded or unloaded.
 		{"kexec_load", func(string) string { return raw(unix.SYS_KEXEC_LOAD, 0, 0, 0, 0x8000) }, "EPERM"},
 		{"kexec_file_load", func(string) string {

@@ -355,6 +355,12 @@ func (r *Rig) Start() error {
 				line, _, _ := strings.Cut(log[strings.LastIndex(log[:i], "\n")+1:], "\n")
 				r.T.Skipf("this machine has no writable cgroup tree, so no rig starts here without accept_lost: %s", line)
 			}
+			// And for one where serve cannot mount the broker's own /proc
+			// (no CAP_SYS_ADMIN) on a host whose /proc shows every process.
+			if i := strings.Index(log, procRefusal); i >= 0 {
+				line, _, _ := strings.Cut(log[strings.LastIndex(log[:i], "\n")+1:], "\n")
+				r.T.Skipf("roles here would see every process in /proc, so no rig starts here without accept_lost: %s", line)
+			}
 			return fmt.Errorf("broker exited at start: %v\n%s", r.exitErr, log)
 		default:
 		}
@@ -424,6 +430,10 @@ func (r *Rig) PlaceModes() []string {
 	}
 	return out
 }
+
+// procRefusal is part of the broker's error when /proc, as roles would see
+// it, hides no process (hostpolicy's proc-hidepid).
+const procRefusal = "proc-hidepid is lost"
 
 // landlockRefusal is part of the broker's error when the kernel's Landlock
 // ABI is older than its policy needs (broker/cgroups.go, decideKernelPolicy).

@@ -14,6 +14,20 @@ const (
 	// RunFolder0711 leaves a timed run's folder as it was before issue 12:
 	// the controller's, 0711, reachable by whoever knows its path.
 	RunFolder0711 = "run-folder-0711"
+	// LaneFoldersOpen leaves a lane's folders as they were before issue
+	// 27: a trial's folder the controller's and 0711, searchable by every
+	// user, and the lane's research area the lane's own, top and all, so
+	// that a lane that opens its workspace or its area opens it to every
+	// role.
+	LaneFoldersOpen = "lane-folders-open"
+	// POSIXQueues lets role commands call mq_open again, as before issue
+	// 27: Landlock refuses the open with EACCES after the queue is made,
+	// so a queue's name stays where every role's mq_open sees it.
+	POSIXQueues = "posix-queues"
+	// ProcVisible starts the broker without a /proc of its own: roles see
+	// /proc as the host mounts it, as before issue 27 (the kernel policy
+	// then refuses the start unless proc-hidepid is accepted).
+	ProcVisible = "proc-visible"
 	// AdvisoryCPUs holds judge CPUs by request only, as before issue 12:
 	// no cpuset is narrowed or widened for a timed run.
 	AdvisoryCPUs = "advisory-cpus"
