@@ -134,8 +134,8 @@ func TestHostCheckNamesEachWeakness(t *testing.T) {
 			h.write("sys/devices/system/cpu/cpu2/cpufreq/scaling_governor", "ondemand", 0o644)
 		}, "CPU frequency governor of the judge CPUs", true, "echo performance | tee", "cpu2 ondemand", true},
 		{"roles see other users' processes in /proc", func(h *hostTree) {
-			h.env.ProcView = "none: /proc shows every user's processes (no hidepid in rw)"
-		}, "other users' processes hidden in /proc", false, `accept_lost = ["proc-hidepid"]`, "no hidepid in rw", false},
+			h.env.ProcView = "none: /proc shows every user's processes: its options rw have no hidepid"
+		}, "other users' processes hidden in /proc", false, `accept_lost = ["proc-hidepid"]`, "its options rw have no hidepid", false},
 		{"turbo on", func(h *hostTree) { h.write("sys/devices/system/cpu/intel_pstate/no_turbo", "0", 0o644) }, "turbo boost", true, "no_turbo", "no_turbo=0", true},
 	}
 	for _, c := range cases {

@@ -307,7 +307,7 @@ func ProcHidden(mountinfo string) string {
 	if HidepidOf(opts) != "" {
 		return ""
 	}
-	return "/proc shows every user's processes (no hidepid in " + opts + ")"
+	return "/proc shows every user's processes: its options " + opts + " have no hidepid"
 }
 
 // ProcMountOptions finds the proc file system mounted at /proc in a

@@ -179,7 +179,7 @@ func TestProcHiddenReadsTheMountRolesReach(t *testing.T) {
 		}
 	}
 	// Lost, it refuses the start naming the setting; accepted, it runs.
-	h := Host{ABI: 6, FenceABI: 5, ProcHidepid: "/proc shows every user's processes (no hidepid in rw)"}
+	h := Host{ABI: 6, FenceABI: 5, ProcHidepid: "/proc shows every user's processes: its options rw have no hidepid"}
 	if err := Decide(h, nil); err == nil || !strings.Contains(err.Error(), `[host] accept_lost = ["proc-hidepid"]`) {
 		t.Errorf("no hidepid, nothing accepted: %v", err)
 	}
