@@ -28,7 +28,7 @@ import (
 // (proc-hidepid).
 func HideProcesses() error {
 	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
-		return fmt.Errorf("a mount namespace of its own: unshare(CLONE_NEWNS): %w", err)
+		return fmt.Errorf("a mount namespace of its own: unshare CLONE_NEWNS: %w", err)
 	}
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_SLAVE, ""); err != nil {
 		return fmt.Errorf("its mounts as slaves of the host's: %w", err)
