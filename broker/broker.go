@@ -451,6 +451,7 @@ func (b *Broker) status() *rpc.Status {
 	b.mu.Unlock()
 	st.LandlockABI = landlockABI()
 	st.Cgroup = b.cgroupStatus()
+	st.CPUWeights = b.cpuWeightsStatus()
 	st.Without = b.Without()
 	counts, _ := procs.CountByUID("/proc", b.uidSet())
 	for _, r := range b.table.Roles {

@@ -23,7 +23,7 @@ func hostCheck(cfg config.Config, st *rpc.Status) selftest.HostVerdict {
 		LandlockABI: landlock.ABI(), PolicyABI: landlock.PolicyABI,
 	}
 	if st != nil {
-		e.Cgroup = st.Cgroup
+		e.Cgroup, e.CPUWeights = st.Cgroup, st.CPUWeights
 	}
 	return selftest.CheckHost(e)
 }

@@ -255,6 +255,9 @@ type SelftestResult struct {
 	Background bool    `json:"startup,omitempty"`
 	// Controller says what the self-test did to a running controller.
 	Controller string `json:"controller,omitempty"`
+	// CPUWeights is the broker's word on the roles' CPU weights, as the
+	// status has it: "on: ..." or "off: <why>".
+	CPUWeights string `json:"cpu_weights,omitempty"`
 }
 
 // The rig's phases, as `thermite status` reports them. Only PhaseReady
@@ -271,21 +274,25 @@ const (
 
 // Status is the broker's view of the rig.
 type Status struct {
-	Phase          string          `json:"phase"`
-	PhaseWhy       string          `json:"phase_why,omitempty"`
-	BrokerPID      int             `json:"broker_pid"`
-	StartedAt      string          `json:"started_at"`
-	ControllerPID  int             `json:"controller_pid"`
-	ControllerUp   bool            `json:"controller_answers"`
-	ControllerRuns int             `json:"controller_starts"`
-	StateDir       string          `json:"state_dir"`
-	Socket         string          `json:"socket"`
-	LandlockABI    int             `json:"landlock_abi"`
-	Cgroup         string          `json:"cgroup"`
-	Roles          []RoleStatus    `json:"roles"`
-	Selftest       *SelftestResult `json:"selftest,omitempty"`
-	GPU            *GPUStatus      `json:"gpu,omitempty"`
-	Notes          []string        `json:"notes,omitempty"`
+	Phase          string `json:"phase"`
+	PhaseWhy       string `json:"phase_why,omitempty"`
+	BrokerPID      int    `json:"broker_pid"`
+	StartedAt      string `json:"started_at"`
+	ControllerPID  int    `json:"controller_pid"`
+	ControllerUp   bool   `json:"controller_answers"`
+	ControllerRuns int    `json:"controller_starts"`
+	StateDir       string `json:"state_dir"`
+	Socket         string `json:"socket"`
+	LandlockABI    int    `json:"landlock_abi"`
+	Cgroup         string `json:"cgroup"`
+	// CPUWeights says whether the roles' CPU weights hold in the kernel
+	// (the rig's own work above the lanes'), and what they are, or "off:
+	// <why>".
+	CPUWeights string          `json:"cpu_weights"`
+	Roles      []RoleStatus    `json:"roles"`
+	Selftest   *SelftestResult `json:"selftest,omitempty"`
+	GPU        *GPUStatus      `json:"gpu,omitempty"`
+	Notes      []string        `json:"notes,omitempty"`
 	// Without names the protections this host lacks that the operator
 	// accepted (host.accept_lost), each with why it is missing.
 	Without []string `json:"without,omitempty"`
