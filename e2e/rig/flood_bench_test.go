@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -218,11 +219,14 @@ func BenchmarkFlood(b *testing.B) {
 	ctl, brk := r.Status().ControllerPID, r.Status().BrokerPID
 	ctl0, _ := procUsage(ctl)
 	brk0, _ := procUsage(brk)
+	ctlWait0, brkWait0 := runQueueWait(ctl), runQueueWait(brk)
 	t0 := time.Now()
 	hit := ordinaryCalls(b, r, victim, n, 3*time.Minute)
 	ctl1, _ := procUsage(ctl)
 	brk1, _ := procUsage(brk)
-	ctlCPU, brkCPU := 100*(ctl1-ctl0).Seconds()/time.Since(t0).Seconds(), 100*(brk1-brk0).Seconds()/time.Since(t0).Seconds()
+	ctlWait, brkWait := runQueueWait(ctl)-ctlWait0, runQueueWait(brk)-brkWait0
+	took := time.Since(t0).Seconds()
+	ctlCPU, brkCPU := 100*(ctl1-ctl0).Seconds()/took, 100*(brk1-brk0).Seconds()/took
 	judgeHit := timeJudge(b, r, build.ID)
 	b.StopTimer()
 	for _, l := range floods.stop(b) {
@@ -241,6 +245,8 @@ func BenchmarkFlood(b *testing.B) {
 	figs.add(float64(pause.Milliseconds()), "pause-ms")
 	figs.add(ctlCPU, "ctl-cpu%-flooded")
 	figs.add(brkCPU, "broker-cpu%-flooded")
+	figs.add(100*ctlWait.Seconds()/took, "ctl-runqueue%-flooded")
+	figs.add(100*brkWait.Seconds()/took, "broker-runqueue%-flooded")
 	waitIdle, aheadIdle := startWaits(judgeIdle.run)
 	waitHit, aheadHit := startWaits(judgeHit.run)
 	figs.add(judgeIdle.buildMS, "judge-build-idle-ms")
@@ -252,7 +258,7 @@ func BenchmarkFlood(b *testing.B) {
 	figs.add(float64(aheadIdle+aheadHit), "judge-starts-ahead")
 	fmt.Printf("lane 16's ordinary calls (%d), %d lanes flooding every path (pause %s): idle p99 %d µs; flooded p99 %d µs; ratio %.2f (aim <= 2); errors %d (aim 0)\n  idle:    %s\n  flooded: %s\n",
 		n, lanes-1, pause, idle99, hit99, ratio, errs, idle, hit)
-	fmt.Printf("  while lane 16 called under the flood, the controller used %.0f%% of a CPU, the broker %.0f%% (of %d CPUs)\n", ctlCPU, brkCPU, runtime.NumCPU())
+	fmt.Printf("  while lane 16 called under the flood, the controller used %.0f%% of a CPU, the broker %.0f%% (of %d CPUs); their threads waited runnable for a CPU %.0f%% and %.0f%% of the time, all together\n", ctlCPU, brkCPU, runtime.NumCPU(), 100*ctlWait.Seconds()/took, 100*brkWait.Seconds()/took)
 	fmt.Printf("the judge: build %.0f ms idle, %.0f ms flooded (%.2fx); timed run %.0f ms idle, %.0f ms flooded (%.2fx); its repeats' longest wait for their start %.0f µs idle, %.0f µs flooded (%.2fx), other roles' starts ahead of them %d; its median %.2f ms (CV %.1f%%) idle, %.2f ms (CV %.1f%%) flooded\n",
 		judgeIdle.buildMS, judgeHit.buildMS, judgeHit.buildMS/judgeIdle.buildMS, judgeIdle.timeMS, judgeHit.timeMS, judgeHit.timeMS/judgeIdle.timeMS,
 		waitIdle, waitHit, waitHit/max(waitIdle, 1), aheadIdle+aheadHit,
@@ -267,6 +273,23 @@ func BenchmarkFlood(b *testing.B) {
 	if aheadIdle+aheadHit > 0 {
 		b.Errorf("%d starts of other roles went before the judge's timed repeats", aheadIdle+aheadHit)
 	}
+}
+
+// runQueueWait is how long the threads of pid have waited runnable for a
+// CPU, all together (the kernel's schedstat): a process that the
+// scheduler's weights starve waits long; one that is slow on its own
+// does not.
+func runQueueWait(pid int) time.Duration {
+	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	var ns int64
+	for _, t := range tasks {
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/schedstat", pid, t.Name()))
+		if f := strings.Fields(string(data)); err == nil && len(f) >= 2 {
+			n, _ := strconv.ParseInt(f[1], 10, 64)
+			ns += n
+		}
+	}
+	return time.Duration(ns)
 }
 
 // benchFigures are a benchmark's figures: reported to go test, and
