@@ -715,7 +715,7 @@ func cpuWeightsHold(c *Context) string {
 		}
 	}
 	if lane < 0 {
-		return "no lane's or agent's group to weigh the rig's against"
+		return "no lane's or agent's group: the lanes' commands run in no cpu group, weighed session by session"
 	}
 	together := lane * int64(2*c.Cfg.Lanes)
 	ctl := c.CtlCgroup == ""

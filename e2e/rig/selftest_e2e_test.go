@@ -50,6 +50,10 @@ func TestSelftestHolds(t *testing.T) {
 		t.Fatalf("exit %d: %s %s", code, out, stderr)
 	}
 	want := fmt.Sprintf("isolation holds: every probe of %d roles came out as it must\n", len(r.Table.Roles))
+	if w := r.Status().CPUWeights; strings.HasPrefix(w, "off: ") {
+		// Not isolation, but said: a host without the cpu controller.
+		want = strings.TrimSuffix(want, "\n") + "; CPU weights " + w + "\n"
+	}
 	if out != want {
 		t.Fatalf("got %q, want %q", out, want)
 	}
@@ -178,8 +182,10 @@ func TestSelftestCatchesBreakage(t *testing.T) {
 				"make a SysV IPC object other users may open", "open its SysV IPC object up with IPC_SET",
 				"create a set-id file through openat2", "make the broker its tracer with PTRACE_TRACEME",
 				stopRow,
-				// This build has no role cgroups either, so no cpuset.
+				// This build has no role cgroups either, so no cpuset,
+				// and no CPU weight over a lane's commands.
 				"move onto a judge CPU a timed run holds", "widen its affinity beyond its judge CPUs",
+				"the controller daemon's and each of the rig's own roles' groups weigh as much CPU as every lane and agent together, lanes and agents alike: CPU weights as the kernel holds them, or off and said why",
 				// Only the filter refuses the file watches, and the judge's
 				// users their unix sockets (without which their connects to
 				// the broker's and the operator's socket are EACCES, not
