@@ -459,6 +459,7 @@ func (b *Broker) status() *rpc.Status {
 	st.LandlockABI = landlockABI()
 	st.Cgroup = b.cgroupStatus()
 	st.ProcView = b.procView()
+	st.CPUWeights = b.cpuWeightsStatus()
 	st.Without = b.Without()
 	counts, _ := procs.CountByUID("/proc", b.uidSet())
 	for _, r := range b.table.Roles {

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -45,7 +46,7 @@ func (b *Broker) initCgroups() {
 // groupFor is the cgroup every command of a role runs in, as the policy
 // plans it (planCgroup): nil when there is no writable tree.
 func (b *Broker) groupFor(r roles.Role) (*cgroup.Group, error) {
-	p := planCgroup(&b.cfg, r, b.cgroups.tree != nil, weakenedNow())
+	p := planCgroup(&b.cfg, r, b.cgroups.tree != nil, b.hasCPUWeights(), weakenedNow())
 	if p == nil {
 		return nil, nil
 	}
@@ -78,6 +79,12 @@ func (b *Broker) makeGroup(r roles.Role, p *CgroupPlan) (*cgroup.Group, error) {
 	b.cgroups.groups[r.UID] = g
 	b.mu.Unlock()
 	return g, nil
+}
+
+// hasCPUWeights says the tree's groups carry the cpu controller, so that
+// the roles' CPU weights (CPUWeight) hold in the kernel.
+func (b *Broker) hasCPUWeights() bool {
+	return b.cgroups.tree != nil && b.cgroups.tree.HasCPU()
 }
 
 // oomKills is how many processes the OOM killer has ended in a group.
@@ -115,6 +122,61 @@ func (b *Broker) cgroupStatus() string {
 	}
 	return fmt.Sprintf("%s; per role: memory %d MiB (no swap), %d tasks; controller: memory %d MiB, %d tasks; %s",
 		b.cgroups.tree.String(), b.cfg.Cgroup.MemoryMB, b.cfg.Cgroup.Pids, b.cfg.Cgroup.ControllerMemoryMB, b.cfg.Cgroup.ControllerPids, judge)
+}
+
+// cpuWeightsStatus says whether the roles' CPU weights hold in the
+// kernel, and what they are, or why not: "off: <why>" then. It is for the
+// status, the rig check and the self-test's verdict; the rig runs either
+// way (fairness and timing, not access), but nothing says the weights
+// hold where they do not.
+func (b *Broker) cpuWeightsStatus() string {
+	t := b.cgroups.tree
+	switch {
+	case t == nil:
+		return "off: " + b.cgroups.why
+	case !t.HasCPU():
+		return "off: " + t.CPUWhy()
+	}
+	w, lanes := weakenedNow(), b.cfg.Lanes
+	show := func(k roles.Kind) int64 {
+		if t.Version == 1 {
+			return cgroup.SharesOf(planCPUWeight(lanes, k, w))
+		}
+		return planCPUWeight(lanes, k, w)
+	}
+	return fmt.Sprintf("on: cgroup v%d %s %d for the controller daemon and each of the rig's own roles (builder, timing users, planner, model-check, supervisor), %d for each lane and agent (%d lanes)",
+		t.Version, t.CPUWeightFile(), show(roles.Controller), show(roles.Lane), lanes)
+}
+
+// cpuWeights are the CPU weights the kernel holds for the groups made so
+// far (each role's by its name, and the controller daemon's), on cgroup
+// v2's scale, read back from cpu.weight or cpu.shares.
+func (b *Broker) cpuWeights() (map[string]int64, error) {
+	out := map[string]int64{}
+	if !b.hasCPUWeights() {
+		return out, nil
+	}
+	b.mu.Lock()
+	gs := map[string]*cgroup.Group{}
+	for uid, g := range b.cgroups.groups {
+		if r, ok := b.table.ByUID(uid); ok {
+			gs[r.Name] = g
+		}
+	}
+	if b.cgroups.ctl != nil {
+		gs[controllerGroup] = b.cgroups.ctl
+	}
+	b.mu.Unlock()
+	var errs []error
+	for name, g := range gs {
+		w, _, err := g.CPUWeight()
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		out[name] = w
+	}
+	return out, errors.Join(errs...)
 }
 
 // decideKernelPolicy applies the kernel policy (internal/hostpolicy) to

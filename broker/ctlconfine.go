@@ -21,7 +21,7 @@ import (
 // cgroup tree exists it runs without one, as role commands do, and the
 // status says so.
 func (b *Broker) confineController(argv []string, stdio [3]*os.File) (*command, error) {
-	now := &Snapshot{Cgroups: b.cgroups.tree != nil, Kernel: b.kernel, Weakened: weakenedNow()}
+	now := &Snapshot{Cgroups: b.cgroups.tree != nil, CPUWeights: b.hasCPUWeights(), Kernel: b.kernel, Weakened: weakenedNow()}
 	p, err := PlanController(&b.cfg, b.table, argv, b.exe, resolverDirs(), now)
 	if err != nil {
 		return nil, err
@@ -123,7 +123,8 @@ func (b *Broker) ensureControllerFiles() error {
 }
 
 // controllerGroupFor is the controller daemon's cgroup, made once with
-// cgroup.controller_memory_mb and cgroup.controller_pids and kept across
+// cgroup.controller_memory_mb, cgroup.controller_pids and the rig's CPU
+// weight (controllerCgroup) and kept across
 // its restarts: nil where no writable tree exists (the status says why),
 // an error where the tree exists and the group cannot be made.
 func (b *Broker) controllerGroupFor() (*cgroup.Group, error) {
@@ -135,7 +136,7 @@ func (b *Broker) controllerGroupFor() (*cgroup.Group, error) {
 	if b.cgroups.ctl != nil {
 		return b.cgroups.ctl, nil
 	}
-	p := controllerCgroup(&b.cfg)
+	p := controllerCgroup(&b.cfg, b.hasCPUWeights(), weakenedNow())
 	g, err := b.cgroups.tree.Create(p.Name, p.Limits)
 	if err != nil {
 		return nil, fmt.Errorf("controller: cgroup %s (cgroup.controller_memory_mb, cgroup.controller_pids; cgroup.enabled = false runs without): %w", controllerGroup, err)

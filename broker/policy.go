@@ -47,6 +47,9 @@ type Snapshot struct {
 	Kernel hostpolicy.Host
 	// Cgroups says a writable cgroup tree exists.
 	Cgroups bool
+	// CPUWeights says its groups carry the cpu controller, so that a
+	// group's CPU weight holds in the kernel.
+	CPUWeights bool
 	// APIPort is the harness API's TCP port (only a weakened build uses it).
 	APIPort int
 	// Weakened are the switches a thermite_weaken test build was started
@@ -197,7 +200,7 @@ func PlanRun(cfg *config.Config, table *roles.Table, req *rpc.RunRequest, now *S
 	if p.Landlock != nil {
 		p.LandlockABI = planLandlockABI(now.Kernel.ABI, p.Landlock.FenceOnly)
 	}
-	p.Cgroup = planCgroup(cfg, r, now.Cgroups, now.Weakened)
+	p.Cgroup = planCgroup(cfg, r, now.Cgroups, now.CPUWeights, now.Weakened)
 	if p.Cwd, err = planCwd(cfg, table, r, req.Cwd, p.Home, now); err != nil {
 		return nil, err
 	}
@@ -645,12 +648,55 @@ func writableFor(cfg *config.Config, r roles.Role, home string, handed []string)
 }
 
 // planCgroup is a role's cgroup: memory (no swap) and pids limits over
-// everything its user runs, or nil where no writable tree exists.
-func planCgroup(cfg *config.Config, r roles.Role, tree bool, weakened map[string]bool) *CgroupPlan {
+// everything its user runs, and its CPU weight where the tree has the cpu
+// controller (cpu); nil where no writable tree exists.
+func planCgroup(cfg *config.Config, r roles.Role, tree, cpu bool, weakened map[string]bool) *CgroupPlan {
 	if !tree || weakened[weaken.FenceOnly] || weakened[weaken.NoLandlock] {
 		return nil
 	}
-	return &CgroupPlan{Name: r.Name, Limits: cgroup.Limits{MemoryBytes: cfg.Cgroup.MemoryMB << 20, Pids: cfg.Cgroup.Pids}}
+	p := &CgroupPlan{Name: r.Name, Limits: cgroup.Limits{MemoryBytes: cfg.Cgroup.MemoryMB << 20, Pids: cfg.Cgroup.Pids}}
+	if cpu {
+		p.Limits.CPUWeight = planCPUWeight(cfg.Lanes, r.Kind, weakened)
+	}
+	return p
+}
+
+// CPUWeight is the CPU weight of a role's cgroup on a rig of lanes lanes,
+// on cgroup v2's scale (cpu.weight; v1's cpu.shares are cgroup.SharesOf
+// it). Every role's group and the controller daemon's are siblings under
+// the broker's parent group, and the kernel shares the CPUs among busy
+// siblings by weight, however many processes and sessions each holds (a
+// task in a cpu group is weighed by its group, not by its session's
+// autogroup). Lanes and agents weigh alike, so that a lane's flood takes
+// its own share and no other's. The rig's own work weighs, each group of
+// it, as much as every lane and agent together, so that it keeps at least
+// half of the rig's CPUs while all of them are busy: the controller daemon
+// (which serves every lane's calls), the judge's builder and timing
+// users, and the planner, the model check and the supervisor, whose work
+// every lane waits on or the operator runs.
+func CPUWeight(lanes int, k roles.Kind) int64 {
+	lane := laneCPUWeight(lanes)
+	if k == roles.Lane || k == roles.Agent {
+		return lane
+	}
+	return lane * int64(2*lanes)
+}
+
+// laneCPUWeight is a lane's weight, and an agent's: the kernel's default,
+// or less where the rig's weight (all lanes' and agents' together) would
+// pass the kernel's bound.
+func laneCPUWeight(lanes int) int64 {
+	return max(cgroup.WeightMin, min(cgroup.WeightDefault, cgroup.WeightMax/int64(2*max(lanes, 1))))
+}
+
+// planCPUWeight is the weight a role's group gets: CPUWeight, or in a
+// test build weakened with flat-cpu-weights the lanes' weight for every
+// role, as if the rig's own work were one more lane.
+func planCPUWeight(lanes int, k roles.Kind, weakened map[string]bool) int64 {
+	if weakened[weaken.FlatCPUWeights] {
+		return CPUWeight(lanes, roles.Lane)
+	}
+	return CPUWeight(lanes, k)
 }
 
 // timedRunHold decides how a timed run holds its judge CPUs: in the
@@ -707,7 +753,7 @@ func PlanController(cfg *config.Config, table *roles.Table, argv []string, exe s
 	p.Controller, p.Seccomp = &spec, &o
 	p.LandlockABI = planLandlockABI(now.Kernel.ABI, false)
 	if now.Cgroups {
-		p.Cgroup = controllerCgroup(cfg)
+		p.Cgroup = controllerCgroup(cfg, now.CPUWeights, now.Weakened)
 	}
 	return p, nil
 }
@@ -753,9 +799,14 @@ func controllerSpec(cfg *config.Config, ctl roles.Role, exe string, resolved []s
 }
 
 // controllerCgroup is the controller daemon's cgroup, beside the roles'
-// groups, with cgroup.controller_memory_mb and cgroup.controller_pids.
-func controllerCgroup(cfg *config.Config) *CgroupPlan {
-	return &CgroupPlan{Name: controllerGroup, Limits: cgroup.Limits{MemoryBytes: cfg.Cgroup.ControllerMemoryMB << 20, Pids: cfg.Cgroup.ControllerPids}}
+// groups, with cgroup.controller_memory_mb and cgroup.controller_pids, and
+// the rig's CPU weight where the tree has the cpu controller (cpu).
+func controllerCgroup(cfg *config.Config, cpu bool, weakened map[string]bool) *CgroupPlan {
+	p := &CgroupPlan{Name: controllerGroup, Limits: cgroup.Limits{MemoryBytes: cfg.Cgroup.ControllerMemoryMB << 20, Pids: cfg.Cgroup.ControllerPids}}
+	if cpu {
+		p.Limits.CPUWeight = planCPUWeight(cfg.Lanes, roles.Controller, weakened)
+	}
+	return p
 }
 
 func ledgerPath(cfg *config.Config) string { return filepath.Join(cfg.ControllerDir(), "ledger.db") }
@@ -764,7 +815,7 @@ func ledgerPath(cfg *config.Config) string { return filepath.Join(cfg.Controller
 var policySwitches = []string{
 	seccomp.WeakenSysVIPC, seccomp.WeakenSetIDOpenat2, seccomp.WeakenAPITCP, seccomp.WeakenAIO, seccomp.WeakenStopSignals,
 	seccomp.WeakenPOSIXQueues, weaken.APITCP, weaken.AdvisoryCPUs, weaken.ControllerBare, weaken.NoLandlock, weaken.FenceOnly,
-	weaken.EgressOpen,
+	weaken.EgressOpen, weaken.FlatCPUWeights,
 }
 
 // weakenedNow are the switches this build was started with: none outside

@@ -86,7 +86,7 @@ func held(t *testing.T, table *roles.Table) *Snapshot {
 			role(t, table, "agent-1").UID: {scratch + "/trials/T1/agent"},
 			role(t, table, "lane-2").UID:  {scratch + "/trials/T2/workspace", scratch + "/trials/T2/lane"},
 		},
-		Cgroups: true,
+		Cgroups: true, CPUWeights: true,
 	}
 }
 
@@ -220,7 +220,7 @@ func TestPlanLaneCommand(t *testing.T) {
 			{Resource: unix.RLIMIT_CPU, Cur: 600, Max: 601}, {Resource: unix.RLIMIT_NPROC, Cur: 512, Max: 512},
 		},
 		Timeout: 10 * time.Minute, CPUs: cpuset.Set{0, 1, 2, 3, 6, 7},
-		Cgroup: &CgroupPlan{Name: "lane-1", Limits: cgroup.Limits{MemoryBytes: 4096 << 20, Pids: 1024}},
+		Cgroup: &CgroupPlan{Name: "lane-1", Limits: cgroup.Limits{MemoryBytes: 4096 << 20, Pids: 1024, CPUWeight: 100}},
 		Landlock: &landlock.RoleSpec{
 			DenyGPU:  []string{devRoot + "/nvidia0", devRoot + "/nvidia1", devRoot + "/nvidiactl", devRoot + "/nvidia-uvm"},
 			Writable: []string{home, scratch + "/tmp/lane-1", scratch + "/trials/T1/lane", scratch + "/trials/T1/workspace"},
@@ -427,7 +427,7 @@ func samePlan(t *testing.T, got, want *Plan) {
 func TestPlanController(t *testing.T) {
 	cfg, table := rig(t)
 	argv := []string{"/proc/self/exe", ControllerArg}
-	p, err := PlanController(cfg, table, argv, "/proc/self/exe", []string{"/run/systemd/resolve"}, &Snapshot{Cgroups: true, Kernel: hostpolicy.Host{ABI: 7}})
+	p, err := PlanController(cfg, table, argv, "/proc/self/exe", []string{"/run/systemd/resolve"}, &Snapshot{Cgroups: true, CPUWeights: true, Kernel: hostpolicy.Host{ABI: 7}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -440,8 +440,13 @@ func TestPlanController(t *testing.T) {
 	if p.Seccomp == nil || !p.Seccomp.Controller || p.Landlock != nil || p.Hold != nil {
 		t.Errorf("seccomp %+v landlock %+v hold %+v", p.Seccomp, p.Landlock, p.Hold)
 	}
-	if want := (&CgroupPlan{Name: controllerGroup, Limits: cgroup.Limits{MemoryBytes: 2048 << 20, Pids: 1024}}); !reflect.DeepEqual(p.Cgroup, want) {
+	// Two lanes and two agents weigh 100 each: the controller as much as
+	// the four together.
+	if want := (&CgroupPlan{Name: controllerGroup, Limits: cgroup.Limits{MemoryBytes: 2048 << 20, Pids: 1024, CPUWeight: 400}}); !reflect.DeepEqual(p.Cgroup, want) {
 		t.Errorf("cgroup %+v, want %+v", p.Cgroup, want)
+	}
+	if p, _ := PlanController(cfg, table, argv, "/proc/self/exe", nil, &Snapshot{Cgroups: true}); p.Cgroup == nil || p.Cgroup.Limits.CPUWeight != 0 {
+		t.Errorf("no cpu controller: cgroup %+v, want no weight", p.Cgroup)
 	}
 	s := p.Controller
 	if s == nil {
@@ -611,5 +616,64 @@ func TestPlanDecidesWhatTheCarryOutDoes(t *testing.T) {
 		if p.LandlockABI != k.want || p.UID != ctl.UID || p.GID != ctl.GID || !p.OwnBinary || p.StopsAfter {
 			t.Errorf("controller on ABI %d: abi %d uid %d gid %d own %v stops after %v, want abi %d uid %d gid %d, own, not stopped after", k.kernel, p.LandlockABI, p.UID, p.GID, p.OwnBinary, p.StopsAfter, k.want, ctl.UID, ctl.GID)
 		}
+	}
+}
+
+// Lanes flooding the CPU take no more than their share: on a rig of any
+// number of lanes, every lane and agent weighs the same (one lane's
+// processes, however many and in however many sessions, take one lane's
+// share), and each group of the rig's own work weighs at least as much as
+// every lane and agent together, so that with all of them spinning the
+// controller (serving the lanes' calls) and the judge's builder and timing
+// users still get half of what the rig gets. Every weight is within the
+// kernel's bounds on both cgroup versions. The plan gives exactly these
+// weights, and none where the tree has no cpu controller.
+func TestLanesFloodingTakeNoMoreThanTheirShareOfTheCPU(t *testing.T) {
+	rigKinds := []roles.Kind{roles.Controller, roles.Builder, roles.Timing, roles.Planner, roles.ModelCheck, roles.Supervisor}
+	for _, lanes := range []int{1, 2, 16, 25, 50, 51, 99} {
+		cfg := config.Default()
+		cfg.Lanes, cfg.TimingUsers = lanes, 2
+		table, err := roles.FromConfig(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		laneW := CPUWeight(lanes, roles.Lane)
+		var lanesTogether int64
+		for _, r := range table.Roles {
+			p := planCgroup(&cfg, r, true, true, nil)
+			w := p.Limits.CPUWeight
+			if w < cgroup.WeightMin || w > cgroup.WeightMax || cgroup.SharesOf(w) < 2 || cgroup.SharesOf(w) > 262144 {
+				t.Errorf("%d lanes: %s weighs %d (%d shares), out of the kernel's bounds", lanes, r.Name, w, cgroup.SharesOf(w))
+			}
+			if w != CPUWeight(lanes, r.Kind) {
+				t.Errorf("%d lanes: %s is planned %d, CPUWeight says %d", lanes, r.Name, w, CPUWeight(lanes, r.Kind))
+			}
+			if r.Kind == roles.Lane || r.Kind == roles.Agent {
+				if w != laneW {
+					t.Errorf("%d lanes: %s weighs %d, another lane %d: one lane's flood would take more than its share", lanes, r.Name, w, laneW)
+				}
+				lanesTogether += w
+			}
+		}
+		if lanesTogether != laneW*int64(2*lanes) {
+			t.Fatalf("%d lanes: the table's lanes and agents weigh %d together, want %d", lanes, lanesTogether, laneW*int64(2*lanes))
+		}
+		for _, k := range rigKinds {
+			if w := CPUWeight(lanes, k); w < lanesTogether {
+				t.Errorf("%d lanes: %s weighs %d, less than the lanes' and agents' %d together: their flood takes its CPU", lanes, k, w, lanesTogether)
+			}
+		}
+		if w := controllerCgroup(&cfg, true, nil).Limits.CPUWeight; w < lanesTogether {
+			t.Errorf("%d lanes: the controller daemon's group weighs %d, less than the lanes' and agents' %d", lanes, w, lanesTogether)
+		}
+		if p := planCgroup(&cfg, table.Roles[0], true, false, nil); p.Limits.CPUWeight != 0 {
+			t.Errorf("%d lanes: a tree without the cpu controller is planned weight %d", lanes, p.Limits.CPUWeight)
+		}
+	}
+	// The weakened build's flat weights give the rig's own work one
+	// lane's weight: the breakage the self-test's row must catch.
+	cfg, _ := rig(t)
+	if w := controllerCgroup(cfg, true, map[string]bool{weaken.FlatCPUWeights: true}).Limits.CPUWeight; w != CPUWeight(cfg.Lanes, roles.Lane) {
+		t.Errorf("flat-cpu-weights: the controller weighs %d, want a lane's %d", w, CPUWeight(cfg.Lanes, roles.Lane))
 	}
 }

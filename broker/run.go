@@ -76,7 +76,7 @@ func (b *Broker) prepareRun(req *rpc.RunRequest, stdio []*os.File) (*command, ti
 func (b *Broker) snapshot() *Snapshot {
 	s := &Snapshot{
 		Online: b.online, JudgeCPUs: b.judgeCPUs, Handed: map[int][]string{},
-		Kernel: b.kernel, Cgroups: b.cgroups.tree != nil, APIPort: b.listeners.apiPort, Weakened: weakenedNow(),
+		Kernel: b.kernel, Cgroups: b.cgroups.tree != nil, CPUWeights: b.hasCPUWeights(), APIPort: b.listeners.apiPort, Weakened: weakenedNow(),
 	}
 	s.HeldCPUs = b.holds.heldCPUs()
 	s.HeldCards = b.holds.heldCards()

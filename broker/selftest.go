@@ -274,6 +274,15 @@ func (b *Broker) CgroupOf(r roles.Role) string {
 // CgroupStatus says where role commands' cgroups are, or why there are none.
 func (b *Broker) CgroupStatus() string { return b.cgroupStatus() }
 
+// CPUWeights are the CPU weights the kernel holds for the rig's groups
+// made so far, by group (a role's name, or the controller daemon's
+// group), and whether the weights are on, and what they are, or "off:
+// <why>".
+func (b *Broker) CPUWeights() (map[string]int64, string, error) {
+	w, err := b.cpuWeights()
+	return w, b.cpuWeightsStatus(), err
+}
+
 // HoldAsTimedRun holds a timing user's judge CPUs and cards exactly as a
 // timed run's command does (prepareRun's hold), for the self-test's Held
 // rows.

@@ -36,6 +36,9 @@ type HostEnv struct {
 	// ProcView is the broker's word on /proc as roles see it: the hidepid
 	// option in force there, or "none: why"; "" when no broker answers.
 	ProcView string
+	// CPUWeights is the broker's word on the roles' CPU weights ("on:
+	// ..." or "off: <why>"); "" when no broker answers.
+	CPUWeights string
 }
 
 // HostResult is one row's outcome.
@@ -149,6 +152,19 @@ var HostChecks = []HostRow{
 				return e.Cgroup, false, "give the rig a writable cgroup tree (docs/container.md says how for Docker, podman and Kubernetes); without one it runs only with [host] accept_lost = [\"cgroup-limits\"]"
 			}
 			return e.Cgroup, true, ""
+		},
+	},
+	{
+		Name: "CPU weights", Severity: SevWarning, Want: "on: the rig's own work weighs more than every lane and agent together",
+		Why: "without the cpu controller each role command's session is weighed alone (autogroup), so lanes running many processes leave the controller and the judge's builds a sliver of the CPUs: lanes' calls slow, builds and timed runs take longer (isolation holds)",
+		Check: func(e HostEnv) (string, bool, string) {
+			switch {
+			case e.CPUWeights == "":
+				return "unknown: no broker answers (the broker decides at its start)", true, ""
+			case strings.HasPrefix(e.CPUWeights, "off"):
+				return e.CPUWeights, false, "give the rig's cgroup tree the cpu controller: on cgroup v1 a writable cpu hierarchy under /sys/fs/cgroup; on cgroup v2 cpu in the broker's group's cgroup.controllers (a systemd unit with Delegate=yes, a container with its own cgroup namespace: docs/container.md); cgroup.enabled = true"
+			}
+			return e.CPUWeights, true, ""
 		},
 	},
 	{

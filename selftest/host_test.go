@@ -24,6 +24,7 @@ func newHostTree(t *testing.T) *hostTree {
 		ProcRoot: filepath.Join(root, "proc"), SysRoot: filepath.Join(root, "sys"),
 		JudgeCPUs: cpuset.Set{2, 3}, SetIDDirs: []string{filepath.Join(root, "bin")},
 		LandlockABI: 7, PolicyABI: 6, Cgroup: "v2 at /sys/fs/cgroup/thermite; per role: memory 4096 MiB (no swap), 1024 tasks",
+		CPUWeights: "on: cgroup v2 cpu.weight 3200 for the controller daemon and each of the rig's own roles, 100 for each lane and agent (16 lanes)",
 	}}
 	for k, v := range map[string]string{
 		"sys/kernel/kptr_restrict": "1", "sys/kernel/dmesg_restrict": "1",
@@ -124,6 +125,9 @@ func TestHostCheckNamesEachWeakness(t *testing.T) {
 		{"a set-gid file two levels down", func(h *hostTree) { h.write("bin/lib/helper", "", 0o2755) }, "set-id files reachable by roles", true, "chmod u-s,g-s", "bin/lib/helper 2755", true},
 		{"landlock too old", func(h *hostTree) { h.env.LandlockABI = 4 }, "landlock", false, "Landlock ABI 6", "ABI 4", false},
 		{"no cgroups", func(h *hostTree) { h.env.Cgroup = "none: the cgroup tree is read-only (rlimits only)" }, "cgroups", false, "writable cgroup tree", "read-only", false},
+		{"no CPU weights", func(h *hostTree) {
+			h.env.CPUWeights = "off: no cgroup v1 cpu hierarchy is mounted"
+		}, "CPU weights", true, "the cpu controller", "no cgroup v1 cpu hierarchy", true},
 		{"swap on", func(h *hostTree) {
 			h.write("proc/swaps", "Filename\tType\tSize\tUsed\tPriority\n/swapfile file 1024 0 -2", 0o644)
 		}, "swap", true, "swapoff -a", "/swapfile", true},

@@ -38,38 +38,45 @@ type Context struct {
 	CtlCgroup          string
 	CtlCgroupDirs      []string
 	CtlMemory, CtlPids int64
-	Ledger             string
-	Kit                string
-	Secret             string
-	SecretValues       []string
-	BuildDir           string            // a build folder handed to the builder
-	StoredFile         string            // a file of a stored build
-	OtherPID           map[string]int    // role name -> a process of another role
-	Workspace          map[int]string    // lane number -> a workspace handed to it
-	RunKit             map[int]string    // timing card -> a file of its run's kit copy
-	RunOut             map[int]string    // timing card -> its run's out/
-	RunDir             map[int]string    // timing card -> its run's folder
-	RunBuild           map[int]string    // timing card -> its run's link to the stored build
-	EnvAllowed         map[string]bool   // the variables a role's command may have
-	AgentDir           map[int]string    // agent number -> an agent folder (with a token) handed to it
-	LaneArea           map[int]string    // lane number -> a research area handed to it
-	OpenedByLane       map[int]string    // lane number -> a folder of its trial's it opened to every role (0777)
-	ResearchRun        string            // a run\'s research folder, the controller\'s
-	EndedToken         string            // a token of an ended trial, when one exists
-	OpenDir            string            // a folder every user may write by its mode (0777)
-	Abstract           string            // an abstract unix socket the broker listens on
-	TCPPort            int               // a TCP port on 127.0.0.1 that is not the API's
-	APIPort            int               // the harness API's TCP port (0: none)
-	OtherLoopback      string            // ADDRESS:PORT of a canary on another loopback address at the API's port ("": no TCP API)
-	EgressOther        string            // ADDRESS:PORT of a canary on another loopback address at the egress proxy's port ("": no agent.egress)
-	LandlockABI        int               // the kernel's Landlock ABI, as the broker builds rule sets for it
-	ProcHidden         bool              // /proc hides other users' processes (hidepid)
-	Network            roleNetworks      // role name -> its network policy
-	Cgroup             map[string]string // role name -> its cgroup's path, "" without cgroups
-	ControlKeySHA      string            // the SHA-256 the launch named for control's key
-	GPU                *fence.Layout     // nil without a GPU layout
-	BrokerCapBnd       string            // the broker's own bounding set, as /proc shows it
-	Given              map[string][]int  // role name -> the cards its probe runs with
+	// CPUWeights are the weights the kernel holds for the rig's groups,
+	// by group (a role's name, or the controller daemon's group), on
+	// cgroup v2's scale; CPUWeightsStatus the broker's word on them ("on:
+	// ..." or Off and why), CPUWeightsErr what failed to read.
+	CPUWeights       map[string]int64
+	CPUWeightsStatus string
+	CPUWeightsErr    error
+	Ledger           string
+	Kit              string
+	Secret           string
+	SecretValues     []string
+	BuildDir         string            // a build folder handed to the builder
+	StoredFile       string            // a file of a stored build
+	OtherPID         map[string]int    // role name -> a process of another role
+	Workspace        map[int]string    // lane number -> a workspace handed to it
+	RunKit           map[int]string    // timing card -> a file of its run's kit copy
+	RunOut           map[int]string    // timing card -> its run's out/
+	RunDir           map[int]string    // timing card -> its run's folder
+	RunBuild         map[int]string    // timing card -> its run's link to the stored build
+	EnvAllowed       map[string]bool   // the variables a role's command may have
+	AgentDir         map[int]string    // agent number -> an agent folder (with a token) handed to it
+	LaneArea         map[int]string    // lane number -> a research area handed to it
+	OpenedByLane     map[int]string    // lane number -> a folder of its trial's it opened to every role (0777)
+	ResearchRun      string            // a run\'s research folder, the controller\'s
+	EndedToken       string            // a token of an ended trial, when one exists
+	OpenDir          string            // a folder every user may write by its mode (0777)
+	Abstract         string            // an abstract unix socket the broker listens on
+	TCPPort          int               // a TCP port on 127.0.0.1 that is not the API's
+	APIPort          int               // the harness API's TCP port (0: none)
+	OtherLoopback    string            // ADDRESS:PORT of a canary on another loopback address at the API's port ("": no TCP API)
+	EgressOther      string            // ADDRESS:PORT of a canary on another loopback address at the egress proxy's port ("": no agent.egress)
+	LandlockABI      int               // the kernel's Landlock ABI, as the broker builds rule sets for it
+	ProcHidden       bool              // /proc hides other users' processes (hidepid)
+	Network          roleNetworks      // role name -> its network policy
+	Cgroup           map[string]string // role name -> its cgroup's path, "" without cgroups
+	ControlKeySHA    string            // the SHA-256 the launch named for control's key
+	GPU              *fence.Layout     // nil without a GPU layout
+	BrokerCapBnd     string            // the broker's own bounding set, as /proc shows it
+	Given            map[string][]int  // role name -> the cards its probe runs with
 	// IPCLeft is, per role name, the key of a SysV object of each kind its
 	// user owned when it was stopped; LinkedSetID, per lane number, a set-id
 	// file of the lane's own in its workspace (placeLeftovers).
@@ -707,6 +714,54 @@ func controllerCgroupHolds(c *Context) string {
 	return strings.Join(bad, "; ")
 }
 
+// cpuWeightsHold checks the CPU weights the kernel holds for the rig's
+// groups: lanes and agents alike, and the controller daemon's group and
+// every other group of the rig's own work at least every lane's and
+// agent's together (broker.CPUWeight's rule), so that a flood of lanes
+// cannot take their CPU. It returns Off and why where the rig has none.
+func cpuWeightsHold(c *Context) string {
+	if strings.HasPrefix(c.CPUWeightsStatus, Off) {
+		return c.CPUWeightsStatus
+	}
+	if c.CPUWeightsErr != nil {
+		return c.CPUWeightsErr.Error()
+	}
+	names := make([]string, 0, len(c.CPUWeights))
+	for n := range c.CPUWeights {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var bad []string
+	lane, laneOf := int64(-1), ""
+	for _, n := range names {
+		if r, ok := c.Table.Role(n); ok && (r.Kind == roles.Lane || r.Kind == roles.Agent) {
+			if w := c.CPUWeights[n]; lane < 0 {
+				lane, laneOf = w, n
+			} else if w != lane {
+				bad = append(bad, fmt.Sprintf("%s weighs %d, %s %d", n, w, laneOf, lane))
+			}
+		}
+	}
+	if lane < 0 {
+		return "no lane's or agent's group: the lanes' commands run in no cpu group, weighed session by session"
+	}
+	together := lane * int64(2*c.Cfg.Lanes)
+	ctl := c.CtlCgroup == ""
+	for _, n := range names {
+		if r, ok := c.Table.Role(n); ok && (r.Kind == roles.Lane || r.Kind == roles.Agent) {
+			continue
+		}
+		ctl = ctl || strings.HasSuffix(c.CtlCgroup, "/"+n)
+		if w := c.CPUWeights[n]; w < together {
+			bad = append(bad, fmt.Sprintf("%s weighs %d, less than the %d lanes' and agents' %d together", n, w, 2*c.Cfg.Lanes, together))
+		}
+	}
+	if !ctl {
+		bad = append(bad, "no weight read for the controller daemon's group "+c.CtlCgroup)
+	}
+	return strings.Join(bad, "; ")
+}
+
 // sysvKinds is one attempt of op for each kind of SysV IPC object.
 func sysvKinds(op string) func(*Context, roles.Role) []Attempt {
 	return func(*Context, roles.Role) []Attempt {
@@ -942,11 +997,17 @@ func setIDGone(c *Context, r roles.Role, o Outcome) string {
 }
 
 // RigCheck is a property of the rig itself, checked by the broker as root:
-// modes and owners that no probe's refusal would reveal on its own.
+// modes and owners that no probe's refusal would reveal on its own. A
+// check that returns Off and why is one the rig runs without (not
+// isolation: fairness, timing), said in its row.
 type RigCheck struct {
 	Attempt string
 	Check   func(c *Context) string
 }
+
+// Off begins what a RigCheck returns when the rig runs without what it
+// checks, and why.
+const Off = "off: "
 
 // RigChecks are the rig's own rows.
 var RigChecks = []RigCheck{
@@ -1031,6 +1092,7 @@ var RigChecks = []RigCheck{
 		return seccompFiltered(string(data))
 	}},
 	{"the controller's cgroup has its memory and pids limits, the running controller inside", controllerCgroupHolds},
+	{"the controller daemon's and each of the rig's own roles' groups weigh as much CPU as every lane and agent together, lanes and agents alike: CPU weights as the kernel holds them, or off and said why", cpuWeightsHold},
 	{"every stored build holds plain files and folders only", func(c *Context) string {
 		return unplainStored(c.Cfg.StoreDir())
 	}},

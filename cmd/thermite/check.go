@@ -23,7 +23,7 @@ func hostCheck(cfg config.Config, st *rpc.Status) selftest.HostVerdict {
 		LandlockABI: landlock.ABI(), PolicyABI: landlock.PolicyABI,
 	}
 	if st != nil {
-		e.Cgroup, e.ProcView = st.Cgroup, st.ProcView
+		e.Cgroup, e.ProcView, e.CPUWeights = st.Cgroup, st.ProcView, st.CPUWeights
 	}
 	return selftest.CheckHost(e)
 }

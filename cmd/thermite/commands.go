@@ -357,6 +357,7 @@ func printStatus(s *rpc.Status) {
 	fmt.Fprintf(w, "controller\t%s\n", ctl)
 	fmt.Fprintf(w, "landlock\tABI %d\n", s.LandlockABI)
 	fmt.Fprintf(w, "cgroup\t%s\n", s.Cgroup)
+	fmt.Fprintf(w, "cpu weights\t%s\n", s.CPUWeights)
 	if s.DiskCheck != "" {
 		fmt.Fprintf(w, "disk check\t%s\n", s.DiskCheck)
 	}
@@ -367,6 +368,9 @@ func printStatus(s *rpc.Status) {
 		fmt.Fprintf(w, "self-test\t%s (at %s, %d ms, Landlock ABI %d)\n", s.Selftest.Sentence, s.Selftest.At, s.Selftest.WallMS, s.Selftest.LandlockV)
 		if s.Selftest.Controller != "" {
 			fmt.Fprintf(w, "\t%s\n", s.Selftest.Controller)
+		}
+		if s.Selftest.CPUWeights != "" {
+			fmt.Fprintf(w, "\tCPU weights %s\n", s.Selftest.CPUWeights)
 		}
 	} else {
 		fmt.Fprintf(w, "self-test\tnot run\n")

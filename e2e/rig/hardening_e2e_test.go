@@ -14,7 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"thermite/internal/rpc"
 	"thermite/internal/testrig"
+	"thermite/selftest"
 )
 
 func requireCgroups(t *testing.T, r *testrig.Rig) {
@@ -454,15 +456,55 @@ func TestNoCgroupsIsSaid(t *testing.T) {
 	if _, stderr, code := r.Thermite("judge", "time", b.ID, "--kit", "slow"); code == 0 || !strings.Contains(stderr, "cannot be held in the kernel") || !strings.Contains(stderr, `accept_lost = ["judge-cpuset"]`) {
 		t.Errorf("a timed run without a cpuset: exit %d %q", code, stderr)
 	}
-	for _, p := range res.Probes {
-		if p.Attempt == "per-role cgroups" {
-			if !strings.Contains(p.Got, "cgroups are off") {
-				t.Fatalf("the self-test's cgroup row: %+v", p)
+	// No CPU weights either: the rig runs, and the status, the check and
+	// the self-test's verdict say they are off and why; none says they
+	// hold.
+	const off = "off: cgroups are off in the configuration (cgroup.enabled = false)"
+	if st.CPUWeights != off {
+		t.Errorf("status's cpu weights %q, want %q", st.CPUWeights, off)
+	}
+	if out, _, _ := r.Thermite("status"); !strings.Contains(out, "cpu weights  "+off) {
+		t.Errorf("thermite status does not say the CPU weights are off:\n%s", out)
+	}
+	out, _, _ := r.Thermite("check", "--json")
+	var v selftest.HostVerdict
+	if err := jsonDecode(out, &v); err != nil {
+		t.Fatal(err)
+	}
+	weights := false
+	for _, row := range v.Rows {
+		if row.Name == "CPU weights" {
+			weights = true
+			if row.OK || row.Severity != selftest.SevWarning || row.Got != off || !strings.Contains(row.Fix, "cpu controller") {
+				t.Errorf("check's CPU weights row: %+v", row)
 			}
-			return
 		}
 	}
-	t.Fatal("no cgroup row in the self-test")
+	if !weights || !strings.Contains(v.Sentence, "CPU weights") {
+		t.Errorf("check says nothing of the CPU weights: %s", v.Sentence)
+	}
+	if !strings.HasSuffix(res.Sentence, "; CPU weights "+off) || res.CPUWeights != off {
+		t.Errorf("the self-test's verdict: %q (weights %q), want it to end with the weights off", res.Sentence, res.CPUWeights)
+	}
+	rows := map[string]rpc.Probe{}
+	for _, p := range res.Probes {
+		rows[p.Attempt] = p
+	}
+	if p := rows["per-role cgroups"]; !strings.Contains(p.Got, "cgroups are off") {
+		t.Errorf("the self-test's cgroup row: %+v", p)
+	}
+	found := false
+	for a, p := range rows {
+		if strings.Contains(a, ": CPU weights as the kernel holds them") {
+			found = true
+			if !p.OK || p.Got != off {
+				t.Errorf("the self-test's CPU weights row: %+v", p)
+			}
+		}
+	}
+	if !found {
+		t.Error("no CPU weights row in the self-test")
+	}
 }
 
 // Where no writable cpuset exists, the operator may accept running timed

@@ -50,6 +50,10 @@ func TestSelftestHolds(t *testing.T) {
 		t.Fatalf("exit %d: %s %s", code, out, stderr)
 	}
 	want := fmt.Sprintf("isolation holds: every probe of %d roles came out as it must\n", len(r.Table.Roles))
+	if w := r.Status().CPUWeights; strings.HasPrefix(w, "off: ") {
+		// Not isolation, but said: a host without the cpu controller.
+		want = strings.TrimSuffix(want, "\n") + "; CPU weights " + w + "\n"
+	}
 	if out != want {
 		t.Fatalf("got %q, want %q", out, want)
 	}
@@ -122,6 +126,8 @@ func TestSelftestCatchesBreakage(t *testing.T) {
 		breakf func(t *testing.T, r *testrig.Rig)
 		want   []string // the failing attempts, exactly
 		roles  string   // "every" or one role that must be among those named
+		// cpuWeights: the case needs the cpu controller in the rig's tree.
+		cpuWeights bool
 	}{
 		{
 			name:   "a secret file made 0644 after start",
@@ -176,8 +182,10 @@ func TestSelftestCatchesBreakage(t *testing.T) {
 				"make a SysV IPC object other users may open", "open its SysV IPC object up with IPC_SET",
 				"create a set-id file through openat2", "make the broker its tracer with PTRACE_TRACEME",
 				stopRow,
-				// This build has no role cgroups either, so no cpuset.
+				// This build has no role cgroups either, so no cpuset,
+				// and no CPU weight over a lane's commands.
 				"move onto a judge CPU a timed run holds", "widen its affinity beyond its judge CPUs",
+				"the controller daemon's and each of the rig's own roles' groups weigh as much CPU as every lane and agent together, lanes and agents alike: CPU weights as the kernel holds them, or off and said why",
 				// Only the filter refuses the file watches, and the judge's
 				// users their unix sockets (without which their connects to
 				// the broker's and the operator's socket are EACCES, not
@@ -304,6 +312,16 @@ func TestSelftestCatchesBreakage(t *testing.T) {
 			roles: selftest.DaemonLabel,
 		},
 		{
+			// Issue 27: the rig's own groups given one lane's CPU weight,
+			// so that lanes spinning take the controller's and the
+			// judge's CPU; the row reads the weights from the kernel.
+			name:       "the rig's own work weighed as one lane",
+			opts:       testrig.Options{Tags: "thermite_weaken", Env: []string{"THERMITE_WEAKEN=" + weaken.FlatCPUWeights}, Extra: `startup_selftest = "warn"`},
+			want:       []string{"the controller daemon's and each of the rig's own roles' groups weigh as much CPU as every lane and agent together, lanes and agents alike: CPU weights as the kernel holds them, or off and said why"},
+			roles:      "rig",
+			cpuWeights: true,
+		},
+		{
 			// Agent egress with its namespace and one-port rule gone: the
 			// agents' commands in the host's namespace on an open network.
 			name: "agents' egress as an open network",
@@ -377,6 +395,9 @@ func TestSelftestCatchesBreakage(t *testing.T) {
 			// and broker): they run side by side.
 			t.Parallel()
 			r := testrig.New(t, c.opts)
+			if st := r.Status().CPUWeights; c.cpuWeights && !strings.HasPrefix(st, "on:") {
+				t.Skipf("needs the cpu controller in the rig's cgroup tree: cpu weights %s", st)
+			}
 			if c.breakf != nil {
 				res, code := selftestJSON(t, r)
 				if code != 0 || !res.Holds {

@@ -19,6 +19,7 @@ type vmResult struct {
 	AcceptedStart string    `json:"accepted_start"`
 	Without       []string  `json:"without"`
 	CgroupStatus  string    `json:"cgroup_status"`
+	CPUWeights    string    `json:"cpu_weights"`
 	Sentence      string    `json:"sentence"`
 	LaneCgroup    string    `json:"lane_cgroup"`
 	MemoryBomb    string    `json:"memory_bomb"`
@@ -107,6 +108,11 @@ func TestRigOnKernelsAndCgroupSetups(t *testing.T) {
 		if r.ForkBombMax > pidsLimit {
 			t.Errorf("fork bomb reached %d processes, over the pids limit %d", r.ForkBombMax, pidsLimit)
 		}
+		// cgroup v2 with the cpu controller: the rig's own work
+		// outweighs the lanes' (issue 27).
+		if !strings.HasPrefix(r.CPUWeights, "on: cgroup v2 cpu.weight ") {
+			t.Errorf("cpu weights %q, want on with cgroup v2's cpu.weight", r.CPUWeights)
+		}
 	}
 	check("6.12-rw", func(t *testing.T, r vmResult) {
 		if r.DefaultStart != "ready" || len(r.Without) != 0 {
@@ -164,6 +170,9 @@ func TestRigOnKernelsAndCgroupSetups(t *testing.T) {
 		}
 		if r.LaneCgroup != "0::/" {
 			t.Errorf("lane-1 in %q on a read-only tree", r.LaneCgroup)
+		}
+		if !strings.HasPrefix(r.CPUWeights, "off: ") || !strings.Contains(r.Sentence, "; CPU weights off: ") {
+			t.Errorf("cpu weights %q, verdict %q: want both to say the weights are off", r.CPUWeights, r.Sentence)
 		}
 	})
 	check("6.1", func(t *testing.T, r vmResult) {

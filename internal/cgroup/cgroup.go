@@ -27,7 +27,11 @@
 // cpuset hierarchy is mounted, each group has one there too (optional:
 // CPUSetWhy says why not): the parent group and every group get cpuset.cpus
 // and cpuset.mems copied from their parent before a task may join, and
-// SetCPUs narrows a group, moving its tasks off CPUs it loses.
+// SetCPUs narrows a group, moving its tasks off CPUs it loses. Where a cpu
+// hierarchy is mounted and writable, each group has one there too
+// (optional: CPUWhy says why not), with its Limits.CPUWeight as cpu.shares.
+// A task in a cpu group other than the hierarchy's root is weighed by its
+// group's weight, no longer by its session's autogroup.
 // v1 has no CLONE_INTO_CGROUP, so spawn.Start's child writes itself into
 // each hierarchy's cgroup.procs (ProcsFiles, opened by the broker) while
 // still root, before it execs the command.
@@ -39,10 +43,14 @@
 // root in its cgroup namespace, or a systemd unit with Delegate=yes) holds
 // the broker, so:
 //
-//	C/                       cgroup.subtree_control += memory pids
+//	C/                       cgroup.subtree_control += memory pids (cpuset cpu)
 //	C/<parent>.init/         leaf: every process that was in C, the broker too
-//	C/<parent>/              the broker's parent group; subtree_control += memory pids
-//	C/<parent>/<trial>/      one trial: memory.max, memory.swap.max 0, pids.max
+//	C/<parent>/              the broker's parent group; subtree_control += memory pids (cpuset cpu)
+//	C/<parent>/<trial>/      one trial: memory.max, memory.swap.max 0, pids.max, cpu.weight
+//
+// cpuset and cpu are enabled where C is offered them (optional: CPUSetWhy
+// and CPUWhy say why not); a kernel that refuses to enable cpu (a realtime
+// task in a group below) leaves the tree without it, saying why.
 //
 // Detect first tries to enable memory and pids in C as it is (that works
 // when C is the real root, which is exempt, or already empty); only when the
@@ -97,15 +105,17 @@ type Tree struct {
 	Notes []string
 
 	sys  *system
-	hier []*hier          // v1: one per hierarchy used (memory, pids, freezer); v2: one
+	hier []*hier          // v1: one per hierarchy used (memory, pids, freezer, cpuset, cpu); v2: one
 	ctl  map[string]*hier // controller name to its hierarchy
 	swap bool             // v1 memory.memsw.*, v2 memory.swap.max exist
 	leaf string           // v2: the leaf C's processes were moved to, "" if none
 	// cpusetWhy says why the tree has no cpuset controller ("" when it has).
 	cpusetWhy string
-	mu        sync.Mutex
-	closed    bool
-	live      map[string]*Group // the groups Create made and Remove has not removed
+	// cpuWhy says why the tree has no cpu controller ("" when it has).
+	cpuWhy string
+	mu     sync.Mutex
+	closed bool
+	live   map[string]*Group // the groups Create made and Remove has not removed
 }
 
 // hier is one hierarchy the tree uses (v2: the only one).
@@ -124,6 +134,11 @@ type Limits struct {
 	// (v2 memory.oom.group). v1 has no such switch: its OOM killer ends one
 	// process at a time, and a Note on the group says so.
 	OOMGroup bool
+	// CPUWeight is the group's share of the CPU against its siblings, on
+	// cgroup v2's scale (cpu.weight, WeightMin..WeightMax), written as
+	// cpu.shares (SharesOf) on v1; 0 leaves the kernel's default. It needs
+	// the cpu controller (HasCPU).
+	CPUWeight int64
 }
 
 // Stats are a group's counters. A value the kernel does not keep here is
@@ -239,7 +254,7 @@ func detect(sys *system, root, parent string, need []string, selfCg, mountinfo s
 func detectV1(sys *system, byCtl map[string]mount, self []selfCgroup, parent string, need []string) (*Tree, error) {
 	t := &Tree{Version: 1, Parent: parent, sys: sys, ctl: map[string]*hier{}}
 	seen := map[string]*hier{}
-	for _, c := range append(append([]string(nil), need...), "freezer", "cpuset") {
+	for _, c := range append(append([]string(nil), need...), "freezer", "cpuset", "cpu") {
 		m, ok := byCtl[c]
 		if !ok {
 			switch c {
@@ -247,12 +262,23 @@ func detectV1(sys *system, byCtl map[string]mount, self []selfCgroup, parent str
 				t.Notes = append(t.Notes, "no freezer hierarchy: Kill signals the group's processes in rounds, which a fast fork loop can outrun until its pids limit stops it")
 			case "cpuset":
 				t.cpusetWhy = "no cgroup v1 cpuset hierarchy is mounted"
+			case "cpu":
+				t.cpuWhy = "no cgroup v1 cpu hierarchy is mounted"
 			}
 			continue
 		}
 		h := seen[m.point]
 		if h == nil {
 			_, ro, err := sys.fs.statfs(m.point)
+			if c == "cpu" && (err != nil || ro || m.readOnly()) {
+				// CPU weights are fairness, not access: the tree
+				// goes on without them and says why.
+				t.cpuWhy = fmt.Sprintf("%s: the cpu hierarchy is mounted read-only", m.point)
+				if err != nil {
+					t.cpuWhy = (&FileError{Op: "statfs", Path: m.point, Err: err}).Error()
+				}
+				continue
+			}
 			if err != nil {
 				return nil, &FileError{Op: "statfs", Path: m.point, Err: err}
 			}
@@ -274,12 +300,23 @@ func detectV1(sys *system, byCtl map[string]mount, self []selfCgroup, parent str
 		h.controllers = append(h.controllers, c)
 		t.ctl[c] = h
 	}
+	var cpuOnly *hier
 	for i, h := range t.hier {
+		if len(h.controllers) == 1 && h.controllers[0] == "cpu" {
+			cpuOnly = h // made below: it may fail alone
+			continue
+		}
 		if err := t.makeParent(h); err != nil {
 			for _, done := range t.hier[:i] {
 				_ = sys.rmdir(done.dir)
 			}
 			return nil, err
+		}
+	}
+	if cpuOnly != nil {
+		if err := t.makeParent(cpuOnly); err != nil {
+			t.cpuWhy = fmt.Sprintf("cpu hierarchy %s: %v", cpuOnly.mount, err)
+			t.dropController(cpuOnly, "cpu")
 		}
 	}
 	if cs := t.ctl["cpuset"]; cs != nil {
@@ -340,12 +377,19 @@ func detectV2(sys *system, m mount, ro bool, self []selfCgroup, parent string, n
 	} else {
 		t.cpusetWhy = fmt.Sprintf("%s offers no cpuset controller (cgroup.controllers)", base)
 	}
+	// cpu is optional too: its weights keep the rig's own work ahead of
+	// the lanes', but a tree without it still limits memory and tasks.
+	if avail, err := sys.read(filepath.Join(base, "cgroup.controllers")); err == nil && contains(strings.Fields(avail), "cpu") && len(need) > 0 {
+		need = append(append([]string(nil), need...), "cpu")
+	} else {
+		t.cpuWhy = fmt.Sprintf("%s offers no cpu controller (cgroup.controllers)", base)
+	}
 	h := &hier{controllers: need, mount: m.point, base: base, dir: filepath.Join(base, parent)}
 	t.hier = []*hier{h}
 	for _, c := range need {
 		t.ctl[c] = h
 	}
-	if err := t.enable(base, need); err != nil {
+	if err := t.enableV2(h, base); err != nil {
 		if !errors.Is(err, unix.EBUSY) {
 			return nil, err
 		}
@@ -358,7 +402,7 @@ func detectV2(sys *system, m mount, ro bool, self []selfCgroup, parent string, n
 		if err := t.moveAll(base, leaf); err != nil {
 			return nil, err
 		}
-		if err := t.enable(base, need); err != nil {
+		if err := t.enableV2(h, base); err != nil {
 			return nil, err
 		}
 		t.leaf = leaf
@@ -366,7 +410,7 @@ func detectV2(sys *system, m mount, ro bool, self []selfCgroup, parent string, n
 	if err := t.makeParent(h); err != nil {
 		return nil, err
 	}
-	if err := t.enable(h.dir, need); err != nil {
+	if err := t.enableV2(h, h.dir); err != nil {
 		_ = sys.rmdir(h.dir)
 		return nil, err
 	}
@@ -380,6 +424,30 @@ func detectV2(sys *system, m mount, ro bool, self []selfCgroup, parent string, n
 		return nil, err
 	}
 	return t, nil
+}
+
+// enableV2 enables the v2 tree's controllers in dir's
+// cgroup.subtree_control. Where the kernel refuses the lot for a reason
+// other than EBUSY (the caller's to handle) and cpu is among them, it tries
+// again without cpu, which the tree then goes without, saying why: the
+// kernel refuses cpu, for one, where a realtime task is in a group below.
+func (t *Tree) enableV2(h *hier, dir string) error {
+	err := t.enable(dir, h.controllers)
+	if err == nil || errors.Is(err, unix.EBUSY) || !contains(h.controllers, "cpu") {
+		return err
+	}
+	var rest []string
+	for _, c := range h.controllers {
+		if c != "cpu" {
+			rest = append(rest, c)
+		}
+	}
+	if err2 := t.enable(dir, rest); err2 != nil {
+		return err2
+	}
+	t.cpuWhy = fmt.Sprintf("the cpu controller could not be enabled: %v", err)
+	t.dropController(h, "cpu")
+	return nil
 }
 
 // enable makes sure dir's cgroup.subtree_control has every controller of
@@ -646,6 +714,11 @@ func (g *Group) setup(l Limits) error {
 		}
 	} else if !ok && l.Pids > 0 {
 		return fmt.Errorf("cgroup: group %s: a pids limit, but the tree has no pids controller", g.Name)
+	}
+	if l.CPUWeight != 0 {
+		if err := g.setCPUWeight(l.CPUWeight); err != nil {
+			return err
+		}
 	}
 	if cs, ok := g.ctl["cpuset"]; ok && t.Version == 1 {
 		if err := t.initCPUSetGroupV1(cs); err != nil {

@@ -64,25 +64,8 @@ func (t *Tree) initCPUSetGroupV1(dir string) error {
 // dropCPUSet leaves the cpuset hierarchy out of the tree after it could
 // not be set up, saying why in CPUSetWhy.
 func (t *Tree) dropCPUSet(h *hier, err error) {
-	delete(t.ctl, "cpuset")
 	t.cpusetWhy = fmt.Sprintf("cpuset hierarchy %s: %v", h.mount, err)
-	var rest []string
-	for _, c := range h.controllers {
-		if c != "cpuset" {
-			rest = append(rest, c)
-		}
-	}
-	h.controllers = rest
-	if len(rest) > 0 {
-		return
-	}
-	_ = t.sys.rmdir(h.dir)
-	for i, x := range t.hier {
-		if x == h {
-			t.hier = append(t.hier[:i], t.hier[i+1:]...)
-			break
-		}
-	}
+	t.dropController(h, "cpuset")
 }
 
 // SetCPUs makes s the only CPUs the group's tasks may run on. The kernel

@@ -35,6 +35,9 @@ type fakeV2 struct {
 	writes  []string
 	killed  []int
 	offered []string // controllers the mount's top offers
+	// refuseEnable is the error a write of +controller to any
+	// cgroup.subtree_control gets (cpu: EINVAL with a realtime task below).
+	refuseEnable map[string]error
 }
 
 func newFakeV2(mount string, offered ...string) *fakeV2 {
@@ -116,6 +119,8 @@ func (f *fakeV2) mkdir(p string) error {
 		case "cpuset":
 			set("cpuset.cpus", "")
 			set("cpuset.cpus.effective", "0-3")
+		case "cpu":
+			set("cpu.weight", "100")
 		}
 	}
 	return nil
@@ -193,6 +198,9 @@ func (f *fakeV2) write(p, data string) error {
 				if !contains(offered, c) {
 					return unix.ENOENT
 				}
+				if err := f.refuseEnable[c]; err != nil {
+					return err
+				}
 				if dir != f.exempt && f.hasProcs(dir) {
 					return unix.EBUSY // no internal processes
 				}
@@ -234,6 +242,15 @@ func (f *fakeV2) write(p, data string) error {
 			if _, err := strconv.ParseInt(v, 10, 64); err != nil {
 				return unix.EINVAL
 			}
+		}
+	case "cpu.weight", "cpu.shares":
+		n, err := strconv.ParseInt(strings.TrimSpace(data), 10, 64)
+		lo, hi := int64(WeightMin), int64(WeightMax)
+		if name == "cpu.shares" {
+			lo, hi = sharesMin, sharesMax
+		}
+		if err != nil || n < lo || n > hi {
+			return unix.EINVAL
 		}
 	case "memory.oom.group", "cgroup.freeze":
 		if v := strings.TrimSpace(data); v != "0" && v != "1" {
@@ -364,10 +381,10 @@ func TestFakeV2ContainerLeafLayout(t *testing.T) {
 	if tr.leaf != leaf || f.procs[1] != leaf || f.procs[100] != leaf {
 		t.Errorf("leaf %q; processes %v: want both moved to %s", tr.leaf, f.procs, leaf)
 	}
-	if got := f.get(t, "cgroup.subtree_control"); got != "memory pids" {
+	if got := f.get(t, "cgroup.subtree_control"); got != "memory pids cpu" {
 		t.Errorf("top subtree_control %q", got)
 	}
-	if got := f.get(t, "thermite/cgroup.subtree_control"); got != "memory pids" {
+	if got := f.get(t, "thermite/cgroup.subtree_control"); got != "memory pids cpu" {
 		t.Errorf("parent subtree_control %q", got)
 	}
 	if !tr.SwapAccounted() || len(tr.Notes) != 0 {
@@ -649,7 +666,7 @@ func TestFileErrorText(t *testing.T) {
 func TestFakeV1Notes(t *testing.T) {
 	f := &fakeV1{fakeV2: newFakeV2("/fake")}
 	f.magic = map[string]int64{"/fake/cg": unix.TMPFS_MAGIC}
-	for _, h := range []string{"memory", "pids"} {
+	for _, h := range []string{"memory", "pids", "cpu x"} {
 		f.dirs["/fake/cg/"+h] = true
 		f.files["/fake/cg/"+h+"/cgroup.procs"] = ""
 		f.magic["/fake/cg/"+h] = unix.CGROUP_SUPER_MAGIC
@@ -675,12 +692,12 @@ func TestFakeV1Notes(t *testing.T) {
 	if !strings.Contains(notes, "no freezer hierarchy") || !strings.Contains(notes, "swap is not accounted") {
 		t.Errorf("notes %q", notes)
 	}
-	g, err := tr.Create("t", Limits{MemoryBytes: 1 << 20, Pids: 7})
+	g, err := tr.Create("t", Limits{MemoryBytes: 1 << 20, Pids: 7, CPUWeight: 3200})
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := strings.Join(f.writes, " ")
-	for _, w := range []string{"memory/user/thermite/t/memory.limit_in_bytes=1048576", "memory/user/thermite/t/memory.swappiness=0", "memory/user/thermite/t/memory.oom_control=0", "pids/thermite/t/pids.max=7"} {
+	for _, w := range []string{"memory/user/thermite/t/memory.limit_in_bytes=1048576", "memory/user/thermite/t/memory.swappiness=0", "memory/user/thermite/t/memory.oom_control=0", "pids/thermite/t/pids.max=7", "cpu x/thermite/t/cpu.shares=32768"} {
 		if !strings.Contains(got, w) {
 			t.Errorf("no write %s in %s", w, got)
 		}
@@ -694,8 +711,8 @@ func TestFakeV1Notes(t *testing.T) {
 	if err := g.Add(42); err != nil {
 		t.Fatal(err)
 	}
-	if len(f.writes) != 2 {
-		t.Errorf("Add wrote %v", f.writes)
+	if len(f.writes) != 3 {
+		t.Errorf("Add wrote %v, want the memory, pids and cpu hierarchies' cgroup.procs", f.writes)
 	}
 	if err := tr.Close(); err != nil {
 		t.Fatal(err)
@@ -715,9 +732,14 @@ func TestFakeV1Notes(t *testing.T) {
 type fakeV1 struct {
 	*fakeV2
 	magic map[string]int64
+	// mkdirErr is the error a mkdir of the path gets.
+	mkdirErr map[string]error
 }
 
 func (f *fakeV1) mkdir(p string) error {
+	if err := f.mkdirErr[p]; err != nil {
+		return err
+	}
 	if err := f.fakeV2.mkdir(p); err != nil {
 		return err
 	}
@@ -735,6 +757,9 @@ func (f *fakeV1) mkdir(p string) error {
 	if strings.Contains(p, "/cpuset/") {
 		set("cpuset.cpus", "")
 		set("cpuset.mems", "")
+	}
+	if strings.Contains(p, "/cpu/") || strings.Contains(p, "/cpu x/") {
+		set("cpu.shares", "1024")
 	}
 	if strings.Contains(p, "/pids/") {
 		set("pids.max", "max")

@@ -273,6 +273,9 @@ type SelftestResult struct {
 	Background bool    `json:"startup,omitempty"`
 	// Controller says what the self-test did to a running controller.
 	Controller string `json:"controller,omitempty"`
+	// CPUWeights is the broker's word on the roles' CPU weights, as the
+	// status has it: "on: ..." or "off: <why>".
+	CPUWeights string `json:"cpu_weights,omitempty"`
 }
 
 // The rig's phases, as `thermite status` reports them. Only PhaseReady
@@ -302,11 +305,15 @@ type Status struct {
 	Cgroup         string `json:"cgroup"`
 	// ProcView is /proc as every role sees it: the hidepid option in
 	// force, or "none: why" (the kernel policy's proc-hidepid).
-	ProcView string          `json:"proc_view,omitempty"`
-	Roles    []RoleStatus    `json:"roles"`
-	Selftest *SelftestResult `json:"selftest,omitempty"`
-	GPU      *GPUStatus      `json:"gpu,omitempty"`
-	Notes    []string        `json:"notes,omitempty"`
+	ProcView string `json:"proc_view,omitempty"`
+	// CPUWeights says whether the roles' CPU weights hold in the kernel
+	// (the rig's own work above the lanes'), and what they are, or "off:
+	// <why>".
+	CPUWeights string          `json:"cpu_weights"`
+	Roles      []RoleStatus    `json:"roles"`
+	Selftest   *SelftestResult `json:"selftest,omitempty"`
+	GPU        *GPUStatus      `json:"gpu,omitempty"`
+	Notes      []string        `json:"notes,omitempty"`
 	// Without names the protections this host lacks that the operator
 	// accepted (host.accept_lost), each with why it is missing.
 	Without []string `json:"without,omitempty"`

@@ -81,6 +81,11 @@ const (
 	// FenceOnly leaves a role command's rule set at the GPU fence alone,
 	// without the file-system rules.
 	FenceOnly = "fence-only"
+	// FlatCPUWeights gives every role's cgroup and the controller
+	// daemon's the lanes' CPU weight, as if the rig's own work were one
+	// more lane: a flood of lanes then takes the controller's and the
+	// judge's CPU.
+	FlatCPUWeights = "flat-cpu-weights"
 	// LandlockABIPrefix, followed by a number, pretends the kernel has that
 	// Landlock ABI (when lower than its own).
 	LandlockABIPrefix = "landlock-abi-"

@@ -50,6 +50,7 @@ type Result struct {
 	StartSeconds  float64  `json:"start_seconds"`
 	Without       []string `json:"without"`
 	CgroupStatus  string   `json:"cgroup_status"`
+	CPUWeights    string   `json:"cpu_weights"`
 	Sentence      string   `json:"sentence"`
 	LaneCgroup    string   `json:"lane_cgroup"`
 	MemoryBomb    string   `json:"memory_bomb"` // the run's stop reason and exit code
@@ -198,6 +199,7 @@ func (s *rigScenario) status() {
 	var st struct {
 		LandlockABI int      `json:"landlock_abi"`
 		Cgroup      string   `json:"cgroup"`
+		CPUWeights  string   `json:"cpu_weights"`
 		Without     []string `json:"without"`
 		Selftest    *struct {
 			Sentence string `json:"sentence"`
@@ -206,11 +208,11 @@ func (s *rigScenario) status() {
 	if out, err := run(bin, "status", "--json"); err != nil || json.Unmarshal(out, &st) != nil {
 		s.errf("status: %v: %s", err, out)
 	}
-	r.LandlockABI, r.CgroupStatus, r.Without = st.LandlockABI, st.Cgroup, st.Without
+	r.LandlockABI, r.CgroupStatus, r.CPUWeights, r.Without = st.LandlockABI, st.Cgroup, st.CPUWeights, st.Without
 	if st.Selftest != nil {
 		r.Sentence = st.Selftest.Sentence
 	}
-	fmt.Printf("RIG: status: ABI %d, cgroup %s, without %q\nRIG: self-test: %s\n", r.LandlockABI, r.CgroupStatus, r.Without, r.Sentence)
+	fmt.Printf("RIG: status: ABI %d, cgroup %s, cpu weights %s, without %q\nRIG: self-test: %s\n", r.LandlockABI, r.CgroupStatus, r.CPUWeights, r.Without, r.Sentence)
 }
 
 // laneCgroup records the cgroup a lane's command runs in.
