@@ -52,8 +52,9 @@ func (c *Controller) apiSockets() []apiSocket {
 
 // listenAPI makes each of the API's unix listeners, each refusing every
 // peer but its one uid before a byte is read, then counting what it keeps
-// against the connection budget; the connections it hands over carry the
-// lane whose tokens they may use. Any that cannot be made refuses the
+// against the connection budget; a role's own is accepted on at
+// api.accept_rate (rateListener). The connections it hands over carry the
+// lane whose tokens they may use and the role's request rate. Any that cannot be made refuses the
 // start: no lane falls back to a socket it shares.
 func (c *Controller) listenAPI() ([]net.Listener, error) {
 	var out []net.Listener
@@ -65,9 +66,23 @@ func (c *Controller) listenAPI() ([]net.Listener, error) {
 			}
 			return nil, fmt.Errorf("controller: the API's socket for %s: %w", s.who, err)
 		}
+		var rate *requestRate
+		if s.uid != 0 {
+			// A role's own: accepted on at its rate, its requests served
+			// at theirs; the operator's socket at neither.
+			rl, err := newRateListener(l, c.cfg.API.AcceptRate, c.cfg.API.AcceptBurst, "the API socket of "+s.who, c.log)
+			if err != nil {
+				l.Close()
+				for _, o := range out {
+					o.Close()
+				}
+				return nil, err
+			}
+			l, rate = rl, c.rates[s.who]
+		}
 		uid := uint32(s.uid)
 		l = &peerListener{Listener: l, allow: func(cred *unix.Ucred) bool { return cred.Uid == uid }, log: c.log, name: "the API socket of " + s.who}
-		out = append(out, &budgetListener{Listener: l, budget: c.conns, socket: s.path, lane: s.lane, laneSocket: s.laneSocket})
+		out = append(out, &budgetListener{Listener: l, budget: c.conns, socket: s.path, lane: s.lane, laneSocket: s.laneSocket, rate: rate})
 	}
 	return out, nil
 }
@@ -82,13 +97,15 @@ type apiConnFrom struct {
 	socket     string
 	lane       int
 	laneSocket bool
+	// rate is the socket's role's request rate; nil on the operator's.
+	rate *requestRate
 }
 
 // apiConnContext tags each connection's requests with its listener, for
 // the API's http.Server's ConnContext.
 func apiConnContext(ctx context.Context, conn net.Conn) context.Context {
 	if bc, ok := conn.(*budgetConn); ok && bc.socket != "" {
-		return context.WithValue(ctx, apiConnKey{}, apiConnFrom{socket: bc.socket, lane: bc.lane, laneSocket: bc.laneSocket})
+		return context.WithValue(ctx, apiConnKey{}, apiConnFrom{socket: bc.socket, lane: bc.lane, laneSocket: bc.laneSocket, rate: bc.rate})
 	}
 	return ctx
 }

@@ -40,11 +40,15 @@ func (c *Controller) bodyLimit(r *http.Request) int64 {
 	return smallBody
 }
 
-// apiGate is the first handler of every API request: it starts the body's
-// read deadline and refuses a body over its route's size from its
-// Content-Length, before a byte of it is read.
+// apiGate is the first handler of every API request: on a role's own
+// socket it refuses a request over the role's rate (requestRate.gate);
+// it starts the body's read deadline and refuses a body over its route's
+// size from its Content-Length, before a byte of it is read.
 func (c *Controller) apiGate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if from, ok := r.Context().Value(apiConnKey{}).(apiConnFrom); ok && !from.rate.gate(w, r) {
+			return
+		}
 		rc := http.NewResponseController(w)
 		rc.SetReadDeadline(time.Now().Add(c.cfg.API.BodyTimeout.Duration))
 		if limit := c.bodyLimit(r); r.ContentLength > limit {
@@ -266,6 +270,8 @@ type budgetListener struct {
 	socket     string
 	lane       int
 	laneSocket bool
+	// rate is the request rate of the role whose socket it is.
+	rate *requestRate
 }
 
 func (l *budgetListener) Accept() (net.Conn, error) {
@@ -286,7 +292,7 @@ func (l *budgetListener) Accept() (net.Conn, error) {
 			refuseConn(conn, refusal)
 			continue
 		}
-		return &budgetConn{Conn: conn, release: sync.OnceFunc(func() { l.budget.release(peer) }), socket: l.socket, lane: l.lane, laneSocket: l.laneSocket}, nil
+		return &budgetConn{Conn: conn, release: sync.OnceFunc(func() { l.budget.release(peer) }), socket: l.socket, lane: l.lane, laneSocket: l.laneSocket, rate: l.rate}, nil
 	}
 }
 
@@ -297,6 +303,7 @@ type budgetConn struct {
 	socket     string
 	lane       int
 	laneSocket bool
+	rate       *requestRate
 }
 
 func (c *budgetConn) Close() error {

@@ -44,6 +44,8 @@ type Controller struct {
 	bodies *byteBudget
 	// runs are the commands each lane runs through the API at once.
 	runs laneRuns
+	// rates are each lane's and agent's request rate, by role (rates.go).
+	rates map[string]*requestRate
 
 	mu      sync.Mutex
 	pruneMu sync.Mutex // one prune of ended trials at a time
@@ -133,6 +135,7 @@ func (c *Controller) serve() error {
 	// cannot take another's.
 	c.runs.max = c.cfg.API.MaxRunsPerLane
 	c.conns = newConnBudget(c.apiMaxConns(), c.cfg.API.MaxConnsPerPeer, config.APIPeers(c.cfg.Lanes, len(c.cfg.Agent.Egress) > 0), c.log)
+	c.rates = newRequestRates(c.table, c.cfg.API.RequestRate, c.cfg.API.RequestBurst, c.log)
 	c.bodies = newByteBudget(c.cfg.API.MaxInflightBytes, c.cfg.API.MaxInflightBytesPerToken, c.cfg.API.MaxBodyBytes, c.cfg.Lanes)
 	apiLs, err := c.listenAPI()
 	if err != nil {

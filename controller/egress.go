@@ -274,9 +274,16 @@ func (c *Controller) egressServers() ([]*http.Server, []net.Listener, error) {
 		if err != nil {
 			return nil, nil, fmt.Errorf("controller: egress proxy of %s: %w", e.Role, err)
 		}
-		ls = append(ls, &budgetListener{Listener: l, budget: c.conns, peer: "role " + e.Role})
+		// The role's own listener: accepted on at its rate, its CONNECTs
+		// served at its request rate (with its API socket's).
+		rl, err := newRateListener(l, c.cfg.API.AcceptRate, c.cfg.API.AcceptBurst, "the egress proxy of "+e.Role, c.log)
+		if err != nil {
+			l.Close()
+			return nil, nil, err
+		}
+		ls = append(ls, &budgetListener{Listener: rl, budget: c.conns, peer: "role " + e.Role})
 		srvs = append(srvs, &http.Server{
-			Handler:           c.egressOn(e.Role),
+			Handler:           rateGated(c.rates[e.Role], c.egressOn(e.Role)),
 			ReadHeaderTimeout: c.cfg.API.HeaderTimeout.Duration,
 			MaxHeaderBytes:    64 << 10,
 			ErrorLog:          slog.NewLogLogger(c.log.With("server", "egress", "role", e.Role).Handler(), slog.LevelWarn),

@@ -96,6 +96,9 @@ func attackMain(mode string) int {
 	case "over-cap":
 		overCap(sock, token, envInt("ATTACK_N"))
 		return 0
+	case "request-flood":
+		requestFlood(sock, token, envInt("ATTACK_N"), time.Duration(envInt("ATTACK_MS"))*time.Millisecond)
+		return 0
 	case "connect-close":
 		connectClose(sock, envInt("ATTACK_N"), time.Duration(envInt("ATTACK_MS"))*time.Millisecond)
 		return 0

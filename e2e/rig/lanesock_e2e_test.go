@@ -57,8 +57,10 @@ func TestLaneFloodingItsAPISocketLeavesOtherLanesServed(t *testing.T) {
 	if strings.Contains(line, "stopped-by limit") {
 		t.Errorf("lane-1's flood ended by its time limit before lane 2's calls were done: they were not all made under it: %s", line)
 	}
-	if n := field(t, line, "ok"); n < 1000 {
-		t.Errorf("lane-1's flood made only %d connections: too few to prove anything", n)
+	// Past api.accept_rate most of its connects fail with EAGAIN, its
+	// own backlog full: each was tried all the same.
+	if n := field(t, line, "ok") + eagains(t, line); n < 1000 {
+		t.Errorf("lane-1's flood tried only %d connections: too few to prove anything", n)
 	}
 	if n, list := openTrials(t, r); n != 2 {
 		t.Fatalf("a trial ended under lane-1's flood:\n%s", list)

@@ -102,6 +102,21 @@ type API struct {
 	// the call is refused with 429, so that a lane's exec storm queues
 	// only its own commands at the broker.
 	MaxRunsPerLane int `toml:"max_runs_per_lane" json:"max_runs_per_lane"`
+	// AcceptRate bounds how fast each listener a lane or an agent owns
+	// (its API socket, its egress proxy) is accepted on: AcceptBurst at
+	// once after a pause, then AcceptRate a second. Past it a connection
+	// waits in that listener's own backlog, and past the backlog the
+	// role's own connect fails, so a connection flood costs the
+	// controller nothing beyond the rate. The operator's socket and TCP
+	// are not limited.
+	AcceptRate  int `toml:"accept_rate" json:"accept_rate"`
+	AcceptBurst int `toml:"accept_burst" json:"accept_burst"`
+	// RequestRate bounds each lane's and each agent's requests, on its
+	// own API socket and its egress proxy together: RequestBurst at once,
+	// then RequestRate a second. Past it a request is answered 429 before
+	// its token is looked up or its body read, and its connection closed.
+	RequestRate  int `toml:"request_rate" json:"request_rate"`
+	RequestBurst int `toml:"request_burst" json:"request_burst"`
 }
 
 // Cgroup is the per-role cgroup every command of a role runs in.
@@ -296,6 +311,10 @@ func Default() Config {
 			MaxInflightBytes:         256 << 20,
 			MaxInflightBytesPerToken: 32 << 20,
 			MaxRunsPerLane:           8,
+			AcceptRate:               100,
+			AcceptBurst:              200,
+			RequestRate:              100,
+			RequestBurst:             200,
 		},
 	}
 }
@@ -567,6 +586,14 @@ func (c *Config) validateAPI() error {
 		return fmt.Errorf("api.max_inflight_bytes: %d must be at least api.max_inflight_bytes_per_token (%d)", a.MaxInflightBytes, a.MaxInflightBytesPerToken)
 	case a.MaxRunsPerLane < 1 || a.MaxRunsPerLane > a.MaxConnsPerToken:
 		return fmt.Errorf("api.max_runs_per_lane: %d must be at least 1 and at most api.max_conns_per_token (%d)", a.MaxRunsPerLane, a.MaxConnsPerToken)
+	case a.AcceptRate < 1:
+		return fmt.Errorf("api.accept_rate: %d must be at least 1 (connections a second)", a.AcceptRate)
+	case a.AcceptBurst < 1:
+		return fmt.Errorf("api.accept_burst: %d must be at least 1", a.AcceptBurst)
+	case a.RequestRate < 1:
+		return fmt.Errorf("api.request_rate: %d must be at least 1 (requests a second)", a.RequestRate)
+	case a.RequestBurst < 1:
+		return fmt.Errorf("api.request_burst: %d must be at least 1", a.RequestBurst)
 	}
 	if peers := APIPeers(c.Lanes, len(c.Agent.Egress) > 0); a.MaxConns < peers*a.MaxConnsPerPeer {
 		return fmt.Errorf("api.max_conns: %d is less than api.max_conns_per_peer (%d) for each of the API's %d peers (%d lanes' and agents' sockets%s, root's socket and TCP): lanes holding their shares would leave another lane none; raise api.max_conns to %d or lower api.max_conns_per_peer", a.MaxConns, a.MaxConnsPerPeer, peers, c.Lanes, map[bool]string{true: " and egress proxies", false: ""}[len(c.Agent.Egress) > 0], peers*a.MaxConnsPerPeer)
