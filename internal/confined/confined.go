@@ -389,8 +389,11 @@ type Hand struct {
 	// ReadOnly takes every write bit away.
 	ReadOnly bool
 	// Publish makes the tree readable by all and writable by none, and
-	// removes every FIFO, socket and device node in it: a FIFO that every
-	// role may open would stall each reader that opens it.
+	// removes every FIFO, socket and device node in it (a FIFO that every
+	// role may open would stall each reader that opens it) and every file
+	// it cannot hand (one with more than one link, or of an owner Allowed
+	// refuses), which would stay its role's with the role's mode; and it
+	// takes every POSIX ACL off, so that its modes alone say who reads.
 	Publish bool
 	// TopMode is the top folder's mode; 0 keeps it.
 	TopMode uint32
@@ -408,6 +411,35 @@ type Handed struct {
 // socket or a device node, which hold no content of their own.
 func special(typ uint32) bool {
 	return typ == unix.S_IFIFO || typ == unix.S_IFSOCK || typ == unix.S_IFCHR || typ == unix.S_IFBLK
+}
+
+// unpublishable decides what a publish removes rather than hands on: a
+// special file, and a regular file that ChownTree would skip (more than
+// one link, which may live outside the tree; an owner that is not a
+// role's), which would stay in the published tree its role's, with the
+// mode and ACL the role gave it (0666: writable by every role's DAC).
+func unpublishable(st Stat, allowed func(uid int) bool) bool {
+	typ := st.Mode & unix.S_IFMT
+	return special(typ) || typ == unix.S_IFREG && (st.Nlink > 1 || !allowed(int(st.UID)))
+}
+
+// aclAttrs are the extended attributes that hold a file's POSIX ACLs: its
+// access ACL, and a folder's default ACL, which files made in it inherit.
+var aclAttrs = []string{"system.posix_acl_access", "system.posix_acl_default"}
+
+// dropACLs takes every POSIX ACL off the file an O_PATH descriptor holds
+// (through /proc/self/fd, as chmodFD), so that its mode alone decides:
+// an entry naming a user could keep a published file from that user, and
+// a folder's default ACL would give what is made in it later to another.
+// A file system that keeps no ACL has none to take.
+func dropACLs(fd int) error {
+	for _, a := range aclAttrs {
+		err := unix.Removexattr("/proc/self/fd/"+strconv.Itoa(fd), a)
+		if err != nil && !errors.Is(err, unix.ENODATA) && !errors.Is(err, unix.EOPNOTSUPP) {
+			return fmt.Errorf("removing its %s: %w", a, err)
+		}
+	}
+	return nil
 }
 
 // ChownTree gives top and everything beneath it to h.UID:h.GID (the top
@@ -441,6 +473,12 @@ func ChownTree(top *os.File, h Hand) (res Handed, err error) {
 			res.Skipped = append(res.Skipped, path+": "+e.Error())
 			return
 		}
+		if h.Publish {
+			if e := dropACLs(fd); e != nil {
+				res.Skipped = append(res.Skipped, path+": "+e.Error())
+				return
+			}
+		}
 		mode := st.Mode & 0o7777 &^ setIDBits
 		if readOnly {
 			mode &^= 0o222
@@ -469,7 +507,7 @@ func ChownTree(top *os.File, h Hand) (res Handed, err error) {
 	}
 	defer unix.Close(dir)
 	err = walk(dir, top.Name(), func(dirfd int, name, path string, st Stat) error {
-		if h.Publish && special(st.Mode&unix.S_IFMT) {
+		if h.Publish && unpublishable(st, h.Allowed) {
 			if e := unix.Unlinkat(dirfd, name, 0); e != nil && !errors.Is(e, unix.ENOENT) {
 				res.Skipped = append(res.Skipped, path+": removing it: "+e.Error())
 			} else {
@@ -503,6 +541,11 @@ func ChownTree(top *os.File, h Hand) (res Handed, err error) {
 	}
 	if err := chownFD(int(top.Fd()), h.TopUID, h.GID); err != nil {
 		return res, fmt.Errorf("%s: %w", top.Name(), err)
+	}
+	if h.Publish {
+		if err := dropACLs(int(top.Fd())); err != nil {
+			return res, fmt.Errorf("%s: %w", top.Name(), err)
+		}
 	}
 	mode := tst.Mode & 0o7777 &^ setIDBits
 	if h.TopMode != 0 {

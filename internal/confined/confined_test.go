@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -14,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"thermite/internal/posixacl"
 )
 
 func TestOpenStaysBeneath(t *testing.T) {
@@ -174,7 +177,8 @@ func TestChownTree(t *testing.T) {
 
 // A role that hard-links its own set-id file keeps it out of the hand-back
 // (its other link may live anywhere), but not its bits; another owner's
-// linked file is left as it is.
+// linked file is left as it is. (A publish removes both: see
+// TestPublishedAreaKeepsNoLinkedFileNorACL.)
 func TestChownTreeClearsSetIDOfLinkedRoleFiles(t *testing.T) {
 	requireRoot(t)
 	const from, to = 45996, 45995
@@ -197,7 +201,7 @@ func TestChownTreeClearsSetIDOfLinkedRoleFiles(t *testing.T) {
 	}
 	defer top.Close()
 	allowed := func(uid int) bool { return uid == from || uid == to }
-	res, err := ChownTree(top, Hand{UID: to, GID: to, TopUID: to, Allowed: allowed, ReadOnly: true, Publish: true})
+	res, err := ChownTree(top, Hand{UID: to, GID: to, TopUID: to, Allowed: allowed, ReadOnly: true})
 	skipped := res.Skipped
 	if err != nil {
 		t.Fatal(err)
@@ -408,6 +412,73 @@ func TestChownTreePublishRemovesFIFOsSocketsAndDevices(t *testing.T) {
 		}
 		if got := mode(t, filepath.Join(dir, "sub", "note")); publish && got != 0o444 {
 			t.Errorf("the published note: mode %04o, want 0444", got)
+		}
+	}
+}
+
+// TestPublishedAreaKeepsNoLinkedFileNorACL: a lane's research area is
+// published to every role at its trial's end. A file the lane linked
+// elsewhere as well would be skipped by the hand-back and stay the
+// lane's, mode 0666 and all: writable by every other role, and by the
+// lane through its other link after publication. A POSIX ACL the lane
+// put on a file (user:X:---) would keep it from role X, and a folder's
+// default ACL would name who gets what is made there. The publish removes
+// the linked file (its other link, outside the tree, is left alone), and
+// takes every ACL off, so that the published modes alone decide.
+func TestPublishedAreaKeepsNoLinkedFileNorACL(t *testing.T) {
+	requireRoot(t)
+	const from, to, other = 45991, 45990, 45989
+	base := t.TempDir()
+	dir := filepath.Join(base, "area")
+	os.MkdirAll(filepath.Join(dir, "sub"), 0o755)
+	for _, f := range []string{"linked", "kept"} {
+		os.WriteFile(filepath.Join(dir, f), []byte("research\n"), 0o666)
+		unix.Chmod(filepath.Join(dir, f), 0o666)
+	}
+	if err := os.Link(filepath.Join(dir, "linked"), filepath.Join(base, "outside")); err != nil {
+		t.Fatal(err)
+	}
+	filepath.Walk(base, func(p string, _ os.FileInfo, _ error) error { return os.Lchown(p, from, from) })
+	deny, err := posixacl.Encode([]posixacl.Entry{{Tag: posixacl.UserObj, Perm: 6}, {Tag: posixacl.User, Perm: 0, ID: other}, {Tag: posixacl.GroupObj, Perm: 4}, {Tag: posixacl.Mask, Perm: 6}, {Tag: posixacl.Other, Perm: 4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	acls := true
+	if err := unix.Setxattr(filepath.Join(dir, "kept"), "system.posix_acl_access", deny, 0); errors.Is(err, unix.EOPNOTSUPP) {
+		acls = false
+		t.Logf("%s keeps no POSIX ACLs: the ACL half is not tried here", base)
+	} else if err != nil {
+		t.Fatal(err)
+	} else if err := unix.Setxattr(filepath.Join(dir, "sub"), "system.posix_acl_default", deny, 0); err != nil {
+		t.Fatal(err)
+	}
+	top, err := Open(base, dir, unix.O_PATH|unix.O_DIRECTORY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := ChownTree(top, Hand{UID: to, GID: to, TopUID: to, Allowed: func(uid int) bool { return uid == from || uid == to }, ReadOnly: true, Publish: true})
+	top.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "linked")); !os.IsNotExist(err) {
+		t.Errorf("published: the lane's hard-linked file is still in the area (%v), its mode %04o", err, mode(t, filepath.Join(dir, "linked")))
+	}
+	if !slices.Contains(res.Removed, filepath.Join(dir, "linked")) {
+		t.Errorf("Removed %v does not name the linked file", res.Removed)
+	}
+	if b, err := os.ReadFile(filepath.Join(base, "outside")); err != nil || string(b) != "research\n" {
+		t.Errorf("the linked file's other link, outside the tree: %q %v, want it left alone", b, err)
+	}
+	if got := mode(t, filepath.Join(dir, "kept")); got != 0o444 {
+		t.Errorf("the published file: mode %04o, want 0444", got)
+	}
+	if !acls {
+		return
+	}
+	for _, c := range []struct{ path, attr string }{{filepath.Join(dir, "kept"), "system.posix_acl_access"}, {filepath.Join(dir, "sub"), "system.posix_acl_default"}} {
+		if _, err := unix.Getxattr(c.path, c.attr, make([]byte, 256)); !errors.Is(err, unix.ENODATA) {
+			t.Errorf("published: %s keeps its %s (%v), want it taken off", c.path, c.attr, err)
 		}
 	}
 }

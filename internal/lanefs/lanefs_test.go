@@ -918,3 +918,53 @@ func TestConcurrent(t *testing.T) {
 	wg.Wait()
 	noTemps(t, ws)
 }
+
+// TestGrepPassesOverASparseFile: a lane publishes a file that takes a
+// few blocks and reads as far more (its start text, the rest a hole: 16
+// TiB of it would hold a searching lane's file helper for an hour).
+// Another lane's grep of the research folder takes it as binary, as GNU
+// grep does, and reads none of its hole, while a plain file beside it is
+// searched. A file that grows after grep looked at it is read only up to
+// the size it had then.
+func TestGrepPassesOverASparseFile(t *testing.T) {
+	ws := t.TempDir()
+	f, err := os.Create(filepath.Join(ws, "sparse.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// More text than the binary sniff reads, so that only the hole can
+	// make it binary.
+	f.WriteString("needle in a sparse file\n" + strings.Repeat("filler\n", binarySniff))
+	if err := f.Truncate(64 << 20); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	os.WriteFile(filepath.Join(ws, "plain.txt"), []byte("a needle\n"), 0o644)
+	c := start(t, ws)
+	g, err := Grep.Call(ctx, c, GrepRequest{Pattern: "needle"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if matches(g) != "plain.txt:1:a needle" || g.BinarySkipped != 1 || g.FilesScanned != 1 {
+		t.Fatalf("grep beside a sparse file: %d matches, %d skipped, %d scanned; want plain.txt's match alone, the sparse file skipped", len(g.Matches), g.BinarySkipped, g.FilesScanned)
+	}
+	g, err = Grep.Call(ctx, c, GrepRequest{Path: "sparse.txt", Pattern: "needle"})
+	if err != nil || len(g.Matches) != 0 || g.BinarySkipped != 1 {
+		t.Fatalf("grep of the sparse file itself: %d matches, %d skipped, %v; want it skipped", len(g.Matches), g.BinarySkipped, err)
+	}
+
+	grow := filepath.Join(ws, "grows.txt")
+	os.WriteFile(grow, []byte("0123456789"), 0o644)
+	fd, err := unix.Open(grow, unix.O_RDONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	r := &sizeReader{fd: fd, left: 10}
+	if err := os.WriteFile(grow, []byte("0123456789more and more"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := io.ReadAll(r); err != nil || string(got) != "0123456789" {
+		t.Fatalf("a file grown after the check: read %q %v, want its first 10 bytes", got, err)
+	}
+}

@@ -337,13 +337,58 @@ const binarySniff = 8000
 // line is passed over.
 const maxScanLine = 1 << 20
 
+// sizeReader reads a descriptor up to the size its file had when grep
+// decided to read it: a file its writer grows meanwhile (truncate -s 1T)
+// is read no further.
+type sizeReader struct {
+	fd   int
+	left int64
+}
+
+func (s *sizeReader) Read(p []byte) (int, error) {
+	if s.left <= 0 {
+		return 0, io.EOF
+	}
+	if int64(len(p)) > s.left {
+		p = p[:s.left]
+	}
+	n, err := fdReader(s.fd).Read(p)
+	s.left -= int64(n)
+	return n, err
+}
+
+// hasHole says whether the file fd holds a hole before its end: a hole
+// reads as NUL bytes, so the file is binary, as GNU grep takes it. A lane
+// can publish a file of 16 TiB that takes a few blocks (truncate -s); read
+// whole, it would hold the searching lane's file helper for an hour. A
+// file system that cannot say where holes lie has none to say.
+func hasHole(fd int, size int64) bool {
+	if size == 0 {
+		return false
+	}
+	off, err := unix.Seek(fd, 0, unix.SEEK_HOLE)
+	if _, rerr := unix.Seek(fd, 0, io.SeekStart); rerr != nil {
+		return true // unreadable from its start: passed over as binary
+	}
+	return err == nil && off < size
+}
+
 // file greps one open regular file, shown as path.
 func (g *grepper) file(fd int, path string) error {
 	g.long = g.long[:0]
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return err
+	}
+	if hasHole(fd, st.Size) {
+		g.resp.BinarySkipped++
+		return nil
+	}
+	r := &sizeReader{fd: fd, left: st.Size}
 	if g.br == nil {
-		g.br = bufio.NewReaderSize(fdReader(fd), 64<<10)
+		g.br = bufio.NewReaderSize(r, 64<<10)
 	} else {
-		g.br.Reset(fdReader(fd))
+		g.br.Reset(r)
 	}
 	head, _ := g.br.Peek(binarySniff)
 	if bytes.IndexByte(head, 0) >= 0 {
