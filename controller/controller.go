@@ -130,13 +130,7 @@ func (c *Controller) serve() error {
 	opSrv := &http.Server{Handler: c.operatorRoutes(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute}
 	opL = &peerListener{Listener: opL, allow: c.OperatorAllowed, log: c.log, name: "the operator socket"}
 
-	// Every peer the budget may see has its floor (config.APIPeers): when
-	// max_conns is lowered under the descriptor limit, a full lane still
-	// cannot take another's.
-	c.runs.max = c.cfg.API.MaxRunsPerLane
-	c.conns = newConnBudget(c.apiMaxConns(), c.cfg.API.MaxConnsPerPeer, config.APIPeers(c.cfg.Lanes, len(c.cfg.Agent.Egress) > 0), c.log)
-	c.rates = newRequestRates(c.table, c.cfg.API.RequestRate, c.cfg.API.RequestBurst, c.log)
-	c.bodies = newByteBudget(c.cfg.API.MaxInflightBytes, c.cfg.API.MaxInflightBytesPerToken, c.cfg.API.MaxBodyBytes, c.cfg.Lanes)
+	c.makeBudgets()
 	apiLs, err := c.listenAPI()
 	if err != nil {
 		return err
@@ -152,22 +146,9 @@ func (c *Controller) serve() error {
 		ErrorLog:          slog.NewLogLogger(c.log.With("server", "api").Handler(), slog.LevelWarn),
 		ConnContext:       apiConnContext,
 	}
-	var tcpL net.Listener
-	if c.apiTCP != "" {
-		// The broker made the listener, so it knows the port for the
-		// lanes' rule sets; the controller only serves it.
-		inherited := os.NewFile(rpc.APIListenerFD, "api-tcp")
-		tcpL, err = net.FileListener(inherited)
-		// FileListener made its own descriptor; the inherited one goes, so
-		// no command the controller starts (a kit's check) gets it.
-		inherited.Close()
-		if err != nil {
-			return fmt.Errorf("controller: api tcp %s: %w", c.apiTCP, err)
-		}
-		tcpL = &budgetListener{Listener: tcpL, budget: c.conns}
-		c.mu.Lock()
-		c.apiAddr = tcpL.Addr().String()
-		c.mu.Unlock()
+	tcpL, err := c.listenAPITCP()
+	if err != nil {
+		return err
 	}
 	egressSrv, egressLs, err := c.egressServers()
 	if err != nil {
@@ -224,6 +205,39 @@ func (c *Controller) serve() error {
 	}
 	c.mu.Unlock()
 	return nil
+}
+
+// makeBudgets makes the API's budgets and rates from the configuration.
+// Every peer the connection budget may see has its floor
+// (config.APIPeers): when max_conns is lowered under the descriptor limit,
+// a full lane still cannot take another's.
+func (c *Controller) makeBudgets() {
+	c.runs.max = c.cfg.API.MaxRunsPerLane
+	c.conns = newConnBudget(c.apiMaxConns(), c.cfg.API.MaxConnsPerPeer, config.APIPeers(c.cfg.Lanes, len(c.cfg.Agent.Egress) > 0), c.log)
+	c.rates = newRequestRates(c.table, c.cfg.API.RequestRate, c.cfg.API.RequestBurst, c.log)
+	c.bodies = newByteBudget(c.cfg.API.MaxInflightBytes, c.cfg.API.MaxInflightBytesPerToken, c.cfg.API.MaxBodyBytes, c.cfg.Lanes)
+}
+
+// listenAPITCP serves the API's TCP listener where there is one (nil
+// where there is none). The broker made it, so it knows the port for the
+// lanes' rule sets; the controller only serves it.
+func (c *Controller) listenAPITCP() (net.Listener, error) {
+	if c.apiTCP == "" {
+		return nil, nil
+	}
+	inherited := os.NewFile(rpc.APIListenerFD, "api-tcp")
+	l, err := net.FileListener(inherited)
+	// FileListener made its own descriptor; the inherited one goes, so no
+	// command the controller starts (a kit's check) gets it.
+	inherited.Close()
+	if err != nil {
+		return nil, fmt.Errorf("controller: api tcp %s: %w", c.apiTCP, err)
+	}
+	tcpL := &budgetListener{Listener: l, budget: c.conns}
+	c.mu.Lock()
+	c.apiAddr = tcpL.Addr().String()
+	c.mu.Unlock()
+	return tcpL, nil
 }
 
 // apiMaxConns is api.max_conns, lowered (loudly) to half the controller's
