@@ -78,8 +78,12 @@ func tokenOf(t testing.TB, info controller.TrialInfo) string {
 // served, the disk watcher measures on, and no trial ends.
 func TestIdleConnectionFloodFromLaneLeavesOtherLanesServed(t *testing.T) {
 	r := testrig.New(t, testrig.Options{
-		Alone:    true, // a flood of connections loads the machine for its neighbours
-		APIExtra: "max_conns_per_peer = 32\n",
+		Alone: true, // a flood of connections loads the machine for its neighbours
+		// The accept rate unbounded, so that every connection meets the
+		// cap within the flood (at api.accept_rate they would wait in
+		// lane-1's backlog, open to their caller and no descriptor of the
+		// controller's: TestLaneConnectLoopWaitsInItsOwnBacklog).
+		APIExtra: "max_conns_per_peer = 32\naccept_rate = 100000\naccept_burst = 4096\n",
 		Extra:    "[trial]\ndisk_check = \"200ms\"\n",
 	})
 	p := makeProject(t, r)

@@ -282,19 +282,23 @@ for i in range(2000):
 	u := r.Role("lane-2")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(u.UID), Gid: uint32(u.GID), Groups: []uint32{}}}
 	cmd.ExtraFiles = []*os.File{f}
+	t0 := time.Now()
 	out, err := cmd.CombinedOutput()
-	t.Logf("lane-2 on lane-1's socket through an O_PATH descriptor: %s %v", strings.TrimSpace(string(out)), err)
+	took := time.Since(t0)
+	t.Logf("lane-2 on lane-1's socket through an O_PATH descriptor, %v: %s %v", took.Round(time.Millisecond), strings.TrimSpace(string(out)), err)
 	if got := strings.TrimSpace(string(out)); !strings.HasPrefix(got, "closed") {
 		t.Errorf("lane-2 through /proc/self/fd on lane-1's socket: %q, want the connection closed before a byte", got)
 	}
-	// Refused, and logged: once, not once for each of the 2001.
+	// Refused, and logged: a line every 5 s at most, not once for each of
+	// the 2001 (the socket's api.accept_rate of 100 a second spreads them
+	// over about 20 s, its own backlog holding the rest meanwhile).
 	line := fmt.Sprintf(`"refused a peer on the API socket of lane-1","proc":"controller","uid":%d`, u.UID)
 	n := 0
 	for deadline := time.Now().Add(5 * time.Second); n == 0 && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		n = strings.Count(r.LogText(), line)
 	}
-	if n != 1 {
-		t.Errorf("the controller logged lane-2's 2001 refused connections on lane-1's socket in %d lines, want 1", n)
+	if most := 2 + int(took/(5*time.Second)); n < 1 || n > most {
+		t.Errorf("the controller logged lane-2's 2001 refused connections on lane-1's socket in %d lines over %v, want 1 to %d (a line every 5 s at most)", n, took.Round(time.Millisecond), most)
 	}
 }
 
