@@ -373,7 +373,14 @@ func helperBinary(t testing.TB, r *testrig.Rig) string {
 		t.Fatal(err)
 	}
 	p := filepath.Join(r.Dir, "role-helper.test")
-	if err := os.WriteFile(p, data, 0o755); err != nil {
+	// No fork of this process (the tests beside it start commands) may
+	// happen while the copy is open for writing: a child between its fork
+	// and its exec would hold the descriptor, and exec of the copy would
+	// fail with ETXTBSY. ForkLock is what os/exec's forks wait on.
+	syscall.ForkLock.Lock()
+	err = os.WriteFile(p, data, 0o755)
+	syscall.ForkLock.Unlock()
+	if err != nil {
 		t.Fatal(err)
 	}
 	helperCopy.Store(r.Dir, p)

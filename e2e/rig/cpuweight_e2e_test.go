@@ -56,23 +56,36 @@ func TestLanesSpinningLeaveTheJudgeItsCPU(t *testing.T) {
 		role := "lane-" + strconv.Itoa(lane)
 		var pids []int
 		for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
-			// The lane's own shells: its file helper runs as it too.
+			// The lane's own shells (its file helper runs as it too); a
+			// subshell the exec forked for `&` is a shell too until it
+			// execs setsid, in the exec's session: wait for them all to
+			// be spinners in sessions of their own.
 			pids = pids[:0]
+			own := 0
 			for _, pid := range r.Procs(role) {
-				if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); strings.TrimSpace(string(comm)) == "sh" {
-					pids = append(pids, pid)
+				comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+				stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+				if strings.TrimSpace(string(comm)) != "sh" || err != nil {
+					continue // not a shell, or gone
+				}
+				pids = append(pids, pid)
+				if f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+2:])); f[3] == strconv.Itoa(pid) {
+					own++
 				}
 			}
-			if len(pids) >= spinners {
+			if own >= spinners && own == len(pids) {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("%s runs %d processes, want its %d spinners", role, len(pids), spinners)
-			}
-		}
-		for _, pid := range pids {
-			if sid := sessionOf(t, pid); sid != pid {
-				t.Errorf("%s's spinner %d is in session %d, not one of its own", role, pid, sid)
+				if len(pids) < spinners {
+					t.Fatalf("%s runs %d processes, want its %d spinners", role, len(pids), spinners)
+				}
+				for _, pid := range pids {
+					if sid := sessionOf(t, pid); sid != pid {
+						t.Errorf("%s's spinner %d is in session %d, not one of its own", role, pid, sid)
+					}
+				}
+				break
 			}
 		}
 		spinning = append(spinning, pids)
