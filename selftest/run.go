@@ -447,10 +447,14 @@ func runProbe(h Host, c *Context, r roles.Role, plan []Attempt) ([]Outcome, stri
 	return probeOutcomes(h.RunProbe(r, cards, data))
 }
 
-// stopRole stops a role's processes once its probes have answered; the
-// controller's user is the controller itself, and is left alone.
+// stopRole stops a role's processes once its probes have answered. A role
+// whose user the broker stops after each command
+// (roles.StopsAfterEachCommand: all but lanes) was stopped after every
+// probe of it already, its HOME and TMPDIR emptied, and a stop that failed
+// failed that probe's run; the controller's user is the controller
+// itself, and is left alone.
 func stopRole(h Host, r roles.Role) {
-	if r.Kind != roles.Controller {
+	if r.Kind != roles.Controller && !r.StopsAfterEachCommand() {
 		h.StopUser(r)
 	}
 }
