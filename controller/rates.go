@@ -31,15 +31,9 @@ import (
 // fails (EAGAIN on a unix socket). The controller spends nothing on them.
 type rateListener struct {
 	net.Listener
-	who string // the listener, as the log names it
-	log *slog.Logger
-
-	mu     sync.Mutex
-	bucket *tokenbucket.Bucket
-	// waits counts the waits since the last line logged, warned is when
-	// that line was: a flood is one line every few seconds.
-	waits  int
-	warned time.Time
+	who   string // the listener, as the log names it
+	log   *slog.Logger
+	paced pacedBucket
 
 	done      chan struct{}
 	closeOnce sync.Once
@@ -63,7 +57,7 @@ func newRateListener(l net.Listener, rate, burst int, who string, log *slog.Logg
 	if err := raw.Control(func(fd uintptr) { lerr = unix.Listen(int(fd), burst) }); err != nil || lerr != nil {
 		return nil, fmt.Errorf("controller: %s: its backlog of api.accept_burst %d: %w", who, burst, errors.Join(err, lerr))
 	}
-	return &rateListener{Listener: l, who: who, log: log, bucket: tokenbucket.New(rate, burst), done: make(chan struct{})}, nil
+	return &rateListener{Listener: l, who: who, log: log, paced: pacedBucket{bucket: tokenbucket.New(rate, burst)}, done: make(chan struct{})}, nil
 }
 
 // Accept waits for the listener's turn, then accepts. A close while it
@@ -87,17 +81,36 @@ func (l *rateListener) Accept() (net.Conn, error) {
 // turn takes a token, or says how long until one is there, logging a
 // listener that waits at most once every 5 seconds.
 func (l *rateListener) turn() (time.Duration, bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	return l.paced.take(func(b *tokenbucket.Bucket, waits int) {
+		l.log.Warn("a role's listener is at its accept rate: its connections wait in its own backlog", "listener", l.who, "accept_rate", b.Rate(), "accept_burst", b.Burst(), "waits_since_last", waits)
+	})
+}
+
+// pacedBucket is a token bucket behind a lock of its own, which says how
+// many events it turned away at most once every 5 seconds: a flood is one
+// line every few seconds.
+type pacedBucket struct {
+	mu     sync.Mutex
+	bucket *tokenbucket.Bucket
+	over   int       // events turned away since the last line
+	warned time.Time // when that line was
+}
+
+// take takes a token, or says how long until one is there; when it turns
+// one away and 5 seconds have passed since the last line, it calls warn
+// with the bucket and the events turned away since.
+func (p *pacedBucket) take(warn func(b *tokenbucket.Bucket, over int)) (time.Duration, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	now := time.Now()
-	ok, wait := l.bucket.Take(now)
+	ok, wait := p.bucket.Take(now)
 	if ok {
 		return 0, true
 	}
-	l.waits++
-	if now.Sub(l.warned) > 5*time.Second {
-		l.log.Warn("a role's listener is at its accept rate: its connections wait in its own backlog", "listener", l.who, "accept_rate", l.bucket.Rate(), "accept_burst", l.bucket.Burst(), "waits_since_last", l.waits)
-		l.warned, l.waits = now, 0
+	p.over++
+	if now.Sub(p.warned) > 5*time.Second {
+		warn(p.bucket, p.over)
+		p.warned, p.over = now, 0
 	}
 	return wait, false
 }
@@ -110,13 +123,9 @@ func (l *rateListener) Close() error {
 // requestRate is one lane's or agent's rate of requests, on its own API
 // socket and its egress proxy together.
 type requestRate struct {
-	role string
-	log  *slog.Logger
-
-	mu       sync.Mutex
-	bucket   *tokenbucket.Bucket
-	refused  int
-	warned   time.Time
+	role     string
+	log      *slog.Logger
+	paced    pacedBucket
 	detailAt string // the refusal's detail without its wait, made once
 }
 
@@ -126,7 +135,7 @@ func newRequestRates(table *roles.Table, rate, burst int, log *slog.Logger) map[
 	out := map[string]*requestRate{}
 	for _, r := range table.Roles {
 		if r.Kind == roles.Lane || r.Kind == roles.Agent {
-			out[r.Name] = &requestRate{role: r.Name, log: log, bucket: tokenbucket.New(rate, burst),
+			out[r.Name] = &requestRate{role: r.Name, log: log, paced: pacedBucket{bucket: tokenbucket.New(rate, burst)},
 				detailAt: fmt.Sprintf("%s made more requests than its api.request_rate of %d a second (api.request_burst %d at once); this one is refused before it is read", r.Name, rate, burst)}
 		}
 	}
@@ -136,19 +145,9 @@ func newRequestRates(table *roles.Table, rate, burst int, log *slog.Logger) map[
 // admit takes the role's turn for one request, or says how long until it
 // has one.
 func (q *requestRate) admit() (time.Duration, bool) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	now := time.Now()
-	ok, wait := q.bucket.Take(now)
-	if ok {
-		return 0, true
-	}
-	q.refused++
-	if now.Sub(q.warned) > 5*time.Second {
-		q.log.Warn("a role's requests are over its request rate: refused with 429", "role", q.role, "request_rate", q.bucket.Rate(), "request_burst", q.bucket.Burst(), "refused_since_last", q.refused)
-		q.warned, q.refused = now, 0
-	}
-	return wait, false
+	return q.paced.take(func(b *tokenbucket.Bucket, refused int) {
+		q.log.Warn("a role's requests are over its request rate: refused with 429", "role", q.role, "request_rate", b.Rate(), "request_burst", b.Burst(), "refused_since_last", refused)
+	})
 }
 
 // gate answers a request over the role's rate with 429 and closes its
