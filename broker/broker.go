@@ -47,8 +47,8 @@ type Broker struct {
 	devnull *os.File
 	secrets map[string]string
 
-	online    cpuset.Set
-	judgeCPUs cpuset.Set
+	// cpus are the CPUs this broker may use and the judge's among them.
+	cpus cpuLayout
 	// kernel is what the kernel and the cgroup tree give (internal/hostpolicy).
 	kernel hostpolicy.Host
 	// procHideErr is why `thermite serve` could not mount the broker's own
@@ -269,14 +269,14 @@ func (b *Broker) openDevNull() (err error) {
 // readCPUs reads the CPUs this broker may use and refuses judge_cpus
 // outside them.
 func (b *Broker) readCPUs() (err error) {
-	if b.online, err = cpuset.Online(); err != nil {
+	if b.cpus.online, err = cpuset.Online(); err != nil {
 		return fmt.Errorf("broker: cpus: %w", err)
 	}
-	if b.judgeCPUs, err = b.cfg.JudgeCPUSet(); err != nil {
+	if b.cpus.judge, err = b.cfg.JudgeCPUSet(); err != nil {
 		return fmt.Errorf("judge_cpus: %w", err)
 	}
-	if !b.online.Contains(b.judgeCPUs) {
-		return fmt.Errorf("judge_cpus: %s is not among the CPUs this broker may use (%s)", b.judgeCPUs, b.online)
+	if !b.cpus.online.Contains(b.cpus.judge) {
+		return fmt.Errorf("judge_cpus: %s is not among the CPUs this broker may use (%s)", b.cpus.judge, b.cpus.online)
 	}
 	return nil
 }

@@ -29,7 +29,7 @@ func (b *Broker) cpusetWhy() string {
 // as planGroupCPUs decides from the holds.
 func (b *Broker) cpusetFor(r roles.Role) cpuset.Set {
 	held, own := b.holds.cpusOf(r.UID)
-	return planGroupCPUs(&b.cfg, r, b.online, b.judgeCPUs, held, own)
+	return planGroupCPUs(&b.cfg, r, b.cpus.online, b.cpus.judge, held, own)
 }
 
 // setGroupCPUs gives a role's group the CPUs cpusetFor decides. A timing
@@ -46,7 +46,7 @@ func (b *Broker) setGroupCPUs(r roles.Role, g *cgroup.Group) error {
 		if procs, err := g.Procs(); err == nil && len(procs) == 0 && b.cgroups.tree.Version == 1 {
 			return g.SetCPUs(nil)
 		}
-		return fmt.Errorf("cgroup %s: timed runs hold every CPU (%s) and %s still has processes; judge_cpus must leave other roles a CPU", g.Path(), b.online, r.Name)
+		return fmt.Errorf("cgroup %s: timed runs hold every CPU (%s) and %s still has processes; judge_cpus must leave other roles a CPU", g.Path(), b.cpus.online, r.Name)
 	}
 	if err := g.SetCPUs(s); err != nil {
 		return fmt.Errorf("cpuset of %s: %w", r.Name, err)
@@ -81,11 +81,18 @@ func (b *Broker) applyCPUSetsLocked() error {
 		// The controller daemon (and a kit's check it runs) is narrowed as
 		// a role is: busy with lanes' calls, it would otherwise run on the
 		// CPUs a timed repeat holds, and move the judge's clock.
-		if s := b.online.Minus(b.holds.heldCPUs()); len(s) > 0 {
+		if s := b.cpus.online.Minus(b.holds.heldCPUs()); len(s) > 0 {
 			if err := ctl.SetCPUs(s); err != nil {
 				errs = append(errs, fmt.Errorf("cpuset of the controller: %w", err))
 			}
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// cpuLayout is the CPUs the broker may use (online) and the judge's among
+// them (judge_cpus), read once at the start.
+type cpuLayout struct {
+	online cpuset.Set
+	judge  cpuset.Set
 }

@@ -61,7 +61,7 @@ func (b *Broker) heldUnlinked(r roles.Role, skipDev uint64) (procs.Held, error) 
 	lk.Lock()
 	defer lk.Unlock()
 	var cpus unix.CPUSet
-	free := b.online.Minus(b.holds.heldCPUs())
+	free := b.cpus.online.Minus(b.holds.heldCPUs())
 	for _, c := range free {
 		cpus.Set(c)
 	}

@@ -493,10 +493,9 @@ func TestPlanLeavesSymlinksToTheKernel(t *testing.T) {
 // to each role, so a plan never shares the broker's maps.
 func TestSnapshotCopiesWhatIsHeld(t *testing.T) {
 	b := &Broker{
-		online:    cpuset.Set{0, 1, 2, 3},
-		judgeCPUs: cpuset.Set{2, 3},
-		holds:     holdSet{cpus: map[string]cpuset.Set{"hold-2": {3}, "hold-1": {2}}, cards: map[string][]int{"hold-1": {0}, "hold-2": nil}},
-		handed:    map[int]map[string]bool{20101: {scratch + "/trials/T1/workspace": true}},
+		cpus:   cpuLayout{online: cpuset.Set{0, 1, 2, 3}, judge: cpuset.Set{2, 3}},
+		holds:  holdSet{cpus: map[string]cpuset.Set{"hold-2": {3}, "hold-1": {2}}, cards: map[string][]int{"hold-1": {0}, "hold-2": nil}},
+		handed: map[int]map[string]bool{20101: {scratch + "/trials/T1/workspace": true}},
 	}
 	s := b.snapshot()
 	if !reflect.DeepEqual(s.HeldCPUs, cpuset.Set{2, 3}) || !reflect.DeepEqual(s.HeldCards, map[int]bool{0: true}) || s.Cgroups {
@@ -675,5 +674,14 @@ func TestLanesFloodingTakeNoMoreThanTheirShareOfTheCPU(t *testing.T) {
 	cfg, _ := rig(t)
 	if w := controllerCgroup(cfg, true, map[string]bool{weaken.FlatCPUWeights: true}).Limits.CPUWeight; w != CPUWeight(cfg.Lanes, roles.Lane) {
 		t.Errorf("flat-cpu-weights: the controller weighs %d, want a lane's %d", w, CPUWeight(cfg.Lanes, roles.Lane))
+	}
+}
+
+// TestBrokerKeepsAtMost25Fields: Broker ties the rooms together and keeps
+// no room's state itself (issue 28): what belongs together lives in a
+// sub-object of its own (holdSet, stopState, measureState, cpuLayout...).
+func TestBrokerKeepsAtMost25Fields(t *testing.T) {
+	if n := reflect.TypeOf(Broker{}).NumField(); n > 25 {
+		t.Fatalf("Broker has %d fields, over 25: put the new state in the sub-object of its room", n)
 	}
 }

@@ -75,7 +75,7 @@ func (b *Broker) prepareRun(req *rpc.RunRequest, stdio []*os.File) (*command, ti
 // snapshot is what the rig holds now, for PlanRun.
 func (b *Broker) snapshot() *Snapshot {
 	s := &Snapshot{
-		Online: b.online, JudgeCPUs: b.judgeCPUs, Handed: map[int][]string{},
+		Online: b.cpus.online, JudgeCPUs: b.cpus.judge, Handed: map[int][]string{},
 		Kernel: b.kernel, Cgroups: b.cgroups.tree != nil, CPUWeights: b.hasCPUWeights(), APIPort: b.listeners.apiPort, Weakened: weakenedNow(),
 	}
 	s.HeldCPUs = b.holds.heldCPUs()
