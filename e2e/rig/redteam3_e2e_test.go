@@ -349,8 +349,10 @@ for i in range(200):
 	}
 	// Walked whole, the folder is still measured: 40 MiB more, deep
 	// inside, put the lane over its 100 MiB.
+	// The check may end the trial before the exec's answer is out, which
+	// then ends with the broker's connection: what counts is the end.
 	if _, stderr, code := r.Thermite("trial", "exec", info.ID, "--", "dd", "if=/dev/zero", "of=d7/7/late", "bs=1M", "count=40"); code != 0 {
-		t.Fatalf("trial exec: %s", stderr)
+		t.Logf("trial exec of the 40 MiB ended %d: %s", code, stderr)
 	}
 	over := func(s controller.TrialStatus) bool {
 		return s.State != "open" && strings.Contains(s.EndReason, "over its disk limit")
