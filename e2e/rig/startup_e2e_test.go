@@ -1,10 +1,12 @@
 package rig
 
 import (
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -169,6 +171,15 @@ func TestStatusExitsNonZeroWhenControllerDoesNotAnswer(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
+	// The stop reaches every thread only once one of them has taken the
+	// signal; until then another, woken by the status's ping on a loaded
+	// machine, may still answer it.
+	for deadline := time.Now().Add(10 * time.Second); !threadsStopped(pid); time.Sleep(2 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			syscall.Kill(pid, syscall.SIGCONT)
+			t.Fatalf("the controller %d was never seen stopped, every thread of it", pid)
+		}
+	}
 	out, stderr, code := r.Thermite("status")
 	syscall.Kill(pid, syscall.SIGCONT)
 	if code != statusNotReady || !strings.Contains(stderr, rpc.PhaseControllerDown) || !strings.Contains(out, rpc.PhaseControllerDown) {
@@ -284,3 +295,19 @@ func TestSelftestOnLiveRigLeavesTheController(t *testing.T) {
 // statusNotReady is `thermite status`'s exit code while the rig does not
 // serve, as the README's command table gives it.
 const statusNotReady = 3
+
+// threadsStopped says whether every thread of process pid is stopped
+// (state T).
+func threadsStopped(pid int) bool {
+	tids, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil || len(tids) == 0 {
+		return false
+	}
+	for _, e := range tids {
+		tid, err := strconv.Atoi(e.Name())
+		if err != nil || !procStopped(tid) {
+			return false
+		}
+	}
+	return true
+}
