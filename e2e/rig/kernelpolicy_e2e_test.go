@@ -19,23 +19,14 @@ func oldKernel(abi int, extra string) testrig.Options {
 	return testrig.Options{Tags: "thermite_weaken", Env: []string{"THERMITE_WEAKEN=landlock-abi-" + strconv.Itoa(abi)}, Extra: extra, NoStart: true}
 }
 
-func listenTCP(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+// listenTCP is the port of a loopback server that accepts and closes at
+// once (listedHost's).
+func listenTCP(tb testing.TB) string {
+	_, port, err := net.SplitHostPort(listedHost(tb))
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
-	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	return port
 }
 
 // Debian 12's 6.1 has Landlock ABI 2: no TCP rules (seccomp covers them:
