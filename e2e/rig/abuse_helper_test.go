@@ -292,14 +292,11 @@ func calls(sock, token string, n int) {
 // leave it running). It says "flooding" once it has begun and, at its end,
 // how many connects went through, how many failed and why, and what
 // stopped it.
-func connectClose(sock string, n int, limit time.Duration) {
-	var mu sync.Mutex
-	done := make(chan struct{})
-	ok := 0
-	failed := map[string]int{}
+// untilClosed runs f over and over on n goroutines (at least one) until
+// done closes; the wait it returns waits for all of them to return.
+func untilClosed(done <-chan struct{}, n int, f func()) (wait func()) {
 	var wg sync.WaitGroup
-	t0 := time.Now()
-	for i := 0; i < max(n, 1); i++ {
+	for range max(n, 1) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -309,25 +306,37 @@ func connectClose(sock string, n int, limit time.Duration) {
 					return
 				default:
 				}
-				c, err := net.Dial("unix", sock)
-				mu.Lock()
-				if err == nil {
-					ok++
-				} else {
-					var errno syscall.Errno
-					name := err.Error()
-					if errors.As(err, &errno) {
-						name = unix.ErrnoName(errno)
-					}
-					failed[name]++
-				}
-				mu.Unlock()
-				if c != nil {
-					c.Close()
-				}
+				f()
 			}
 		}()
 	}
+	return wg.Wait
+}
+
+func connectClose(sock string, n int, limit time.Duration) {
+	var mu sync.Mutex
+	done := make(chan struct{})
+	ok := 0
+	failed := map[string]int{}
+	t0 := time.Now()
+	wait := untilClosed(done, n, func() {
+		c, err := net.Dial("unix", sock)
+		mu.Lock()
+		if err == nil {
+			ok++
+		} else {
+			var errno syscall.Errno
+			name := err.Error()
+			if errors.As(err, &errno) {
+				name = unix.ErrnoName(errno)
+			}
+			failed[name]++
+		}
+		mu.Unlock()
+		if c != nil {
+			c.Close()
+		}
+	})
 	say("flooding")
 	stdin := make(chan struct{})
 	go func() { io.Copy(io.Discard, os.Stdin); close(stdin) }()
@@ -338,7 +347,7 @@ func connectClose(sock string, n int, limit time.Duration) {
 		by = "limit"
 	}
 	close(done)
-	wg.Wait()
+	wait()
 	var parts []string
 	for k, v := range failed {
 		parts = append(parts, fmt.Sprintf("%s=%d", k, v))

@@ -58,28 +58,14 @@ func flood(sock, token string, limit time.Duration) {
 	// machine of few cores is loaded, not only queued.
 	pause := time.Duration(envInt("ATTACK_PAUSE_MS")) * time.Millisecond
 	done := make(chan struct{})
-	var wg sync.WaitGroup
+	var waits []func()
 	var counts sync.Map // kind -> *atomic.Int64
 	count := func(kind string) {
 		v, _ := counts.LoadOrStore(kind, new(atomic.Int64))
 		v.(*atomic.Int64).Add(1)
 	}
 	loop := func(n int, f func()) {
-		for range n {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for {
-					select {
-					case <-done:
-						return
-					default:
-					}
-					f()
-					time.Sleep(pause)
-				}
-			}()
-		}
+		waits = append(waits, untilClosed(done, n, func() { f(); time.Sleep(pause) }))
 	}
 	var held []net.Conn
 	held = append(held, idleConns(sock, 40)...)
@@ -144,7 +130,9 @@ func flood(sock, token string, limit time.Duration) {
 	for _, c := range held {
 		c.Close()
 	}
-	wg.Wait()
+	for _, wait := range waits {
+		wait()
+	}
 	var parts []string
 	counts.Range(func(k, v any) bool {
 		parts = append(parts, fmt.Sprintf("%s=%d", k, v.(*atomic.Int64).Load()))

@@ -181,36 +181,24 @@ func execStorm(sock, token string, n int) {
 	var mu sync.Mutex
 	counts := map[string]int{}
 	done := make(chan struct{})
-	var wg sync.WaitGroup
-	for range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-done:
-					return
-				default:
-				}
-				code, body, err := post(client, token, "/v1/exec", `{"argv":["/bin/true"]}`)
-				kind := "ok"
-				switch {
-				case err != nil:
-					kind = "errors"
-				case code == http.StatusTooManyRequests:
-					kind = "refused"
-				case code != 200 || !execSucceeded(body):
-					kind = "errors"
-				}
-				mu.Lock()
-				counts[kind]++
-				mu.Unlock()
-			}
-		}()
-	}
+	wait := untilClosed(done, n, func() {
+		code, body, err := post(client, token, "/v1/exec", `{"argv":["/bin/true"]}`)
+		kind := "ok"
+		switch {
+		case err != nil:
+			kind = "errors"
+		case code == http.StatusTooManyRequests:
+			kind = "refused"
+		case code != 200 || !execSucceeded(body):
+			kind = "errors"
+		}
+		mu.Lock()
+		counts[kind]++
+		mu.Unlock()
+	})
 	say("storming")
 	io.Copy(io.Discard, os.Stdin)
 	close(done)
-	wg.Wait()
+	wait()
 	say("exec-storm ok %d refused %d errors %d", counts["ok"], counts["refused"], counts["errors"])
 }

@@ -14,7 +14,7 @@ import (
 )
 
 // requestFlood is a lane asking as fast as it can on its own socket: n
-// goroutines each make GET /v1/trial with the token over and over (a new
+// goroutines make GET /v1/trial with the token over and over (a new
 // connection whenever the controller closes one), until stdin closes or
 // limit passes. Meanwhile it sends, until one is answered 429, a file
 // write's headers with a 1 MiB Content-Length and no body: an answer at
@@ -28,44 +28,34 @@ func requestFlood(sock, token string, n int, limit time.Duration) {
 	var first sync.Once
 	retry, detail := "", ""
 	done := make(chan struct{})
-	var wg sync.WaitGroup
 	t0 := time.Now()
-	for range max(n, 1) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			client := apiClient(sock, 10*time.Second)
-			for {
-				select {
-				case <-done:
-					return
-				default:
-				}
-				req, _ := http.NewRequest("GET", "http://api/v1/trial", nil)
-				req.Header.Set("Authorization", "Bearer "+token)
-				resp, err := client.Do(req)
-				if err != nil {
-					other.Add(1)
-					continue
-				}
-				body, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				switch resp.StatusCode {
-				case http.StatusOK:
-					ok.Add(1)
-				case http.StatusTooManyRequests:
-					refused.Add(1)
-					first.Do(func() {
-						var p struct{ Detail string }
-						json.Unmarshal(body, &p)
-						retry, detail = resp.Header.Get("Retry-After"), p.Detail
-					})
-				default:
-					other.Add(1)
-				}
-			}
-		}()
-	}
+	// One client: its connections are kept per goroutine at most
+	// (MaxIdleConnsPerHost 8), and a 429 closes the one it came on.
+	client := apiClient(sock, 10*time.Second)
+	wait := untilClosed(done, n, func() {
+		req, _ := http.NewRequest("GET", "http://api/v1/trial", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := client.Do(req)
+		if err != nil {
+			other.Add(1)
+			return
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		switch resp.StatusCode {
+		case http.StatusOK:
+			ok.Add(1)
+		case http.StatusTooManyRequests:
+			refused.Add(1)
+			first.Do(func() {
+				var p struct{ Detail string }
+				json.Unmarshal(body, &p)
+				retry, detail = resp.Header.Get("Retry-After"), p.Detail
+			})
+		default:
+			other.Add(1)
+		}
+	})
 	say("flooding")
 	go func() {
 		status, tries := withheldProbe(sock, token)
@@ -79,7 +69,7 @@ func requestFlood(sock, token string, n int, limit time.Duration) {
 	}
 	close(done)
 	ms := time.Since(t0).Milliseconds()
-	wg.Wait()
+	wait()
 	first.Do(func() {})
 	say("request-flood ok %d refused %d other %d ms %d retry-after %q detail %s", ok.Load(), refused.Load(), other.Load(), ms, retry, detail)
 }
