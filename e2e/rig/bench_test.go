@@ -196,11 +196,10 @@ func BenchmarkRunTrue(b *testing.B) {
 // its threads' context switches so far, from /proc.
 func processCost(b *testing.B, pid int) (cpuNS, switches int64) {
 	b.Helper()
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	f, err := statFields(pid)
 	if err != nil {
 		b.Fatal(err)
 	}
-	f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+2:]))
 	ut, _ := strconv.ParseInt(f[11], 10, 64)
 	st, _ := strconv.ParseInt(f[12], 10, 64)
 	cpuNS = (ut + st) * 1e9 / 100 // USER_HZ

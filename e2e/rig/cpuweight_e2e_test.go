@@ -64,12 +64,12 @@ func TestLanesSpinningLeaveTheJudgeItsCPU(t *testing.T) {
 			own := 0
 			for _, pid := range r.Procs(role) {
 				comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
-				stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+				f, err := statFields(pid)
 				if strings.TrimSpace(string(comm)) != "sh" || err != nil {
 					continue // not a shell, or gone
 				}
 				pids = append(pids, pid)
-				if f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+2:])); f[3] == strconv.Itoa(pid) {
+				if f[3] == strconv.Itoa(pid) {
 					own++
 				}
 			}
@@ -153,15 +153,32 @@ func sessionOf(t *testing.T, pid int) int {
 	return sid
 }
 
-// procStatFields are the fields of /proc/<pid>/stat after its command's
-// name: state first.
+// statFields are the fields of /proc/<pid>/stat after its command's
+// name, which may hold spaces and parentheses itself: state first.
+func statFields(pid int) ([]string, error) {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil, err
+	}
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 || i+2 > len(stat) {
+		return nil, fmt.Errorf("/proc/%d/stat: no command name in %q", pid, stat)
+	}
+	f := strings.Fields(string(stat[i+2:]))
+	if len(f) < 22 {
+		return nil, fmt.Errorf("/proc/%d/stat: %d fields after the command name", pid, len(f))
+	}
+	return f, nil
+}
+
+// procStatFields is statFields, failing the test where it cannot be read.
 func procStatFields(t *testing.T, pid int) []string {
 	t.Helper()
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	f, err := statFields(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+2:]))
+	return f
 }
 
 // cpuTime is the CPU time (user and system) the kernel has charged the

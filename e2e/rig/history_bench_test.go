@@ -1,13 +1,11 @@
 package rig
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -138,11 +136,10 @@ var digits = regexp.MustCompile(`[0-9a-f]{6,}|[0-9]+`)
 
 // treeCPU is a process's CPU time with that of its children it reaped.
 func treeCPU(pid int) time.Duration {
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	f, err := statFields(pid)
 	if err != nil {
 		return 0
 	}
-	f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+2:]))
 	var ticks int64
 	for _, i := range []int{11, 12, 13, 14} { // utime stime cutime cstime
 		n, _ := strconv.ParseInt(f[i], 10, 64)

@@ -86,12 +86,8 @@ func stopFromOutside(r *testrig.Rig, role string, n int, within time.Duration) s
 
 // procStopped says whether process pid is stopped (state T in /proc/PID/stat).
 func procStopped(pid int) bool {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	i := strings.LastIndexByte(string(data), ')')
-	return i >= 0 && i+2 < len(data) && data[i+2] == 'T'
+	f, err := statFields(pid)
+	return err == nil && f[0] == "T"
 }
 
 // A command that is stopped, traced or not, with what it forked, is killed

@@ -238,11 +238,10 @@ func procUsage(pid int) (time.Duration, int64) {
 	if pid <= 0 {
 		return 0, 0
 	}
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	f, err := statFields(pid)
 	if err != nil {
 		return 0, 0
 	}
-	f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+2:]))
 	ut, _ := strconv.ParseInt(f[11], 10, 64)
 	stt, _ := strconv.ParseInt(f[12], 10, 64)
 	rss, _ := strconv.ParseInt(f[21], 10, 64)
