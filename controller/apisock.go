@@ -53,8 +53,9 @@ func (c *Controller) apiSockets() []apiSocket {
 // listenAPI makes each of the API's unix listeners, each refusing every
 // peer but its one uid before a byte is read, then counting what it keeps
 // against the connection budget; a role's own is accepted on at
-// api.accept_rate (rateListener). The connections it hands over carry the
-// lane whose tokens they may use and the role's request rate. Any that cannot be made refuses the
+// api.accept_rate (rateListener). The connections it hands over carry
+// what their socket allows (apiConnFrom): the lane whose tokens they may
+// use and the role's request rate. Any that cannot be made refuses the
 // start: no lane falls back to a socket it shares.
 func (c *Controller) listenAPI() ([]net.Listener, error) {
 	var out []net.Listener
@@ -82,7 +83,7 @@ func (c *Controller) listenAPI() ([]net.Listener, error) {
 		}
 		uid := uint32(s.uid)
 		l = &peerListener{Listener: l, allow: func(cred *unix.Ucred) bool { return cred.Uid == uid }, log: c.log, name: "the API socket of " + s.who}
-		out = append(out, &budgetListener{Listener: l, budget: c.conns, socket: s.path, lane: s.lane, laneSocket: s.laneSocket, rate: rate})
+		out = append(out, &budgetListener{Listener: l, budget: c.conns, from: apiConnFrom{socket: s.path, lane: s.lane, laneSocket: s.laneSocket, rate: rate}})
 	}
 	return out, nil
 }
@@ -104,8 +105,8 @@ type apiConnFrom struct {
 // apiConnContext tags each connection's requests with its listener, for
 // the API's http.Server's ConnContext.
 func apiConnContext(ctx context.Context, conn net.Conn) context.Context {
-	if bc, ok := conn.(*budgetConn); ok && bc.socket != "" {
-		return context.WithValue(ctx, apiConnKey{}, apiConnFrom{socket: bc.socket, lane: bc.lane, laneSocket: bc.laneSocket, rate: bc.rate})
+	if bc, ok := conn.(*budgetConn); ok && bc.from.socket != "" {
+		return context.WithValue(ctx, apiConnKey{}, bc.from)
 	}
 	return ctx
 }

@@ -264,14 +264,9 @@ type budgetListener struct {
 	// role reaches (an agent's egress proxy, whose peers are all
 	// 127.0.0.1 of that role's own namespace) is budgeted as that role.
 	peer string
-	// socket and lane, on the API's unix listeners, are the socket's path
-	// and the lane whose tokens it takes (0: any); each connection
-	// carries them (apiConnContext).
-	socket     string
-	lane       int
-	laneSocket bool
-	// rate is the request rate of the role whose socket it is.
-	rate *requestRate
+	// from, on the API's unix listeners, is what the socket allows; each
+	// connection carries it (apiConnContext).
+	from apiConnFrom
 }
 
 func (l *budgetListener) Accept() (net.Conn, error) {
@@ -292,18 +287,15 @@ func (l *budgetListener) Accept() (net.Conn, error) {
 			refuseConn(conn, refusal)
 			continue
 		}
-		return &budgetConn{Conn: conn, release: sync.OnceFunc(func() { l.budget.release(peer) }), socket: l.socket, lane: l.lane, laneSocket: l.laneSocket, rate: l.rate}, nil
+		return &budgetConn{Conn: conn, release: sync.OnceFunc(func() { l.budget.release(peer) }), from: l.from}, nil
 	}
 }
 
 // budgetConn gives its place in the budget back when it closes.
 type budgetConn struct {
 	net.Conn
-	release    func()
-	socket     string
-	lane       int
-	laneSocket bool
-	rate       *requestRate
+	release func()
+	from    apiConnFrom
 }
 
 func (c *budgetConn) Close() error {
