@@ -57,15 +57,19 @@ func (c *Controller) apiSockets() []apiSocket {
 // what their socket allows (apiConnFrom): the lane whose tokens they may
 // use and the role's request rate. Any that cannot be made refuses the
 // start: no lane falls back to a socket it shares.
-func (c *Controller) listenAPI() ([]net.Listener, error) {
-	var out []net.Listener
-	for _, s := range c.apiSockets() {
-		l, err := listenUnix(s.path, s.mode)
+func (c *Controller) listenAPI() (out []net.Listener, err error) {
+	defer func() {
 		if err != nil {
 			for _, o := range out {
 				o.Close()
 			}
-			return nil, fmt.Errorf("controller: the API's socket for %s: %w", s.who, err)
+			out = nil
+		}
+	}()
+	for _, s := range c.apiSockets() {
+		l, err := listenUnix(s.path, s.mode)
+		if err != nil {
+			return out, fmt.Errorf("controller: the API's socket for %s: %w", s.who, err)
 		}
 		var rate *requestRate
 		if s.uid != 0 {
@@ -74,10 +78,7 @@ func (c *Controller) listenAPI() ([]net.Listener, error) {
 			rl, err := newRateListener(l, c.cfg.API.AcceptRate, c.cfg.API.AcceptBurst, "the API socket of "+s.who, c.log)
 			if err != nil {
 				l.Close()
-				for _, o := range out {
-					o.Close()
-				}
-				return nil, err
+				return out, err
 			}
 			l, rate = rl, c.rates[s.who]
 		}
