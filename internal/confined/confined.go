@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"thermite/internal/posixacl"
 	"thermite/internal/weaken"
 )
 
@@ -423,9 +424,8 @@ func unpublishable(st Stat, allowed func(uid int) bool) bool {
 	return special(typ) || typ == unix.S_IFREG && (st.Nlink > 1 || !allowed(int(st.UID)))
 }
 
-// aclAttrs are the extended attributes that hold a file's POSIX ACLs: its
-// access ACL, and a folder's default ACL, which files made in it inherit.
-var aclAttrs = []string{"system.posix_acl_access", "system.posix_acl_default"}
+// aclAttrs are the extended attributes that hold a file's POSIX ACLs.
+var aclAttrs = []string{posixacl.Attr, posixacl.DefaultAttr}
 
 // dropACLs takes every POSIX ACL off the file an O_PATH descriptor holds
 // (through /proc/self/fd, as chmodFD), so that its mode alone decides:

@@ -17,6 +17,10 @@ import (
 // Attr is the extended attribute that holds a file's access ACL.
 const Attr = "system.posix_acl_access"
 
+// DefaultAttr is the extended attribute that holds a folder's default ACL,
+// which files made in it inherit.
+const DefaultAttr = "system.posix_acl_default"
+
 // version is the only layout the kernel takes (POSIX_ACL_XATTR_VERSION).
 const version = 2
 
